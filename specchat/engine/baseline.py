@@ -1,0 +1,65 @@
+"""Target-only decoding that yields the same events as the speculative loop.
+
+Deliberately written without the speculative machinery (one token, one forward pass), so
+that comparing the two in tests checks the speculative path against an independent reference.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+from specchat.engine.detokenize import IncrementalDetokenizer
+from specchat.engine.events import Event, RoundEvent, StopReason, TokenEvent
+from specchat.engine.kv import CachedLM
+from specchat.engine.metrics import StreamStats
+from specchat.engine.sampling import SamplingParams, pick_tokens, shape_probs
+from specchat.engine.speculative import check_prompt, new_generator
+
+
+def plain_decode(
+    target: CachedLM,
+    detok: IncrementalDetokenizer,
+    prompt_ids: list[int],
+    *,
+    sampling: SamplingParams,
+    max_new_tokens: int,
+    stop_ids: frozenset[int],
+    max_context: int | None,
+    seed: int | None = None,
+    cancel: threading.Event | None = None,
+) -> Iterator[Event]:
+    check_prompt(prompt_ids, max_context)
+    generator = new_generator(target.device, seed)
+    prefill_ms = target.prefill(prompt_ids)
+    ids = list(prompt_ids)
+    stats = StreamStats()
+    start = time.perf_counter()
+    stop: StopReason = "max_tokens"
+    for step in range(max_new_tokens):
+        if cancel is not None and cancel.is_set():
+            stop = "cancelled"
+            break
+        if max_context is not None and len(ids) >= max_context:
+            stop = "context"
+            break
+        t0 = time.perf_counter()
+        probs = shape_probs(target.logits_after(ids, 1), sampling)
+        token_t = pick_tokens(probs, sampling, generator)
+        token, p_token = int(token_t.item()), float(probs[0, token_t].item())
+        step_ms = (time.perf_counter() - t0) * 1000.0
+        if token in stop_ids:
+            stop = "eos"
+            events: list[Event] = []
+        else:
+            events = [TokenEvent("target", token, detok.add(token), step, 0, p_token, None)]
+            ids.append(token)
+        events.append(RoundEvent(step, 0, 0, 0, 0.0, step_ms, "none"))
+        for event in events:
+            stats.add(event)
+            yield event
+        if stop == "eos":
+            break
+    decode_s = time.perf_counter() - start
+    yield stats.summary(stop, prefill_ms=prefill_ms, decode_s=decode_s, prompt_tokens=len(prompt_ids))

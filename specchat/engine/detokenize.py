@@ -1,0 +1,42 @@
+"""Incremental detokenization: the exact text each new token adds.
+
+Decoding tokens one at a time breaks multi-byte characters and drops the spaces some
+tokenizers attach to the following token. We decode a short window of recent tokens and
+emit only the text beyond what that window produced before, holding back a trailing
+replacement character until the bytes that complete it arrive.
+"""
+
+from __future__ import annotations
+
+from transformers import PreTrainedTokenizerBase
+
+REPLACEMENT = "\ufffd"
+
+
+class IncrementalDetokenizer:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, prompt_tail: list[int] | None = None) -> None:
+        self._tokenizer = tokenizer
+        # Seed with a little prompt context so the first token's leading space is right.
+        self._ids: list[int] = list(prompt_tail or [])[-4:]
+        self._prefix_offset = 0
+        self._read_offset = len(self._ids)
+
+    def _decode(self, ids: list[int]) -> str:
+        return self._tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def add(self, token_id: int) -> str:
+        self._ids.append(token_id)
+        before = self._decode(self._ids[self._prefix_offset : self._read_offset])
+        after = self._decode(self._ids[self._prefix_offset :])
+        if len(after) <= len(before) or after.endswith(REPLACEMENT):
+            return ""  # an incomplete character: wait for the rest of its bytes
+        self._prefix_offset = self._read_offset
+        self._read_offset = len(self._ids)
+        return after[len(before) :]
+
+    def flush(self) -> str:
+        """Whatever is still held back (a truncated character at the end of a reply)."""
+        before = self._decode(self._ids[self._prefix_offset : self._read_offset])
+        after = self._decode(self._ids[self._prefix_offset :])
+        self._prefix_offset = self._read_offset = len(self._ids)
+        return after[len(before) :] if len(after) > len(before) else ""

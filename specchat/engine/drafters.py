@@ -1,0 +1,126 @@
+"""Drafters propose tokens for the target to verify. All share one interface.
+
+``propose`` returns the drafted ids and, row by row, the exact distribution each was drawn
+from (``p_draft``). Verification is exact only if ``p_draft`` is that distribution, after the
+same temperature / top-k / top-p shaping the target gets; a deterministic proposal (a lookup)
+is a one-hot distribution.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import torch
+import torch.nn.functional as F
+
+from specchat.engine.kv import CachedLM
+from specchat.engine.sampling import SamplingParams, pick_tokens, shape_probs
+
+DrafterName = Literal["model", "ngram", "none"]
+DRAFTERS: tuple[DrafterName, ...] = ("model", "ngram", "none")
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    ids: list[int]
+    """The drafted ids, n ≤ γ of them (may be none)."""
+    tokens: torch.Tensor
+    """The same ids as a tensor on the device."""
+    p_draft: torch.Tensor
+    """[n, V] the distributions the drafts were drawn from."""
+
+
+class Drafter(Protocol):
+    name: DrafterName
+
+    def prefill(self, ids: list[int]) -> None:
+        """Warm any state for this prompt (optional work; propose catches up regardless)."""
+        ...
+
+    def propose(
+        self, ids: list[int], gamma: int, params: SamplingParams, generator: torch.Generator | None
+    ) -> Draft: ...
+
+
+class ModelDrafter:
+    """A smaller causal LM sharing the target's tokenizer, run autoregressively with its cache."""
+
+    name: DrafterName = "model"
+
+    def __init__(self, model: CachedLM, vocab_width: int) -> None:
+        self.lm = model
+        self.vocab_width = vocab_width
+        """Width the rows are padded to: the wider of the two models, so the rows line up."""
+
+    def prefill(self, ids: list[int]) -> None:
+        self.lm.prefill(ids)
+
+    def propose(
+        self, ids: list[int], gamma: int, params: SamplingParams, generator: torch.Generator | None
+    ) -> Draft:
+        context = list(ids)
+        rows: list[torch.Tensor] = []
+        drafted: list[torch.Tensor] = []
+        for _ in range(gamma):
+            probs = shape_probs(self.lm.logits_after(context, 1), params)
+            token = pick_tokens(probs, params, generator)
+            rows.append(probs)
+            drafted.append(token)
+            # One small host read per drafted token is inherent: the next pass needs its id.
+            context.append(int(token.item()))
+        if not rows:
+            return empty_draft(self.vocab_width, self.lm.device)
+        p_draft = _pad_columns(torch.cat(rows), self.vocab_width)
+        return Draft(ids=context[len(ids) :], tokens=torch.cat(drafted), p_draft=p_draft)
+
+
+class NgramDrafter:
+    """Prompt lookup: find the latest earlier occurrence of the last n tokens and copy what
+    followed it. Costs no model pass, shines on code edits, quotes and summaries."""
+
+    name: DrafterName = "ngram"
+
+    def __init__(self, vocab_width: int, device: torch.device, max_ngram: int = 3, min_ngram: int = 1) -> None:
+        self.vocab_width = vocab_width
+        self.device = device
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+
+    def prefill(self, ids: list[int]) -> None:
+        pass
+
+    def propose(
+        self, ids: list[int], gamma: int, params: SamplingParams, generator: torch.Generator | None
+    ) -> Draft:
+        continuation = lookup_continuation(ids, gamma, self.max_ngram, self.min_ngram)
+        if not continuation:
+            return empty_draft(self.vocab_width, self.device)
+        tokens = torch.tensor(continuation, dtype=torch.long, device=self.device)
+        p_draft = F.one_hot(tokens, self.vocab_width).float()
+        return Draft(ids=continuation, tokens=tokens, p_draft=p_draft)
+
+
+def lookup_continuation(ids: list[int], gamma: int, max_ngram: int = 3, min_ngram: int = 1) -> list[int]:
+    """Up to γ tokens that followed the most recent earlier match of the longest suffix n-gram."""
+    for n in range(min(max_ngram, len(ids) - 1), min_ngram - 1, -1):
+        suffix = ids[-n:]
+        for start in range(len(ids) - n - 1, -1, -1):
+            if ids[start : start + n] == suffix:
+                follow = ids[start + n : start + n + gamma]
+                if follow:
+                    return follow
+    return []
+
+
+def _pad_columns(rows: torch.Tensor, width: int) -> torch.Tensor:
+    """Zero probability for ids past a model's own vocabulary (widths differ by padding rows)."""
+    return F.pad(rows, (0, width - rows.shape[-1])) if rows.shape[-1] < width else rows
+
+
+def empty_draft(vocab_width: int, device: torch.device) -> Draft:
+    return Draft(
+        ids=[],
+        tokens=torch.empty(0, dtype=torch.long, device=device),
+        p_draft=torch.empty(0, vocab_width, device=device),
+    )

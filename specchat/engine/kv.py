@@ -1,0 +1,94 @@
+"""A causal LM paired with its KV cache and the token ids that cache holds.
+
+Callers never manage the cache by hand: they ask for logits after a token sequence, and the
+model reuses the longest cached prefix of that sequence, crops what diverged (a rejected
+draft, an edited conversation), and runs only the new tail. Rollback after a rejection,
+catching the draft up after a bonus token, prefix reuse across chat turns and switching
+drafters mid-reply are all this one operation.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+
+def common_prefix_length(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:  # the usual case, checked at C speed
+        return n
+    i = 0
+    while a[i] == b[i]:
+        i += 1
+    return i
+
+
+def device_sync(device: torch.device) -> None:
+    """Wait for queued kernels so that wall-clock timings mean something on a GPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@dataclass
+class CachedLM:
+    model: PreTrainedModel
+    cached_ids: list[int] = field(default_factory=list)
+    cache: DynamicCache | None = None
+    forward_calls: int = 0
+    """How many forward passes ran (tests use it to check that rounds batch their work)."""
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    @property
+    def vocab_width(self) -> int:
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+    @property
+    def max_positions(self) -> int | None:
+        value = getattr(self.model.config, "max_position_embeddings", None)
+        return int(value) if value else None
+
+    def reset(self) -> None:
+        self.cached_ids = []
+        self.cache = None
+
+    @torch.inference_mode()
+    def logits_after(self, ids: list[int], n_logits: int = 1) -> torch.Tensor:
+        """Logits [n_logits, V] predicting the token after each of the last n_logits of ids.
+
+        Afterwards the cache holds all of ``ids``.
+        """
+        if n_logits < 1 or n_logits > len(ids):
+            raise ValueError(f"cannot score {n_logits} positions of a {len(ids)}-token sequence")
+        reuse = min(common_prefix_length(self.cached_ids, ids), len(ids) - n_logits)
+        self._crop(reuse)
+        if self.cache is None:
+            self.cache = DynamicCache(config=self.model.config)
+        new = torch.tensor([ids[reuse:]], dtype=torch.long, device=self.device)
+        out = self.model(input_ids=new, cache=self.cache, use_cache=True, logits_to_keep=n_logits)
+        self.forward_calls += 1
+        self.cache = out.cache
+        self.cached_ids = list(ids)
+        return out.logits[0, -n_logits:]
+
+    @torch.inference_mode()
+    def prefill(self, ids: list[int]) -> float:
+        """Cache every token but the last (the first round scores it); returns milliseconds."""
+        start = time.perf_counter()
+        if len(ids) > 1:
+            self.logits_after(ids[:-1], 1)
+        device_sync(self.device)
+        return (time.perf_counter() - start) * 1000.0
+
+    def _crop(self, length: int) -> None:
+        if length == 0:
+            self.reset()
+            return
+        if length < len(self.cached_ids) and self.cache is not None:
+            self.cache.crop(length - len(self.cached_ids))  # transformers 5.24+: negative = tokens to drop
+            self.cached_ids = self.cached_ids[:length]

@@ -1,0 +1,147 @@
+"""Pure functions from logits to tokens: distribution shaping, the acceptance test, the residual.
+
+Names follow the paper: ``p_target`` is the target's distribution, ``p_draft`` the one the
+draft actually sampled from. Both are shaped by the *same* temperature / top-k / top-p, which
+is what keeps speculative sampling exact: the reply is distributed as the shaped target alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specchat.errors import InvalidSettingError
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    temperature: float = 0.0
+    """0 means greedy: argmax, and verification by exact match."""
+    top_k: int | None = None
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.temperature >= 0.0:
+            raise InvalidSettingError(f"temperature must be 0 or more (got {self.temperature}).")
+        if not 0.0 < self.top_p <= 1.0:
+            raise InvalidSettingError(f"top-p must be in (0, 1] (got {self.top_p}).")
+        if self.top_k is not None and self.top_k < 1:
+            raise InvalidSettingError(f"top-k must be 1 or more (got {self.top_k}).")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def shape_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Rows of logits → rows of probabilities (float32) after temperature, top-k and top-p.
+
+    At temperature 0 the decision is argmax; the plain softmax is returned so that events can
+    still report how confident each model was.
+    """
+    logits = logits.float()
+    if params.greedy:
+        return torch.softmax(logits, dim=-1)
+    logits = logits / params.temperature
+    if params.top_k is not None and params.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if params.top_p < 1.0:
+        probs = _keep_top_p(probs, params.top_p)
+    return probs
+
+
+def _keep_top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest set of most likely tokens whose mass reaches top_p, renormalised."""
+    sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+    mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+    sorted_probs = sorted_probs.masked_fill(mass_before >= top_p, 0.0)
+    kept = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+    return kept / kept.sum(dim=-1, keepdim=True)
+
+
+def pick_tokens(probs: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row: argmax when greedy, else a draw from the row's distribution."""
+    if params.greedy:
+        return probs.argmax(dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def acceptance_probability(p_target: torch.Tensor, p_draft: torch.Tensor) -> torch.Tensor:
+    """min(1, p_target(x) / p_draft(x)) for the drafted token x (elementwise)."""
+    return torch.clamp(p_target / p_draft, max=1.0)
+
+
+def residual_distribution(p_target: torch.Tensor, p_draft: torch.Tensor) -> torch.Tensor:
+    """norm(max(p_target − p_draft, 0)) row by row.
+
+    A rejection is only possible where p_draft exceeds p_target somewhere, and then the
+    residual has exactly that much mass. A row that sums to zero (the two distributions are
+    equal up to rounding, so a rejection had probability ~0) falls back to p_target, which is
+    what the rejection-sampling identity converges to in that limit.
+    """
+    residual = torch.clamp(p_target - p_draft, min=0.0)
+    mass = residual.sum(dim=-1, keepdim=True)
+    return torch.where(mass > 0, residual / mass.clamp(min=torch.finfo(residual.dtype).tiny), p_target)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Outcome of verifying one round of drafts against the target."""
+
+    accepted: int
+    next_token: int
+    """The correction (accepted < drafted), or the bonus / plain token (accepted == drafted)."""
+    p_target_drafts: list[float]
+    p_draft_drafts: list[float]
+    p_target_next: float
+
+
+def verify(
+    p_target: torch.Tensor,
+    p_draft: torch.Tensor,
+    drafts: torch.Tensor,
+    params: SamplingParams,
+    generator: torch.Generator | None,
+) -> Verdict:
+    """Accept a prefix of ``drafts`` and choose the round's closing token.
+
+    p_target: [γ+1, V] shaped target rows (row i scores the token after i drafts).
+    p_draft:  [γ, V] the distributions the drafts were sampled from (one-hot for lookups).
+    drafts:   [γ] drafted token ids.
+
+    Every candidate closing token (a residual draw for each row that could reject, and a
+    bonus draw from the last row) is computed on the device and read back once with the
+    decisions, so a round costs a single host synchronisation.
+    """
+    gamma = drafts.shape[0]
+    rows = torch.arange(gamma, device=drafts.device)
+    pt_drafts = p_target[rows, drafts]
+    pd_drafts = p_draft[rows, drafts]
+    if params.greedy:
+        argmax = p_target.argmax(dim=-1)
+        accept = argmax[:gamma] == drafts
+        candidates = argmax
+    else:
+        draws = torch.rand(gamma, generator=generator, device=drafts.device)
+        accept = draws < acceptance_probability(pt_drafts, pd_drafts)
+        residuals = residual_distribution(p_target[:gamma], p_draft)
+        candidates = pick_tokens(torch.cat([residuals, p_target[gamma:]]), params, generator)
+    all_rows = torch.arange(gamma + 1, device=drafts.device)
+    pt_candidates = p_target[all_rows, candidates]
+    packed = torch.cat(
+        [accept.double(), candidates.double(), pt_drafts.double(), pd_drafts.double(), pt_candidates.double()]
+    ).tolist()
+    flags = packed[:gamma]
+    accepted = next((i for i, ok in enumerate(flags) if not ok), gamma)
+    cand = packed[gamma : 2 * gamma + 1]
+    p_cand = packed[4 * gamma + 1 :]
+    return Verdict(
+        accepted=accepted,
+        next_token=int(cand[accepted]),
+        p_target_drafts=packed[2 * gamma + 1 : 3 * gamma + 1],
+        p_draft_drafts=packed[3 * gamma + 1 : 4 * gamma + 1],
+        p_target_next=p_cand[accepted],
+    )
