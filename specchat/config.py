@@ -84,7 +84,9 @@ def load_settings(overrides: dict[str, Any] | None = None, path: Path | None = N
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "settings"
-        raise InvalidSettingError(f"invalid setting {where}: {first['msg']} (from {path}, env or flags)") from err
+        raise InvalidSettingError(
+            f"invalid setting {where}: {first['msg']} (from {path}, env or flags)"
+        ) from err
 
 
 def save_settings(settings: Settings, path: Path | None = None) -> Path:

@@ -81,7 +81,9 @@ class NgramDrafter:
 
     name: DrafterName = "ngram"
 
-    def __init__(self, vocab_width: int, device: torch.device, max_ngram: int = 3, min_ngram: int = 1) -> None:
+    def __init__(
+        self, vocab_width: int, device: torch.device, max_ngram: int = 3, min_ngram: int = 1
+    ) -> None:
         self.vocab_width = vocab_width
         self.device = device
         self.max_ngram = max_ngram

@@ -87,7 +87,9 @@ class StreamStats:
     def per_position(self) -> tuple[float | None, ...]:
         return per_position_acceptance(self.round_events)
 
-    def summary(self, stop: StopReason, *, prefill_ms: float, decode_s: float, prompt_tokens: int) -> SummaryEvent:
+    def summary(
+        self, stop: StopReason, *, prefill_ms: float, decode_s: float, prompt_tokens: int
+    ) -> SummaryEvent:
         return SummaryEvent(
             tokens=self.tokens,
             rounds=self.rounds,

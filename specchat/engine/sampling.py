@@ -62,7 +62,9 @@ def _keep_top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return kept / kept.sum(dim=-1, keepdim=True)
 
 
-def pick_tokens(probs: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> torch.Tensor:
+def pick_tokens(
+    probs: torch.Tensor, params: SamplingParams, generator: torch.Generator | None
+) -> torch.Tensor:
     """One token per row: argmax when greedy, else a draw from the row's distribution."""
     if params.greedy:
         return probs.argmax(dim=-1)

@@ -45,7 +45,9 @@ class Controls:
     def validate(self) -> None:
         check_gamma(self.gamma)
         if self.schedule not in SCHEDULES:
-            raise InvalidSettingError(f"unknown gamma schedule {self.schedule!r}: use {', '.join(SCHEDULES)}.")
+            raise InvalidSettingError(
+                f"unknown gamma schedule {self.schedule!r}: use {', '.join(SCHEDULES)}."
+            )
         if self.drafter not in DRAFTERS:
             raise InvalidSettingError(f"unknown drafter {self.drafter!r}: use {', '.join(DRAFTERS)}.")
         if self.max_new_tokens < 1:
@@ -85,7 +87,9 @@ class ChatEngine:
         self.draft = CachedLM(draft) if draft is not None else None
         widths = [self.target.vocab_width] + ([self.draft.vocab_width] if self.draft else [])
         self.vocab_width = max(widths)
-        self.max_context = _min_optional(self.target.max_positions, self.draft.max_positions if self.draft else None)
+        self.max_context = _min_optional(
+            self.target.max_positions, self.draft.max_positions if self.draft else None
+        )
         self.stop_ids = _stop_ids(target, tokenizer)
         self._drafters: dict[str, Drafter] = {"ngram": NgramDrafter(self.vocab_width, self.target.device)}
         if self.draft is not None:
@@ -110,8 +114,12 @@ class ChatEngine:
     def prompt_ids(self, messages: Sequence[Message]) -> list[int]:
         """The conversation through the target's chat template, ready for the assistant's turn."""
         if getattr(self.tokenizer, "chat_template", None):
-            encoded = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
-            return list(encoded["input_ids"] if isinstance(encoded, dict) or hasattr(encoded, "keys") else encoded)
+            encoded = self.tokenizer.apply_chat_template(
+                list(messages), add_generation_prompt=True, tokenize=True
+            )
+            return list(
+                encoded["input_ids"] if isinstance(encoded, dict) or hasattr(encoded, "keys") else encoded
+            )
         # No template (a base model): plain concatenation of the turns.
         text = "\n\n".join(m["content"] for m in messages)
         return list(self.tokenizer(text)["input_ids"])

@@ -160,7 +160,12 @@ class SpeculativeDecoder:
             (tok, "accepted", verdict.p_target_drafts[i], verdict.p_draft_drafts[i])
             for i, tok in enumerate(draft.ids[: verdict.accepted])
         ]
-        closing = (verdict.next_token, _closing_kind(len(draft.ids), verdict.accepted), verdict.p_target_next, None)
+        closing = (
+            verdict.next_token,
+            _closing_kind(len(draft.ids), verdict.accepted),
+            verdict.p_target_next,
+            None,
+        )
         for position, (token, kind, p_t, p_d) in enumerate([*proposals, closing]):
             if token in self.stop_ids:
                 stop = "eos"

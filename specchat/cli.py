@@ -1,0 +1,338 @@
+"""The `specchat` command: chat (default), generate, models, bench.
+
+Heavy imports (torch, transformers, textual) happen inside the commands, so `specchat --help`
+is instant. Every SpecchatError becomes one line on stderr and exit status 2; Ctrl+C stops
+generation at the next round boundary, prints what was generated and exits with 130.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from specchat import __version__
+from specchat.config import Settings, load_settings
+from specchat.errors import InvalidSettingError, SpecchatError
+
+if TYPE_CHECKING:
+    from specchat.engine.events import Event
+    from specchat.engine.session import ChatEngine
+
+F = TypeVar("F", bound=Callable[..., Any])
+INTERRUPTED = 130
+
+# Colours of the four token kinds in --format ansi (the TUI takes them from its theme).
+KIND_STYLES = {
+    "accepted": "green",
+    "correction": "bold red",
+    "bonus": "bold cyan",
+    "target": "default",
+}
+KIND_LABELS = {
+    "accepted": "accepted draft",
+    "correction": "residual correction",
+    "bonus": "bonus",
+    "target": "target only",
+}
+
+
+def model_options(func: F) -> F:
+    """Options shared by chat, generate and bench-like commands (None = take from settings)."""
+    options = [
+        click.option("--target", help="Target model: packaged name, HF folder, .gguf file or hub id."),
+        click.option("--draft", help="Draft model sharing the target's tokenizer (same forms as --target)."),
+        click.option("--drafter", type=click.Choice(["model", "ngram", "none"]), help="Who proposes tokens."),
+        click.option("--gamma", type=int, help="Tokens drafted per round (γ ≥ 1)."),
+        click.option(
+            "--gamma-schedule", "schedule", type=click.Choice(["fixed", "heuristic"]), help="γ schedule."
+        ),
+        click.option("--temperature", type=float, help="0 = greedy (verification by exact match)."),
+        click.option("--top-k", type=int, help="Keep the k most likely tokens."),
+        click.option("--top-p", type=float, help="Nucleus sampling mass in (0, 1]."),
+        click.option("--seed", type=int, help="Random seed for sampling."),
+        click.option("--max-new-tokens", type=int, help="Most tokens to generate per reply."),
+        click.option("--system", "system_prompt", help="System prompt."),
+        click.option(
+            "--quant", type=click.Choice(["4bit", "8bit"]), help="Quantize the target (bitsandbytes)."
+        ),
+        click.option("--device", help="auto, cpu, cuda or cuda:N."),
+        click.option("--dtype", help="auto, float32, bfloat16 or float16."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def reports_errors(func: F) -> F:
+    """Turn user errors into one clear line and an exit status, never a traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except SpecchatError as err:
+            click.secho(f"specchat: {err}", fg="red", err=True)
+            sys.exit(err.exit_code)
+        except KeyboardInterrupt:
+            click.echo("\nspecchat: interrupted.", err=True)
+            sys.exit(INTERRUPTED)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def settings_from(options: dict[str, Any]) -> Settings:
+    return load_settings({k: v for k, v in options.items() if v is not None})
+
+
+@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="specchat")
+@click.pass_context
+def main(ctx: click.Context) -> None:
+    """Chat with a local LLM and watch speculative decoding work, token by token.
+
+    With no command, opens the chat with the packaged default pair.
+    """
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(chat)
+
+
+@main.command()
+@model_options
+@click.option("--theme", help="Theme name (see themes/).")
+@reports_errors
+def chat(**options: Any) -> None:
+    """Open the chat (the default command)."""
+    settings = settings_from(options)
+    from specchat.ui.app import run_chat
+
+    sys.exit(run_chat(settings))
+
+
+@main.command()
+@click.argument("prompt")
+@model_options
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "ansi", "jsonl"]),
+    default="text",
+    show_default=True,
+    help="text: the reply; ansi: coloured by token kind, with legend and summary; jsonl: the event stream.",
+)
+@reports_errors
+def generate(prompt: str, output_format: str, **options: Any) -> None:
+    """Generate one reply to PROMPT headlessly ('-' reads the prompt from stdin)."""
+    if prompt == "-":
+        prompt = sys.stdin.read()
+    if not prompt.strip():
+        raise InvalidSettingError("the prompt is empty: pass some text, or '-' to read it from stdin.")
+    settings = settings_from(options)
+    controls = controls_from(settings)
+    controls.validate()
+    engine = load_engine(settings)
+    messages = [{"role": "system", "content": settings.system_prompt}] if settings.system_prompt else []
+    messages.append({"role": "user", "content": prompt})
+    cancel = threading.Event()
+    with cancel_on_sigint(cancel):
+        stream = engine.stream_chat(messages, controls, cancel)
+        summary = PRINTERS[output_format](stream)
+    if summary is not None and summary.stop == "cancelled":
+        sys.exit(INTERRUPTED)
+
+
+def controls_from(settings: Settings) -> Any:
+    from specchat.engine.session import Controls
+
+    return Controls(
+        gamma=settings.gamma,
+        schedule=settings.schedule,
+        drafter=settings.drafter,
+        temperature=settings.temperature,
+        top_k=settings.top_k,
+        top_p=settings.top_p,
+        max_new_tokens=settings.max_new_tokens,
+        seed=settings.seed,
+    )
+
+
+def load_engine(settings: Settings) -> ChatEngine:
+    """Load the target (and the draft, only when the model drafter is chosen)."""
+    from specchat.engine.session import ChatEngine
+    from specchat.models import load_pair
+
+    draft = settings.draft if settings.drafter == "model" else None
+    if settings.drafter == "model" and not draft:
+        raise InvalidSettingError(
+            "--drafter model needs a draft model: pass --draft, or use --drafter ngram."
+        )
+    with LoadProgressPrinter() as progress:
+        target, draft_model = load_pair(
+            settings.target,
+            draft,
+            device=settings.device,
+            dtype=settings.dtype,
+            quant=settings.quant,
+            progress=progress,
+        )
+    return ChatEngine(target.model, target.tokenizer, draft_model.model if draft_model else None)
+
+
+class cancel_on_sigint:
+    """First Ctrl+C asks the engine to stop after the current round; a second one aborts."""
+
+    def __init__(self, cancel: threading.Event) -> None:
+        self.cancel = cancel
+        self.previous: Any = None
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.cancel.is_set():
+            raise KeyboardInterrupt
+        self.cancel.set()
+
+    def __enter__(self) -> cancel_on_sigint:
+        self.previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        signal.signal(signal.SIGINT, self.previous)
+
+
+class LoadProgressPrinter:
+    """Shows assembling / converting / loading progress on stderr (a bar on a terminal)."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console = Console(stderr=True)
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+            disable=not self.console.is_terminal,
+        )
+        self.task: Any = None
+        self.last_step = ""
+
+    def __enter__(self) -> LoadProgressPrinter:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def __call__(self, event: Any) -> None:
+        if not self.console.is_terminal:  # a log, not a bar: one line per stage of each model
+            step = f"{event.model}:{event.stage}"
+            if step != self.last_step:
+                click.echo(f"specchat: {event.message}", err=True)
+            self.last_step = step
+            return
+        if self.task is None:
+            self.task = self.progress.add_task(event.message, total=event.total)
+        self.progress.update(self.task, description=event.message, completed=event.done, total=event.total)
+
+
+def print_text(stream: Iterator[Event]) -> Any:
+    from specchat.engine.events import SummaryEvent, TokenEvent
+
+    summary = None
+    for event in stream:
+        if isinstance(event, TokenEvent):
+            sys.stdout.write(event.text)
+            sys.stdout.flush()
+        elif isinstance(event, SummaryEvent):
+            summary = event
+    sys.stdout.write("\n")
+    return summary
+
+
+def print_jsonl(stream: Iterator[Event]) -> Any:
+    from specchat.engine.events import SummaryEvent
+
+    summary = None
+    for event in stream:
+        sys.stdout.write(json.dumps(event.to_json(), ensure_ascii=False) + "\n")
+        sys.stdout.flush()
+        if isinstance(event, SummaryEvent):
+            summary = event
+    return summary
+
+
+def print_ansi(stream: Iterator[Event]) -> Any:
+    from rich.console import Console
+    from rich.text import Text
+
+    from specchat.engine.events import SummaryEvent, TokenEvent
+
+    console = Console(highlight=False, force_terminal=None)
+    legend = Text("legend: ")
+    for kind, label in KIND_LABELS.items():
+        legend.append(f" {label} ", style=KIND_STYLES[kind] + " reverse")
+        legend.append(" ")
+    console.print(legend)
+    summary = None
+    for event in stream:
+        if isinstance(event, TokenEvent):
+            console.print(Text(event.text, style=KIND_STYLES[event.kind]), end="")
+        elif isinstance(event, SummaryEvent):
+            summary = event
+    console.print()
+    if summary is not None:
+        console.print(Text(format_summary(summary), style="dim"))
+    return summary
+
+
+def format_summary(summary: Any) -> str:
+    alpha = "–" if summary.alpha is None else f"{summary.alpha:.2f}"
+    tau = "–" if summary.tau is None else f"{summary.tau:.2f}"
+    positions = " ".join("–" if p is None else f"{p:.2f}" for p in summary.per_position) or "–"
+    return (
+        f"{summary.tokens} tokens in {summary.rounds} rounds · α {alpha} · τ {tau} · "
+        f"{summary.tokens_per_s:.2f} tok/s · per position [{positions}] · stop: {summary.stop}"
+    )
+
+
+PRINTERS: dict[str, Callable[[Iterator[Any]], Any]] = {
+    "text": print_text,
+    "ansi": print_ansi,
+    "jsonl": print_jsonl,
+}
+
+
+@main.command()
+@reports_errors
+def models() -> None:
+    """List the packaged models and what is already converted in the cache."""
+    from specchat.models import cache_dir, list_models
+
+    rows = list_models()
+    click.echo(f"{'name':<20} {'kind':<9} {'role':<7} {'installed':<9} {'cached':<6} size")
+    for info in rows:
+        size = f"{info.size_bytes / 1e6:,.0f} MB" if info.size_bytes else "–"
+        click.echo(
+            f"{info.name:<20} {info.kind:<9} {info.role:<7} {'yes' if info.installed else 'no':<9} "
+            f"{'yes' if info.cached else 'no':<6} {size}  {info.description}"
+        )
+    click.echo(f"\ncache: {cache_dir()}")
+
+
+def _register_bench() -> None:
+    try:
+        from specchat.bench.cli import bench
+    except ImportError:  # the bench ships with specchat; missing only in a broken install
+        return
+    main.add_command(bench)
+
+
+_register_bench()

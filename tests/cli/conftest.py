@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specchat.testing import make_tiny_pair, save_tiny_pair
+
+
+@pytest.fixture(scope="session")
+def tiny_folders(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    pair = make_tiny_pair(seed=0, draft_noise=0.4, logit_scale=3.0)
+    return save_tiny_pair(pair, tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(autouse=True)
+def isolated_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test reads or writes the user's real config, cache or conversations."""
+    monkeypatch.setenv("SPECCHAT_CONFIG", str(tmp_path / "config.toml"))
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("SPECCHAT_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")

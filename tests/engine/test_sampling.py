@@ -1,0 +1,104 @@
+"""The sampling maths, checked against the seed document's hand-worked numbers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specchat.engine.sampling import (
+    SamplingParams,
+    acceptance_probability,
+    residual_distribution,
+    shape_probs,
+    verify,
+)
+from specchat.errors import InvalidSettingError
+
+
+def test_seed_worked_example_four_tokens() -> None:
+    p_draft = torch.tensor([0.10, 0.60, 0.20, 0.10])
+    p_target = torch.tensor([0.05, 0.30, 0.55, 0.10])
+    assert acceptance_probability(p_target[1], p_draft[1]).item() == pytest.approx(0.5)
+    assert residual_distribution(p_target, p_draft).tolist() == pytest.approx([0.0, 0.0, 1.0, 0.0])
+
+
+def test_seed_exercise_three_tokens() -> None:
+    p_draft = torch.tensor([0.2, 0.5, 0.3])
+    p_target = torch.tensor([0.4, 0.2, 0.4])
+    assert acceptance_probability(p_target[1], p_draft[1]).item() == pytest.approx(0.4)
+    assert residual_distribution(p_target, p_draft).tolist() == pytest.approx([2 / 3, 0.0, 1 / 3])
+
+
+def test_acceptance_is_capped_at_one() -> None:
+    assert acceptance_probability(torch.tensor(0.9), torch.tensor(0.3)).item() == 1.0
+
+
+def test_residual_that_sums_to_zero_falls_back_to_target() -> None:
+    p = torch.tensor([[0.25, 0.25, 0.5]])
+    assert residual_distribution(p, p.clone()).tolist() == [[0.25, 0.25, 0.5]]
+
+
+def test_rejection_then_residual_reproduces_target_exactly() -> None:
+    """Summing both paths of the rejection sampler gives p_target, token by token."""
+    p_draft = torch.tensor([0.10, 0.60, 0.20, 0.10])
+    p_target = torch.tensor([0.05, 0.30, 0.55, 0.10])
+    accept = acceptance_probability(p_target, p_draft)
+    rejected_mass = (p_draft * (1 - accept)).sum()
+    emitted = p_draft * accept + rejected_mass * residual_distribution(p_target, p_draft)
+    assert emitted.tolist() == pytest.approx(p_target.tolist())
+
+
+def test_top_k_and_top_p_shape_and_renormalise() -> None:
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    top2 = shape_probs(logits, SamplingParams(temperature=1.0, top_k=2))
+    assert top2[0].tolist() == pytest.approx([0.625, 0.375, 0.0, 0.0])
+    nucleus = shape_probs(logits, SamplingParams(temperature=1.0, top_p=0.8))
+    assert nucleus[0].tolist() == pytest.approx([0.625, 0.375, 0.0, 0.0])
+    nucleus = shape_probs(logits, SamplingParams(temperature=1.0, top_p=0.81))
+    assert nucleus[0].tolist() == pytest.approx([0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0.0])
+
+
+def test_temperature_sharpens() -> None:
+    logits = torch.tensor([[1.0, 0.0]])
+    cold = shape_probs(logits, SamplingParams(temperature=0.5))[0, 0].item()
+    warm = shape_probs(logits, SamplingParams(temperature=1.0))[0, 0].item()
+    assert cold > warm
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"temperature": -0.1}, {"top_p": 0.0}, {"top_p": 1.5}, {"top_k": 0}],
+)
+def test_invalid_sampling_settings_are_rejected(kwargs: dict[str, float]) -> None:
+    with pytest.raises(InvalidSettingError):
+        SamplingParams(**kwargs)
+
+
+def test_greedy_verify_accepts_matching_prefix_and_corrects() -> None:
+    p_target = torch.tensor([[0.1, 0.9, 0.0], [0.8, 0.1, 0.1], [0.2, 0.3, 0.5]])
+    drafts = torch.tensor([1, 2])  # first matches argmax (1), second does not (argmax 0)
+    p_draft = torch.nn.functional.one_hot(drafts, 3).float()
+    verdict = verify(p_target, p_draft, drafts, SamplingParams(), None)
+    assert verdict.accepted == 1
+    assert verdict.next_token == 0
+    assert verdict.p_target_next == pytest.approx(0.8)
+
+
+def test_greedy_verify_all_accepted_takes_bonus_from_last_row() -> None:
+    p_target = torch.tensor([[0.1, 0.9, 0.0], [0.8, 0.1, 0.1], [0.2, 0.3, 0.5]])
+    drafts = torch.tensor([1, 0])
+    p_draft = torch.nn.functional.one_hot(drafts, 3).float()
+    verdict = verify(p_target, p_draft, drafts, SamplingParams(), None)
+    assert (verdict.accepted, verdict.next_token) == (2, 2)
+
+
+def test_sampled_verify_rejects_impossible_draft_and_uses_residual() -> None:
+    p_target = torch.tensor([[0.0, 0.5, 0.5], [1.0, 0.0, 0.0]])
+    drafts = torch.tensor([0])
+    p_draft = torch.tensor([[0.8, 0.2, 0.0]])
+    for seed in range(20):
+        verdict = verify(
+            p_target, p_draft, drafts, SamplingParams(temperature=1.0), torch.Generator().manual_seed(seed)
+        )
+        assert verdict.accepted == 0
+        assert verdict.next_token in (1, 2)  # residual [0, 0.3, 0.5] normalised
