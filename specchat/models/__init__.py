@@ -1,0 +1,52 @@
+"""Loading models: packaged names, HF folders and ids, GGUF files, quantization, device and dtype.
+
+`from specchat.models import list_models, LoadProgress, ...` stays light; the names that need torch
+and transformers (load_model, load_pair, resolve_device, check_tokenizers_compatible, resolve_dtype)
+are imported on first use, so `specchat models` and `--help` start fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from specchat.models.cache import cache_dir
+from specchat.models.listing import list_models
+from specchat.models.records import LoadedModel, LoadProgress, ModelInfo, ProgressCallback
+from specchat.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET, PACKAGED
+
+if TYPE_CHECKING:
+    from specchat.models.compat import check_tokenizers_compatible
+    from specchat.models.device import resolve_device, resolve_dtype
+    from specchat.models.loader import load_model, load_pair
+
+_HEAVY = {
+    "load_model": "specchat.models.loader",
+    "load_pair": "specchat.models.loader",
+    "resolve_device": "specchat.models.device",
+    "resolve_dtype": "specchat.models.device",
+    "check_tokenizers_compatible": "specchat.models.compat",
+}
+
+__all__ = [
+    "DEFAULT_DRAFT",
+    "DEFAULT_TARGET",
+    "PACKAGED",
+    "LoadProgress",
+    "LoadedModel",
+    "ModelInfo",
+    "ProgressCallback",
+    "cache_dir",
+    "check_tokenizers_compatible",
+    "list_models",
+    "load_model",
+    "load_pair",
+    "resolve_device",
+    "resolve_dtype",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HEAVY:
+        return getattr(importlib.import_module(_HEAVY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

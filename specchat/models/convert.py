@@ -1,0 +1,216 @@
+"""GGUF -> a safetensors folder, once per file, so later starts load in seconds.
+
+transformers reads a GGUF by dequantizing every tensor (one to two minutes for the Qwen files on a
+small CPU). Doing that on every start would be unbearable, so the result is saved, with its
+tokenizer and generation config, into the cache and memory-mapped from there afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import hashlib
+import importlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+import torch
+import transformers
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GgufConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from specchat.errors import ModelLoadError
+from specchat.models.cache import CONVERTED_MARKER, converted_dir, is_converted, public_mode
+from specchat.models.errors_util import as_load_error, memory_guard, quiet_library_bars
+from specchat.models.gguf_check import check_gguf
+from specchat.models.records import LoadProgress, ProgressCallback, emit
+
+CPU = torch.device("cpu")
+T = TypeVar("T")
+END_OF_TEXT = "<|endoftext|>"
+
+
+def converted_folder(name: str, key: str) -> Path:
+    return converted_dir() / f"{name}-{key}"
+
+
+def file_key(path: Path) -> str:
+    """Identifies a user's GGUF by path, size and mtime: hashing gigabytes on every start costs
+    seconds, and a file replaced in place changes its mtime, so it still gets converted afresh."""
+    stat = path.stat()
+    ident = f"{path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}"
+    return hashlib.sha256(ident.encode()).hexdigest()[:12]
+
+
+def ensure_converted(
+    gguf: Path, dest: Path, *, name: str, origin: str, progress: ProgressCallback | None = None
+) -> Path:
+    """The converted folder for `gguf`, converting it first if this is the first load."""
+    if is_converted(dest):
+        return dest
+    check_gguf(gguf)
+    started = time.monotonic()
+    model, tokenizer = _read_gguf(gguf, name, progress)
+    emit(progress, LoadProgress(name, "convert", 0, None, f"converting {name}: saving to the cache"))
+    meta = {
+        "name": name,
+        "origin": origin,
+        "gguf": str(gguf),
+        "transformers": transformers.__version__,
+        "converted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    with (
+        as_load_error(f"cannot save the converted {name} to {dest.parent}"),
+        quiet_library_bars(progress is not None),
+    ):
+        _save_atomically(model, tokenizer, dest, meta)
+    del model
+    gc.collect()  # the dequantized copy is gigabytes; free it before the folder is loaded again
+    emit(progress, LoadProgress(name, "convert", 1, 1, f"converted {name}"))
+    return dest
+
+
+def sync_eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, from_gguf: bool) -> None:
+    """Make generation_config.eos_token_id hold every id the model may end a reply with.
+
+    The engine stops on these and on tokenizer.eos_token_id. A GGUF records a single eos
+    (`<|im_end|>` for Qwen chat models), while the upstream generation configs of such models also
+    stop on `<|endoftext|>`, as llama.cpp does; without it a reply could run past its end.
+    """
+    config = model.generation_config
+    ids = _as_list(config.eos_token_id) or _as_list(model.config.eos_token_id)
+    extra = [tokenizer.eos_token_id]
+    if from_gguf:
+        extra.append(_special_id(tokenizer, END_OF_TEXT))
+    # Only ids the model can emit: a tokenizer may add a default special token past the last row.
+    head = model.get_output_embeddings()
+    rows = head.weight.shape[0] if head is not None else model.config.vocab_size
+    ids += [int(i) for i in extra if i is not None and i not in ids and i < rows]
+    if ids:
+        config.eos_token_id = ids[0] if len(ids) == 1 else ids
+    if config.pad_token_id is None and tokenizer.pad_token_id is not None:
+        config.pad_token_id = tokenizer.pad_token_id
+
+
+def _special_id(tokenizer: PreTrainedTokenizerBase, token: str) -> int | None:
+    specials = {t.content: i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+    return specials.get(token)
+
+
+def _as_list(ids: int | list[int] | None) -> list[int]:
+    if ids is None:
+        return []
+    return [int(ids)] if isinstance(ids, int) else [int(i) for i in ids]
+
+
+def _read_gguf(
+    gguf: Path, name: str, progress: ProgressCallback | None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    emit(progress, LoadProgress(name, "convert", 0, None, f"converting {name} (only once; minutes on CPU)"))
+    with (
+        memory_guard(name, CPU),
+        as_load_error(f"cannot convert {gguf}"),
+        _tensor_progress(name, progress),
+        quiet_library_bars(progress is not None),
+    ):
+        # fp32 keeps the dequantized values exact; a smaller dtype is chosen when loading the copy.
+        # dequantize=True: with the optional `kernels` package installed, transformers would
+        # otherwise keep the weights in packed GGUF blocks, which save_pretrained cannot write.
+        model = AutoModelForCausalLM.from_pretrained(
+            str(gguf.parent),
+            gguf_file=gguf.name,
+            dtype=torch.float32,
+            quantization_config=GgufConfig(dequantize=True),
+        )
+        emit(progress, LoadProgress(name, "convert", 0, None, f"converting {name}: reading the tokenizer"))
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    return model, tokenizer
+
+
+@contextlib.contextmanager
+def _tensor_progress(name: str, progress: ProgressCallback | None) -> Iterator[None]:
+    """Report the dequantizing loop tensor by tensor instead of a tqdm bar on stderr.
+
+    transformers exposes that loop only through the `tqdm` its GGUF module imported, so we lend it
+    a counting stand-in for the duration. Without this the longest step (one to two minutes) would
+    show no progress at all. If a later transformers renames it, we just lose the detail.
+    """
+    try:
+        module = importlib.import_module("transformers.modeling_gguf_pytorch_utils")
+    except ImportError:
+        module = None
+    if progress is None or module is None or not hasattr(module, "tqdm"):
+        yield
+        return
+
+    def counted(items: Sequence[T], *args: object, **kwargs: object) -> Iterator[T]:
+        total = len(items)
+        for index, item in enumerate(items):
+            message = f"converting {name}: tensor {index + 1}/{total}"
+            emit(progress, LoadProgress(name, "convert", index, total, message))
+            yield item
+
+    original = module.tqdm  # type: ignore[attr-defined]
+    module.tqdm = counted  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        module.tqdm = original  # type: ignore[attr-defined]
+
+
+def _save_atomically(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dest: Path, meta: dict[str, object]
+) -> None:
+    """Write into a temp folder beside `dest`, then rename: a crash never leaves a half cache."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}."))
+    os.chmod(tmp, public_mode(0o777))  # mkdtemp makes it private; the cache is ordinary user data
+    try:
+        _forget_gguf(model)
+        sync_eos_ids(model, tokenizer, from_gguf=True)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / CONVERTED_MARKER).write_text(json.dumps(meta, indent=2) + "\n")
+        _publish(tmp, dest)
+    except OSError as err:
+        raise ModelLoadError(
+            f"could not write the converted model to {dest.parent} ({err.strerror or err}); "
+            "free disk space or set SPECCHAT_CACHE_DIR to a larger disk"
+        ) from err
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _forget_gguf(model: PreTrainedModel) -> None:
+    """Make the model a plain one before saving: its weights are dequantized tensors by now.
+
+    The GGUF loader leaves its quantizer attached (save_pretrained refuses "quantized" models) and
+    a `quantization_config` naming the GGUF file in the config. Saved, that config would bring a
+    GGUF quantizer back on every load of the copy, which warns, blocks dtype casts and collides with
+    --quant's bitsandbytes config.
+    """
+    model.hf_quantizer = None  # type: ignore[assignment]  # nn.Module's __setattr__ confuses mypy
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+
+
+def _publish(tmp: Path, dest: Path) -> None:
+    if dest.exists() and not is_converted(dest):
+        shutil.rmtree(dest)  # left by an older, unfinished run
+    try:
+        os.rename(tmp, dest)
+    except OSError:
+        if not is_converted(dest):  # another process finishing first is fine; anything else is not
+            raise

@@ -1,0 +1,70 @@
+"""The data the loader hands out. Light on purpose: importing this module loads no torch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+Stage = Literal["assemble", "convert", "load", "quantize", "ready"]
+
+
+@dataclass(frozen=True)
+class LoadProgress:
+    """One step of loading, for the CLI or the TUI to render (models/ imports neither)."""
+
+    model: str
+    """Short name or path being loaded."""
+    stage: Stage
+    done: float
+    """Units done: bytes while assembling, steps otherwise."""
+    total: float | None
+    """None when unknown."""
+    message: str
+    """A human line, e.g. "assembling qwen-coder-1.5b chunk 3/22"."""
+
+
+ProgressCallback = Callable[[LoadProgress], None]
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to decode: eval mode, on its device, with its tokenizer."""
+
+    name: str
+    """Display name: the short name, or the folder / file name."""
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    source: str
+    """Where the weights were read from: a folder (the converted cache for GGUF) or a hub id."""
+    device: torch.device
+    dtype: torch.dtype
+    quant: str | None
+    """None, "4bit" or "8bit"."""
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """One row of `specchat models`."""
+
+    name: str
+    """What to pass to --model (or --draft)."""
+    kind: Literal["packaged", "cached"]
+    role: Literal["target", "draft", "single"]
+    installed: bool
+    """Packaged: every chunk package is installed. Cached: always True."""
+    cached: bool
+    """A converted (fast-loading) copy exists in the cache."""
+    size_bytes: int | None
+    """Packaged: the GGUF file. Cached: the converted folder on disk."""
+    description: str
+
+
+def emit(progress: ProgressCallback | None, event: LoadProgress) -> None:
+    """Send an event if anyone listens; a progress callback is always optional."""
+    if progress is not None:
+        progress(event)

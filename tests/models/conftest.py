@@ -1,0 +1,118 @@
+"""Fixtures for the model-loading tests: a private cache dir, tiny HF folders, a tiny GGUF."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+
+from specchat.testing import TinyPair, make_tiny_pair, save_tiny_pair
+
+
+@pytest.fixture(autouse=True)
+def private_cache(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
+    """Every test gets its own SPECCHAT_CACHE_DIR: nothing touches the user's real cache."""
+    path = tmp_path_factory.mktemp("cache")
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(path))
+    # No test may reach the network, even by accident through a hub id.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    yield path
+
+
+@pytest.fixture(scope="session")
+def tiny_pair() -> TinyPair:
+    return make_tiny_pair(seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_folders(tiny_pair: TinyPair, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(target folder, draft folder) in Hugging Face format, written once per session."""
+    return save_tiny_pair(tiny_pair, tmp_path_factory.mktemp("tiny"))
+
+
+def _permute(weights: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's q/k row order (convert_hf_to_gguf.py); transformers undoes it when reading."""
+    rows = weights.shape[0]
+    return (
+        weights.reshape(n_head, 2, rows // n_head // 2, *weights.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weights.shape)
+    )
+
+
+def write_tiny_gguf(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, path: Path) -> Path:
+    """Write `model` as an F32 llama GGUF with a byte-level BPE vocabulary, like llama.cpp would."""
+    from gguf import GGUFWriter
+
+    config = model.config
+    head_dim = config.hidden_size // config.num_attention_heads
+    writer = GGUFWriter(str(path), "llama")
+    writer.add_name("tiny llama")
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_rope_freq_base(float(config.rope_parameters["rope_theta"]))
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    _add_tokenizer(writer, tokenizer)
+    for name, weights in _gguf_tensors(model).items():
+        writer.add_tensor(name, weights)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _add_tokenizer(writer: object, tokenizer: PreTrainedTokenizerFast) -> None:
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    tokens = [token for token, _ in vocab]
+    specials = set(tokenizer.all_special_tokens)
+    writer.add_tokenizer_model("gpt2")  # type: ignore[attr-defined]
+    writer.add_token_list(tokens)  # type: ignore[attr-defined]
+    writer.add_token_types([3 if t in specials else 1 for t in tokens])  # type: ignore[attr-defined]
+    # No merges: every token is one character, so scores alone describe the vocabulary.
+    writer.add_token_scores([0.0] * len(tokens))  # type: ignore[attr-defined]
+    writer.add_bos_token_id(tokenizer.bos_token_id)  # type: ignore[attr-defined]
+    writer.add_eos_token_id(tokenizer.eos_token_id)  # type: ignore[attr-defined]
+    writer.add_unk_token_id(tokenizer.unk_token_id)  # type: ignore[attr-defined]
+    writer.add_chat_template(tokenizer.chat_template)  # type: ignore[attr-defined]
+
+
+def _gguf_tensors(model: LlamaForCausalLM) -> dict[str, np.ndarray]:
+    config = model.config
+    state = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+    tensors = {
+        "token_embd.weight": state["model.embed_tokens.weight"],
+        "output_norm.weight": state["model.norm.weight"],
+        "output.weight": state["lm_head.weight"],
+    }
+    names = {
+        "attn_norm": "input_layernorm", "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+        "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+        "ffn_down": "mlp.down_proj",
+    }  # fmt: skip
+    for i in range(config.num_hidden_layers):
+        hf = f"model.layers.{i}."
+        for gguf_name, hf_name in names.items():
+            tensors[f"blk.{i}.{gguf_name}.weight"] = state[f"{hf}{hf_name}.weight"]
+        q, k = state[f"{hf}self_attn.q_proj.weight"], state[f"{hf}self_attn.k_proj.weight"]
+        tensors[f"blk.{i}.attn_q.weight"] = _permute(q, config.num_attention_heads)
+        tensors[f"blk.{i}.attn_k.weight"] = _permute(k, config.num_key_value_heads)
+    return tensors
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tiny_pair: TinyPair, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A valid tiny GGUF of the tiny target (about 300 KB)."""
+    return write_tiny_gguf(
+        tiny_pair.target, tiny_pair.tokenizer, tmp_path_factory.mktemp("gguf") / "tiny.gguf"
+    )
