@@ -22,7 +22,8 @@ class IncrementalDetokenizer:
         self._read_offset = len(self._ids)
 
     def _decode(self, ids: list[int]) -> str:
-        return self._tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        text = self._tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        return text if isinstance(text, str) else "".join(text)
 
     def add(self, token_id: int) -> str:
         self._ids.append(token_id)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -114,12 +115,11 @@ class ChatEngine:
     def prompt_ids(self, messages: Sequence[Message]) -> list[int]:
         """The conversation through the target's chat template, ready for the assistant's turn."""
         if getattr(self.tokenizer, "chat_template", None):
-            encoded = self.tokenizer.apply_chat_template(
-                list(messages), add_generation_prompt=True, tokenize=True
+            # transformers 5 returns a BatchEncoding here; pass return_dict so that is guaranteed.
+            encoded: Any = self.tokenizer.apply_chat_template(
+                list(messages), add_generation_prompt=True, tokenize=True, return_dict=True
             )
-            return list(
-                encoded["input_ids"] if isinstance(encoded, dict) or hasattr(encoded, "keys") else encoded
-            )
+            return [int(i) for i in encoded["input_ids"]]
         # No template (a base model): plain concatenation of the turns.
         text = "\n\n".join(m["content"] for m in messages)
         return list(self.tokenizer(text)["input_ids"])
