@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
@@ -46,7 +47,7 @@ def test_drafter_and_temperature_switch_mid_reply(engine: ChatEngine) -> None:
 def test_heuristic_schedule_moves_gamma_within_bounds(engine: ChatEngine) -> None:
     controls = Controls(gamma=3, schedule="heuristic", max_new_tokens=80)
     rounds = [e for e in engine.stream_ids(prompt(engine), controls) if isinstance(e, RoundEvent)]
-    for before, after in zip(rounds, rounds[1:], strict=False):
+    for before, after in itertools.pairwise(rounds):
         if after.gamma == 0 or before.drafted == 0 or after.gamma < before.gamma - 1:
             continue  # the budget clamp near max_new_tokens
         expected = before.gamma + (2 if before.accepted == before.drafted else -1)
