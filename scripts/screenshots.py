@@ -1,0 +1,214 @@
+"""Render SVG screenshots of the real specchat app into screenshots/.
+
+    .venv/bin/python scripts/screenshots.py            # writes screenshots/*.svg
+
+The app runs headless at a fixed size, driven by the real engine over tiny seeded models,
+so every run draws the same pictures. To make the replies readable, the script first
+teaches a tiny character-level Llama one short conversation (a few seconds on one CPU
+thread, seeded); the draft is a noisy copy of it, so some drafts are accepted and some
+corrected, as with a real pair. Timings come from a fixed cost model
+(``specchat.ui.testing.FixedTimings``: 1.5 ms per drafted token plus 12 ms per verify
+pass), so the tokens/s figures are illustrative, not measurements.
+
+Nothing touches your config or saved conversations: both go to a temporary folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+THEMES = ("specchat-dark", "specchat-light", "specchat-projector", "specchat-colorblind")
+
+SYSTEM = "you are a helpful assistant."
+TURNS = (
+    (
+        "what is speculative decoding?",
+        "speculative decoding makes a big model answer faster without changing what it says.\n\n"
+        "1. a small draft model guesses the next few tokens.\n"
+        "2. the big target model checks every guess in one pass.\n"
+        "3. it keeps the guesses it agrees with, and fixes the first one it does not.\n\n"
+        "when the draft guesses well, you get several tokens for the price of one.",
+    ),
+    (
+        "is the answer the same as without it?",
+        "yes. every token is checked by the target, and a rejected guess is replaced by a token "
+        "drawn from what the target wants, so the reply follows the target's own distribution. "
+        "only the speed changes.",
+    ),
+)
+DRAFT_NOISE = 0.4
+SEED = 0
+
+
+def train_demo_pair(seed: int = SEED) -> Any:
+    """A tiny target that has learned the demo conversation by heart, and a noisy draft."""
+    import torch
+
+    from specchat.testing import TinyPair, make_model, make_tokenizer, perturbed_copy
+
+    torch.manual_seed(seed)
+    tokenizer = make_tokenizer()
+    sequences = [torch.tensor([ids]) for ids in training_sequences(tokenizer)]
+    target = make_model(len(tokenizer), seed, hidden_size=96, layers=2, max_positions=1024)
+    target.train()
+    optimiser = torch.optim.AdamW(target.parameters(), lr=3e-3)
+    for _ in range(600):
+        loss = sum(target(input_ids=batch, labels=batch).loss for batch in sequences)
+        optimiser.zero_grad()
+        loss.backward()  # type: ignore[union-attr]
+        optimiser.step()
+        if loss.item() < 0.01:  # type: ignore[union-attr]
+            break
+    target.eval()
+    draft = perturbed_copy(target, DRAFT_NOISE, seed + 1)
+    return TinyPair(target=target, draft=draft, tokenizer=tokenizer)
+
+
+def training_sequences(tokenizer: Any) -> list[list[int]]:
+    """For each reply: the conversation before it (through the chat template), the reply, </s>."""
+    messages = [{"role": "system", "content": SYSTEM}]
+    sequences = []
+    for question, answer in TURNS:
+        messages.append({"role": "user", "content": question})
+        prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
+        reply = list(tokenizer(answer, add_special_tokens=False)["input_ids"])
+        sequences.append(prompt + reply + [tokenizer.eos_token_id])
+        messages.append({"role": "assistant", "content": answer})
+    return sequences
+
+
+async def shoot(
+    engine: Any,
+    path: Path,
+    size: tuple[int, int],
+    script: Callable[[Any, Any], Awaitable[None]],
+    **settings: Any,
+) -> None:
+    from specchat.config import Settings
+    from specchat.ui.app import SpecchatApp
+
+    values: dict[str, Any] = {"temperature": 0.0, "seed": 1, "max_new_tokens": 400, "gamma": 4}
+    values["system_prompt"] = SYSTEM
+    values.update(settings)
+    app = SpecchatApp(Settings(**values), engine=engine, target_name="tiny-target", draft_name="tiny-draft")
+    async with app.run_test(size=size) as pilot:
+        await script(app, pilot)
+        app.refresh_panels(force=True)
+        await pilot.pause()
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause()
+        path.write_text(app.export_screenshot(title="specchat"), encoding="utf-8")
+        engine.release()
+    print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+
+
+async def send_and_wait(app: Any, pilot: Any, text: str) -> None:
+    from specchat.ui.widgets.prompt import PromptInput
+
+    prompt = app.query_one(PromptInput)
+    prompt.focus()
+    prompt.text = text
+    await pilot.press("enter")
+    await wait(pilot, lambda: app.reply is None and app.conversation.turns[-1].role == "assistant")
+
+
+async def wait(pilot: Any, condition: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise SystemExit("timed out waiting for the app")
+        await pilot.pause(0.02)
+
+
+async def render_all(pair: Any, out: Path, size: tuple[int, int]) -> None:
+    from specchat.engine.session import ChatEngine
+    from specchat.ui.testing import FixedTimings, PausingEngine
+
+    def engine(pause_after: int | None = None) -> PausingEngine:
+        return PausingEngine(FixedTimings(ChatEngine(pair.target, pair.tokenizer, pair.draft)), pause_after)
+
+    (q1, _), (q2, _) = TURNS
+
+    async def mid_reply(app: Any, pilot: Any) -> None:
+        eng = app.engine
+        await send_and_wait(app, pilot, q1)
+        eng.pause_after = 14
+        from specchat.ui.widgets.prompt import PromptInput
+
+        prompt = app.query_one(PromptInput)
+        prompt.text = q2
+        await pilot.press("enter")
+        await wait(pilot, eng.paused.is_set)
+        await wait(pilot, lambda: app.reply is not None and len(app.reply.rounds) == len(eng.rounds))
+
+    async def finished(app: Any, pilot: Any) -> None:
+        await send_and_wait(app, pilot, q1)
+        await send_and_wait(app, pilot, q2)
+
+    async def markdown(app: Any, pilot: Any) -> None:
+        await send_and_wait(app, pilot, q1)
+        await pilot.press("f8")
+        await pilot.pause()
+
+    async def help_screen(app: Any, pilot: Any) -> None:
+        await pilot.press("f1")
+        await pilot.pause()
+
+    async def saved(app: Any, pilot: Any) -> None:
+        # The conversations the shots above saved: one per length, with fixed dates.
+        keep: dict[int, Any] = {}
+        for info in app.store.saved():
+            if info.turns % 2 == 0 and info.turns not in keep:
+                keep[info.turns] = info
+            else:
+                info.path.unlink()
+        for day, info in enumerate(sorted(keep.values(), key=lambda i: i.turns), start=1):
+            data = json.loads(info.path.read_text(encoding="utf-8"))
+            data["created"] = data["updated"] = f"2025-06-0{day}T09:30:00+00:00"
+            info.path.write_text(json.dumps(data), encoding="utf-8")
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+
+    await shoot(engine(), out / "chat-mid-reply.svg", size, mid_reply)
+    for theme in THEMES:
+        await shoot(
+            engine(), out / f"theme-{theme.removeprefix('specchat-')}.svg", size, finished, theme=theme
+        )
+    await shoot(engine(), out / "markdown-view.svg", size, markdown)
+    await shoot(engine(), out / "help.svg", size, help_screen)
+    await shoot(engine(), out / "conversations.svg", size, saved)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "screenshots")
+    parser.add_argument("--size", default="120x36", help="terminal columns x rows (default 120x36)")
+    args = parser.parse_args()
+    columns, rows = (int(n) for n in args.size.lower().split("x"))
+    args.out.mkdir(parents=True, exist_ok=True)
+    os.environ["TZ"] = "UTC"  # the conversation list shows local times
+    time.tzset()
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["SPECCHAT_DATA_DIR"] = str(Path(tmp) / "data")
+        os.environ["SPECCHAT_CONFIG"] = str(Path(tmp) / "config.toml")
+        import torch
+
+        torch.set_num_threads(1)  # deterministic, and quick for models this small
+        pair = train_demo_pair()
+        asyncio.run(render_all(pair, args.out, (columns, rows)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

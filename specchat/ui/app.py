@@ -1,0 +1,656 @@
+"""The specchat TUI: a chat whose replies show, token by token, how speculation made them.
+
+``run_chat(settings)`` is what the CLI calls: it opens the app, loads the models in a worker
+behind a loading screen, then chats. Tests and the screenshot script build the app with an
+engine already made: ``SpecchatApp(settings, engine=ChatEngine(...))`` skips loading.
+
+Threads: the engine runs only in the two workers below (``_load_models`` and
+``_stream_reply``), through :mod:`specchat.ui.bridge`; results come back only as messages.
+Live panels redraw on a timer from :class:`~specchat.ui.live.LiveStats`, never per token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rich.style import Style
+from textual import events, on, work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.theme import Theme
+from textual.timer import Timer
+from textual.widgets import Footer, Header, Static
+from textual.worker import Worker, get_current_worker
+
+from specchat.config import Settings, data_dir
+from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
+from specchat.engine.gamma import GAMMA_MAX, SCHEDULES
+from specchat.errors import SpecchatError
+from specchat.ui import bridge, commands, keys, themes
+from specchat.ui.live import LiveStats
+from specchat.ui.messages import EngineLoaded, LoadFailed, LoadProgressed, ReplyClosed, ReplyEvents
+from specchat.ui.prefs import remember
+from specchat.ui.screens.conversations import ConversationsScreen
+from specchat.ui.screens.help import HelpScreen
+from specchat.ui.screens.loading import LoadingScreen
+from specchat.ui.screens.system_prompt import SystemPromptScreen
+from specchat.ui.store import Conversation, ConversationError, ConversationStore, Turn
+from specchat.ui.widgets.panels import ControlsView, Figures, Legend, SidePanel, figures
+from specchat.ui.widgets.prompt import PromptInput
+from specchat.ui.widgets.transcript import (
+    AssistantMessage,
+    Notice,
+    SystemNote,
+    TokenText,
+    Transcript,
+    UserMessage,
+)
+
+if TYPE_CHECKING:
+    from specchat.engine.session import Controls
+    from specchat.models import LoadProgress
+
+PANEL_INTERVAL = 0.25
+"""Seconds between panel refreshes while figures change."""
+NARROW_WIDTH = 96
+"""Below this many columns the side panel hides and a one-line summary shows instead."""
+TEMPERATURE_STEP = 0.1
+TEMPERATURE_MAX = 2.0
+THEME_ORDER = ("specchat-dark", "specchat-light", "specchat-projector", "specchat-colorblind")
+
+
+class LoadCancelled(Exception):
+    """Raised from the progress callback to abandon loading when the app quits."""
+
+
+@dataclass
+class ActiveReply:
+    """The reply being streamed: what has arrived so far, and how to stop it."""
+
+    id: int
+    widget: AssistantMessage
+    settings: dict[str, Any]
+    buffer: bridge.EventBuffer = field(default_factory=bridge.EventBuffer)
+    tokens: list[TokenEvent] = field(default_factory=list)
+    rounds: list[RoundEvent] = field(default_factory=list)
+    summary: SummaryEvent | None = None
+    worker: Worker[None] | None = None
+    drain_timer: Timer | None = None
+    stopping: bool = False
+
+
+class SpecchatApp(App[int]):
+    CSS_PATH = "app.tcss"
+    TITLE = "specchat"
+    BINDINGS: ClassVar[list[BindingType]] = keys.bindings(keys.APP_KEYS)
+
+    def __init__(
+        self,
+        settings: Settings,
+        engine: bridge.Engine | None = None,
+        *,
+        target_name: str | None = None,
+        draft_name: str | None = None,
+        device: str = "",
+    ) -> None:
+        super().__init__()
+        self.settings = settings
+        self.engine: bridge.Engine | None = None
+        self.controls: Controls | None = None
+        self._given = (
+            None
+            if engine is None
+            else bridge.LoadedEngine(engine, target_name or settings.target, draft_name, device)
+        )
+        self.target_name = target_name or settings.target
+        self.draft_name = draft_name if engine is not None else settings.draft
+        self.store = ConversationStore(data_dir())
+        self.conversation = Conversation.new(settings.system_prompt, self.target_name, self.draft_name)
+        self.live = LiveStats()
+        self.markdown_view = False
+        self.reply: ActiveReply | None = None
+        self.loading_screen: LoadingScreen | None = None
+        self._reply_seq = 0
+        self._panel_key: object = None
+        self._notes: list[str] = []
+        self._styles_for: tuple[str, dict[str, Style]] = ("", {})
+
+        specs, errors = themes.discover()
+        self._notes.extend(errors)
+        self.theme_specs = specs
+        for spec in specs.values():
+            self.register_theme(spec.theme)
+        wanted = settings.theme
+        if wanted not in self.available_themes:
+            self._notes.append(f"unknown theme {wanted!r}: using {themes.DEFAULT_THEME}.")
+            wanted = themes.DEFAULT_THEME if themes.DEFAULT_THEME in self.available_themes else "textual-dark"
+        self.theme = wanted
+        unknown = keys.unknown_ids(settings.keys)
+        if unknown:
+            known = ", ".join(sorted(keys.BINDING_IDS))
+            self._notes.append(f"unknown key ids in [keys]: {', '.join(unknown)} (known: {known}).")
+        self.set_keymap({k: v for k, v in settings.keys.items() if k in keys.BINDING_IDS})
+
+    # ----------------------------------------------------------------- layout
+
+    def compose(self) -> ComposeResult:
+        yield Header(icon="◆")
+        with Horizontal(id="main"):
+            with Vertical(id="chat"):
+                yield Transcript(SystemNote(self.conversation.system_prompt), id="transcript")
+                yield Legend(id="legend")
+                yield Static(id="compact-figures", markup=False)
+                yield PromptInput(id="prompt")
+            yield SidePanel(id="side")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.main_screen: Screen[Any] = self.screen
+        self.theme_changed_signal.subscribe(self, self._on_theme_changed)
+        self.set_interval(PANEL_INTERVAL, self.refresh_panels)
+        self._update_legend()
+        self.refresh_panels(force=True)
+        for note in self._notes:
+            self.notify(note, severity="warning", timeout=8)
+        self.prompt.focus()
+        if self._given is not None:
+            self._use_engine(self._given)
+        else:
+            self.sub_title = "loading…"
+            self.loading_screen = LoadingScreen(self.settings.target, self.settings.draft)
+            self.push_screen(self.loading_screen)
+            self._load_models()
+
+    def on_resize(self, event: events.Resize) -> None:
+        # Narrow terminals give the transcript the whole width; one line of figures remains.
+        self.set_class(event.size.width < NARROW_WIDTH, "-narrow")
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        return themes.variable_defaults()
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield from commands.system_commands(self)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "stop":
+            return True if self.reply is not None else None
+        return True
+
+    # ------------------------------------------------------------ the bridge
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="engine", name="load models")
+    def _load_models(self) -> None:
+        worker = get_current_worker()
+
+        def progress(event: LoadProgress) -> None:
+            if worker.is_cancelled:
+                raise LoadCancelled
+            self.post_message(LoadProgressed(event))
+
+        try:
+            loaded = bridge.load_engine(self.settings, progress)
+        except LoadCancelled:
+            return
+        except SpecchatError as err:
+            self.post_message(LoadFailed(str(err), err.exit_code))
+            return
+        except Exception as err:  # shown as one line, never a traceback
+            self.post_message(LoadFailed(f"could not load the models: {type(err).__name__}: {err}", 1))
+            return
+        self.post_message(EngineLoaded(loaded))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="engine", name="reply")
+    def _stream_reply(
+        self,
+        reply_id: int,
+        engine: bridge.Engine,
+        messages: list[dict[str, str]],
+        controls: Controls,
+        buffer: bridge.EventBuffer,
+    ) -> None:
+        # The worker's cancelled event is the engine's stop flag: Esc sets it, and Textual
+        # sets it for every worker when the app quits.
+        cancel = get_current_worker().cancelled_event
+        error = bridge.run_reply(
+            engine, messages, controls, cancel, buffer, lambda: self.post_message(ReplyEvents(reply_id))
+        )
+        self.post_message(ReplyClosed(reply_id, error))
+
+    def on_load_progressed(self, message: LoadProgressed) -> None:
+        if self.loading_screen is not None:
+            self.loading_screen.show_progress(message.progress)
+
+    def on_engine_loaded(self, message: EngineLoaded) -> None:
+        # Close the loading screen and anything opened over it meanwhile (help, say).
+        if self.loading_screen is not None:
+            while self.loading_screen in self.screen_stack:
+                self.pop_screen()
+            self.loading_screen = None
+        self._use_engine(message.loaded)
+        self.prompt.focus()
+
+    def on_load_failed(self, message: LoadFailed) -> None:
+        self.sub_title = "models failed to load"
+        if self.loading_screen is not None:
+            while self.screen is not self.loading_screen and self.loading_screen in self.screen_stack:
+                self.pop_screen()
+            self.loading_screen.show_error(message.error, message.exit_code)
+        else:
+            self.notify(message.error, severity="error", timeout=30)
+
+    def _use_engine(self, loaded: bridge.LoadedEngine) -> None:
+        self.engine = loaded.engine
+        self.target_name, self.draft_name = loaded.target_name, loaded.draft_name
+        self.conversation.target, self.conversation.draft = loaded.target_name, loaded.draft_name
+        self.controls, note = bridge.make_controls(self.settings, loaded.engine.available_drafters)
+        if note:
+            self.notify(note, severity="warning")
+        draft = f"draft {loaded.draft_name}" if loaded.draft_name else "no draft model"
+        self.sub_title = " · ".join(p for p in (f"target {loaded.target_name}", draft, loaded.device) if p)
+        self.refresh_panels(force=True)
+
+    # ------------------------------------------------------------- replies
+
+    @on(PromptInput.Submitted)
+    def _on_submitted(self, message: PromptInput.Submitted) -> None:
+        if self.engine is None or self.controls is None:
+            self.notify("The models are still loading.", severity="warning")
+            return
+        if self.reply is not None:
+            self.notify("A reply is streaming: Esc stops it.", severity="warning")
+            return
+        message.prompt.clear()
+        self.conversation.turns.append(Turn("user", message.text))
+        self.transcript.mount(UserMessage(message.text))
+        self._start_reply()
+
+    def send_prompt(self) -> None:
+        """Send what the message box holds (the palette's "Send")."""
+        self.prompt.action_submit()
+
+    def _start_reply(self) -> None:
+        assert self.engine is not None and self.controls is not None
+        c = self.controls
+        self._reply_seq += 1
+        settings = {
+            "gamma": c.gamma,
+            "schedule": c.schedule,
+            "drafter": c.drafter,
+            "temperature": c.temperature,
+        }
+        widget = AssistantMessage(streaming=True, markdown=self.markdown_view)
+        reply = ActiveReply(self._reply_seq, widget, settings)
+        self.reply = reply
+        self.transcript.mount(widget)
+        self.transcript.follow_new_reply()
+        self.live.start_reply()
+        self._save()
+        self._set_busy(True)
+        reply.drain_timer = self.set_interval(bridge.WAKE_INTERVAL, lambda: self._drain(reply))
+        reply.worker = self._stream_reply(
+            reply.id, self.engine, self.conversation.chat_messages(), self.controls, reply.buffer
+        )
+
+    def on_reply_events(self, message: ReplyEvents) -> None:
+        if self.reply is not None and message.reply_id == self.reply.id:
+            self._drain(self.reply)
+
+    def _drain(self, reply: ActiveReply) -> None:
+        tokens: list[TokenEvent] = []
+        for event in reply.buffer.drain():
+            if isinstance(event, TokenEvent):
+                tokens.append(event)
+                reply.tokens.append(event)
+            elif isinstance(event, RoundEvent):
+                reply.rounds.append(event)
+            elif isinstance(event, SummaryEvent):
+                reply.summary = event
+            self.live.add(event)
+        if tokens:
+            reply.widget.append(tokens)
+            if not self.transcript.is_anchored:
+                self.transcript.call_after_refresh(self.transcript.follow)
+
+    async def on_reply_closed(self, message: ReplyClosed) -> None:
+        reply = self.reply
+        if reply is None or message.reply_id != reply.id:
+            return
+        self._drain(reply)  # never drop the last tokens
+        if reply.drain_timer is not None:
+            reply.drain_timer.stop()
+        self.reply = None
+        self._set_busy(False)
+        if message.error and not reply.tokens:
+            await self._take_back(reply, message.error)
+        else:
+            text = "".join(t.text for t in reply.tokens)
+            self.conversation.turns.append(
+                Turn(
+                    "assistant",
+                    text,
+                    reply.tokens,
+                    reply.rounds,
+                    reply.summary,
+                    reply.settings,
+                    message.error,
+                )
+            )
+            reply.widget.finish(reply.summary, reply.settings, message.error)
+            if message.error:
+                self.notify(message.error, severity="error", timeout=10)
+        self._save()
+        self.refresh_panels(force=True)
+
+    async def _take_back(self, reply: ActiveReply, error: str) -> None:
+        """Nothing was generated: remove the reply and put the message back in the box."""
+        await reply.widget.remove()
+        turns = self.conversation.turns
+        if turns and turns[-1].role == "user":
+            text = turns.pop().content
+            users = list(self.transcript.query_children(UserMessage).results(UserMessage))
+            if users:
+                await users[-1].remove()
+            prompt = self.prompt
+            if not prompt.text.strip():
+                prompt.text = text
+        await self.transcript.mount(Notice(f"error: {error}"))
+        self.notify(error, severity="error", timeout=10)
+        self.live.load(self.conversation.turns)
+
+    def _set_busy(self, busy: bool) -> None:
+        prompt = self.prompt
+        prompt.set_class(busy, "-busy")
+        prompt.border_title = "streaming · Esc stops" if busy else ""
+        self.refresh_bindings()
+
+    # ------------------------------------------------------------ actions
+
+    def action_stop(self) -> None:
+        reply = self.reply
+        if reply is None or reply.worker is None:
+            return
+        reply.stopping = True
+        # Set the flag the engine polls between rounds; the worker then ends normally and
+        # posts the partial reply, which is kept.
+        reply.worker.cancelled_event.set()
+        self.prompt.border_title = "stopping…"
+
+    async def action_regenerate(self) -> None:
+        if not self._idle("regenerate"):
+            return
+        turns = self.conversation.turns
+        if turns and turns[-1].role == "assistant":
+            turns.pop()
+            replies = self.transcript.replies()
+            if replies:
+                await replies[-1].remove()
+            self.live.load(turns)
+        if not turns or turns[-1].role != "user":
+            self.notify("Nothing to regenerate yet.")
+            return
+        self._start_reply()
+
+    async def action_clear(self) -> None:
+        if not self._idle("clear the conversation"):
+            return
+        self._save()
+        self.conversation = Conversation.new(
+            self.conversation.system_prompt, self.target_name, self.draft_name
+        )
+        await self._rebuild_transcript()
+        self.live.reset()
+        self.refresh_panels(force=True)
+
+    def action_copy_reply(self) -> None:
+        last = self.conversation.last_reply()
+        if last is None:
+            self.notify("No reply to copy yet.")
+            return
+        self.copy_to_clipboard(last.content)
+        self.notify(f"Copied the last reply ({len(last.content)} characters).")
+
+    def action_open_conversations(self) -> None:
+        if isinstance(self.screen, ConversationsScreen) or not self._idle("open another conversation"):
+            return
+        self._save()
+        self.push_screen(ConversationsScreen(self.store, self.store.saved()), self._open_conversation)
+
+    async def _open_conversation(self, conversation_id: str | None) -> None:
+        if conversation_id is None:
+            return
+        try:
+            conversation = self.store.load(conversation_id)
+        except ConversationError as err:
+            self.notify(str(err), severity="error")
+            return
+        self.conversation = conversation
+        await self._rebuild_transcript()
+        self.live.load(conversation.turns)
+        self.refresh_panels(force=True)
+        self.notify(f"Opened “{conversation.title}”.")
+
+    def action_export_markdown(self) -> None:
+        if not self.conversation.turns:
+            self.notify("Nothing to export yet.")
+            return
+        try:
+            path = self.store.export_markdown(self.conversation)
+        except OSError as err:
+            self.notify(f"cannot export: {err}", severity="error")
+            return
+        self.notify(f"Exported to {path}", title="Markdown")
+
+    def action_help(self) -> None:
+        if isinstance(self.screen, HelpScreen):
+            self.screen.dismiss()
+        else:
+            self.push_screen(HelpScreen(self.settings.keys))
+
+    def action_edit_system_prompt(self) -> None:
+        if isinstance(self.screen, SystemPromptScreen):
+            return
+        self.push_screen(SystemPromptScreen(self.conversation.system_prompt), self._set_system_prompt)
+
+    def _set_system_prompt(self, result: tuple[str, bool] | None) -> None:
+        if result is None:
+            return
+        prompt, make_default = result
+        self.conversation.system_prompt = prompt
+        self.transcript.query(SystemNote).first().set_prompt(prompt)
+        if self.conversation.turns:
+            self._save()
+        if make_default:
+            self.settings.system_prompt = prompt
+            self._remember("system_prompt", prompt)
+        self.notify("System prompt updated: it applies from the next reply.")
+
+    def action_toggle_view(self) -> None:
+        self.markdown_view = not self.markdown_view
+        for reply in self.transcript.replies():
+            reply.set_view(self.markdown_view)
+        self._update_legend()
+
+    def action_gamma_up(self) -> None:
+        self._set_gamma(+1)
+
+    def action_gamma_down(self) -> None:
+        self._set_gamma(-1)
+
+    def _set_gamma(self, step: int) -> None:
+        if self.controls is None:
+            return
+        # One attribute write: the engine reads γ once at the start of each round.
+        self.controls.gamma = max(1, min(GAMMA_MAX, self.controls.gamma + step))
+        self.refresh_panels(force=True)
+
+    def action_cycle_schedule(self) -> None:
+        if self.controls is None:
+            return
+        names = list(SCHEDULES)
+        current = self.controls.schedule
+        self.controls.schedule = names[(names.index(current) + 1) % len(names) if current in names else 0]
+        self.refresh_panels(force=True)
+
+    def action_cycle_drafter(self) -> None:
+        if self.controls is None or self.engine is None:
+            return
+        available = list(self.engine.available_drafters)
+        current = self.controls.drafter
+        index = available.index(current) if current in available else -1
+        self.controls.drafter = available[(index + 1) % len(available)]
+        self.refresh_panels(force=True)
+
+    def action_temperature_up(self) -> None:
+        self._set_temperature(+TEMPERATURE_STEP)
+
+    def action_temperature_down(self) -> None:
+        self._set_temperature(-TEMPERATURE_STEP)
+
+    def _set_temperature(self, step: float) -> None:
+        if self.controls is None:
+            return
+        self.controls.temperature = round(max(0.0, min(TEMPERATURE_MAX, self.controls.temperature + step)), 2)
+        self.refresh_panels(force=True)
+
+    def action_cycle_theme(self) -> None:
+        names = self.specchat_themes
+        if not names:
+            return
+        index = names.index(self.theme) if self.theme in names else -1
+        self.switch_theme(names[(index + 1) % len(names)])
+
+    # -------------------------------------------------------------- themes
+
+    @property
+    def specchat_themes(self) -> list[str]:
+        """Themes from theme files: the packaged four first, then the user's."""
+        ordered = [name for name in THEME_ORDER if name in self.theme_specs]
+        return ordered + sorted(set(self.theme_specs) - set(ordered))
+
+    def theme_description(self, name: str) -> str:
+        spec = self.theme_specs.get(name)
+        return spec.description if spec and spec.description else name
+
+    def switch_theme(self, name: str) -> None:
+        self.theme = name
+
+    @property
+    def token_styles(self) -> dict[str, Style]:
+        """Rich styles of the four token kinds in the current theme."""
+        if self._styles_for[0] != self.theme:
+            styles = themes.token_styles(self.current_theme, self.theme_specs.get(self.theme))
+            self._styles_for = (self.theme, styles)
+        return self._styles_for[1]
+
+    def _on_theme_changed(self, theme: Theme) -> None:
+        for screen in self.screen_stack:
+            for widget in screen.query(TokenText):
+                widget.refresh()
+        self._update_legend()
+        self.refresh_panels(force=True)
+        if theme.name != self.settings.theme:
+            self.settings.theme = theme.name
+            self._remember("theme", theme.name)
+
+    def _remember(self, name: str, value: object) -> None:
+        try:
+            remember(name, value)
+        except SpecchatError as err:
+            self.notify(str(err), severity="warning")
+
+    # --------------------------------------------------------------- panels
+
+    def refresh_panels(self, force: bool = False) -> None:
+        """Redraw the live panels if anything changed (called on a timer and after a key)."""
+        view = self.controls_view()
+        key = (self.live.version, view, self.theme)
+        if not force and key == self._panel_key:
+            return
+        self._panel_key = key
+        figs = figures(self.live, view)
+        self.main_screen.query_one(SidePanel).show(figs, self.effective_keys)
+        self.main_screen.query_one("#compact-figures", Static).update(
+            f"α {figs.alpha} (rolling {figs.alpha_rolling}) · τ {figs.tau} · {figs.tokens_per_s} tok/s · "
+            f"γ {figs.gamma} {figs.schedule} · drafter {figs.drafter} · T {figs.temperature}"
+        )
+
+    @property
+    def figures(self) -> Figures:
+        """What the panels show right now (tests compare it with the engine's events)."""
+        return figures(self.live, self.controls_view())
+
+    def controls_view(self) -> ControlsView | None:
+        c = self.controls
+        if c is None:
+            return None
+        drafters = tuple(self.engine.available_drafters) if self.engine else ()
+        return ControlsView(c.gamma, c.schedule, c.drafter, c.temperature, drafters)
+
+    @property
+    def effective_keys(self) -> dict[str, str]:
+        return {spec.id: keys.effective_key(spec, self.settings.keys) for spec in keys.ALL_KEYS}
+
+    def _update_legend(self) -> None:
+        legend = self.main_screen.query_one(Legend) if hasattr(self, "main_screen") else None
+        if legend is None:
+            return
+        legend.view = "Markdown" if self.markdown_view else "colours"
+        legend.view_key = keys.display_key(self.effective_keys["view"])
+        legend.redraw()
+
+    # -------------------------------------------------------------- helpers
+
+    @property
+    def transcript(self) -> Transcript:
+        return self.main_screen.query_one(Transcript)
+
+    @property
+    def prompt(self) -> PromptInput:
+        return self.main_screen.query_one(PromptInput)
+
+    def _idle(self, what: str) -> bool:
+        if self.reply is not None:
+            self.notify(f"A reply is streaming: press Esc to stop it before you {what}.", severity="warning")
+            return False
+        return True
+
+    async def _rebuild_transcript(self) -> None:
+        transcript = self.transcript
+        await transcript.remove_children()
+        widgets: list[Any] = [SystemNote(self.conversation.system_prompt)]
+        for turn in self.conversation.turns:
+            if turn.role == "user":
+                widgets.append(UserMessage(turn.content))
+            else:
+                widgets.append(
+                    AssistantMessage(
+                        turn.tokens,
+                        summary=turn.summary,
+                        settings=turn.settings,
+                        error=turn.error,
+                        markdown=self.markdown_view,
+                    )
+                )
+        await transcript.mount_all(widgets)
+        transcript.restart()
+
+    def _save(self) -> None:
+        """Auto-save (atomically) once the conversation has a message."""
+        if not self.conversation.turns:
+            return
+        try:
+            self.store.save(self.conversation)
+        except OSError as err:
+            self.notify(f"cannot save the conversation: {err}", severity="error")
+
+
+def run_chat(settings: Settings) -> int:
+    """Open the chat: load the models behind a loading screen, then chat. Returns an exit code."""
+    app = SpecchatApp(settings)
+    app.run()
+    return app.return_code or 0

@@ -1,0 +1,154 @@
+"""The worker bridge: the only code in the UI that touches the models and the engine.
+
+It runs inside Textual thread workers (see ``SpecchatApp._load_models`` and
+``SpecchatApp._stream_reply``) and hands results back only through ``post_message``.
+Heavy modules (torch, transformers, specchat.models, specchat.engine.session) are imported
+here lazily, inside the functions, so importing the UI stays light.
+
+Token coalescing: the worker appends every event to an :class:`EventBuffer` and posts a
+wake-up message only when none is pending and the last was at least ``WAKE_INTERVAL`` ago;
+while a reply streams the UI also drains on a timer of that period. However fast the engine
+is, the UI takes everything that arrived meanwhile in one go, about 15 times a second at
+most. Decoding never waits for rendering, and nothing is dropped: ``ReplyClosed`` is always
+posted last, and its handler drains the buffer before it closes the reply.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from specchat.engine.events import Event
+from specchat.errors import SpecchatError
+
+if TYPE_CHECKING:
+    from specchat.config import Settings
+    from specchat.engine.session import Controls
+    from specchat.models import LoadProgress
+
+
+class Engine(Protocol):
+    """What the UI needs of :class:`specchat.engine.session.ChatEngine`."""
+
+    @property
+    def available_drafters(self) -> list[str]: ...
+
+    def stream_chat(
+        self, messages: Sequence[dict[str, str]], controls: Any, cancel: threading.Event | None = None
+    ) -> Iterator[Event]: ...
+
+
+@dataclass(frozen=True)
+class LoadedEngine:
+    engine: Engine
+    target_name: str
+    draft_name: str | None
+    device: str
+
+
+WAKE_INTERVAL = 1 / 15
+"""Seconds between wake-ups at most: the UI redraws the reply at most ~15 times a second
+(each redraw holds the GIL the decoding thread needs between its torch calls).
+The UI also drains the buffer on a timer of this period while a reply streams, so events
+that arrive just after a wake-up never wait for the next round."""
+
+
+class EventBuffer:
+    """Events from the worker thread, waiting for the UI thread. Thread-safe.
+
+    The worker wakes the UI only when no wake-up is pending and the last one is at least
+    ``WAKE_INTERVAL`` old; events arriving meanwhile wait in the buffer for the UI's drain
+    timer (same period), the next wake-up, or the final drain when the reply closes.
+    """
+
+    def __init__(self, interval: float = WAKE_INTERVAL) -> None:
+        self._lock = threading.Lock()
+        self._events: list[Event] = []
+        self._pending = False
+        self._last_wake = float("-inf")
+        self.interval = interval
+
+    def put(self, event: Event) -> bool:
+        """Add an event; True when the caller should post a wake-up now."""
+        with self._lock:
+            self._events.append(event)
+            now = time.monotonic()
+            if self._pending or now - self._last_wake < self.interval:
+                return False
+            self._pending = True
+            self._last_wake = now
+            return True
+
+    def drain(self) -> list[Event]:
+        with self._lock:
+            events, self._events = self._events, []
+            self._pending = False
+            return events
+
+
+def load_engine(settings: Settings, progress: Callable[[LoadProgress], None]) -> LoadedEngine:
+    """Load target (and draft) as the settings say and build the engine. Runs in a worker."""
+    from specchat.engine.session import ChatEngine
+    from specchat.models import load_pair
+
+    target, draft = load_pair(
+        settings.target,
+        settings.draft or None,
+        device=settings.device,
+        dtype=settings.dtype,
+        quant=settings.quant,
+        progress=progress,
+    )
+    engine = ChatEngine(target.model, target.tokenizer, draft.model if draft is not None else None)
+    return LoadedEngine(engine, target.name, draft.name if draft is not None else None, str(target.device))
+
+
+def make_controls(settings: Settings, available: Sequence[str]) -> tuple[Controls, str | None]:
+    """Controls from the settings; the drafter falls back when the asked one is not loaded.
+
+    Returns the controls and a note for the user when a fallback happened.
+    """
+    from specchat.engine.session import Controls
+
+    drafter = settings.drafter
+    note = None
+    if drafter not in available:
+        drafter = "ngram" if "ngram" in available else "none"
+        note = f"drafter {settings.drafter!r} is not available (no draft model loaded): using {drafter}."
+    controls = Controls(
+        gamma=settings.gamma,
+        schedule=settings.schedule,
+        drafter=drafter,
+        temperature=settings.temperature,
+        top_k=settings.top_k,
+        top_p=settings.top_p,
+        max_new_tokens=settings.max_new_tokens,
+        seed=settings.seed,
+    )
+    return controls, note
+
+
+def run_reply(
+    engine: Engine,
+    messages: Sequence[dict[str, str]],
+    controls: Controls,
+    cancel: threading.Event,
+    buffer: EventBuffer,
+    wake: Callable[[], object],
+) -> str | None:
+    """Stream one reply into ``buffer``, waking the UI as needed. Runs in a worker.
+
+    Returns None, or a one-line error for the user (never a traceback).
+    """
+    try:
+        for event in engine.stream_chat(messages, controls, cancel):
+            if buffer.put(event):
+                wake()
+    except SpecchatError as err:
+        return str(err)
+    except Exception as err:  # the UI must show a line, not crash or print a traceback
+        return f"the reply failed: {type(err).__name__}: {err}"
+    return None

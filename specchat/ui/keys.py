@@ -1,0 +1,166 @@
+"""Every key specchat binds, with a stable id so the config file can remap it.
+
+``[keys]`` in config.toml maps a binding id to one key or several (comma-separated), e.g.::
+
+    [keys]
+    gamma_up = "ctrl+up"
+    gamma_down = "ctrl+down"
+
+The help screen, the footer and the command palette all read this table, so they always
+show the keys actually in force.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from textual.binding import Binding, BindingType
+
+from specchat.engine.gamma import SCHEDULES
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    id: str
+    key: str
+    """Default key(s), Textual spelling, comma-separated."""
+    action: str
+    label: str
+    """Short label for the footer."""
+    description: str
+    """One line for the help screen and the command palette."""
+    show: bool = True
+    """Shown in the footer."""
+    priority: bool = False
+    """Checked before the focused widget: the message box binds F6/F7 (select line/all)."""
+
+
+APP_KEYS: tuple[KeySpec, ...] = (
+    KeySpec("help", "f1", "help", "Help", "Show every key and what the colours mean", priority=True),
+    KeySpec("stop", "escape", "stop", "Stop", "Stop the reply, keeping what was generated"),
+    KeySpec(
+        "gamma_down", "f2", "gamma_down", "γ−", "Draft one token fewer per round (next round)", priority=True
+    ),
+    KeySpec("gamma_up", "f3", "gamma_up", "γ+", "Draft one token more per round (next round)", priority=True),
+    KeySpec(
+        "schedule",
+        "f4",
+        "cycle_schedule",
+        "Sched",
+        "Switch the γ schedule: " + " / ".join(SCHEDULES),
+        priority=True,
+    ),
+    KeySpec(
+        "drafter",
+        "f5",
+        "cycle_drafter",
+        "Drafter",
+        "Switch the drafter: model / n-gram / none",
+        priority=True,
+    ),
+    KeySpec(
+        "temperature_down",
+        "f6",
+        "temperature_down",
+        "T−",
+        "Lower the temperature by 0.1 (next round)",
+        priority=True,
+    ),
+    KeySpec(
+        "temperature_up",
+        "f7",
+        "temperature_up",
+        "T+",
+        "Raise the temperature by 0.1 (next round)",
+        priority=True,
+    ),
+    KeySpec(
+        "view",
+        "f8",
+        "toggle_view",
+        "View",
+        "Show finished replies as provenance colours / Markdown",
+        priority=True,
+    ),
+    KeySpec("system_prompt", "f9", "edit_system_prompt", "System", "Edit the system prompt", priority=True),
+    KeySpec("regenerate", "ctrl+r", "regenerate", "Regen", "Regenerate the last reply", show=False),
+    KeySpec("clear", "ctrl+l", "clear", "Clear", "Clear: start a new conversation", show=False),
+    KeySpec("copy", "ctrl+b", "copy_reply", "Copy", "Copy the last reply to the clipboard", show=False),
+    KeySpec("open", "ctrl+o", "open_conversations", "Open", "Open a saved conversation", show=False),
+    KeySpec(
+        "export", "ctrl+s", "export_markdown", "Export", "Export the conversation to Markdown", show=False
+    ),
+    KeySpec("theme", "ctrl+t", "cycle_theme", "Theme", "Switch to the next theme", show=False),
+)
+"""Application keys: they work wherever the focus is."""
+
+PROMPT_KEYS: tuple[KeySpec, ...] = (
+    KeySpec("send", "enter", "submit", "Send", "Send the message"),
+    KeySpec("newline", "ctrl+j", "newline", "Newline", "Insert a new line in the message", show=False),
+)
+"""Keys of the message box."""
+
+TEXTUAL_KEYS: tuple[tuple[str, str], ...] = (
+    ("ctrl+p", "Command palette: every action, themes, keys"),
+    ("ctrl+q", "Quit"),
+    ("tab / shift+tab", "Move the focus (message box, transcript)"),
+    ("ctrl+c", "Copy the selected text"),
+)
+"""Keys Textual provides, listed on the help screen."""
+
+ALL_KEYS: tuple[KeySpec, ...] = APP_KEYS + PROMPT_KEYS
+BINDING_IDS = frozenset(spec.id for spec in ALL_KEYS)
+
+
+def bindings(specs: Iterable[KeySpec], *, priority: bool = False) -> list[BindingType]:
+    return [
+        Binding(
+            spec.key, spec.action, spec.label, show=spec.show, id=spec.id, priority=priority or spec.priority
+        )
+        for spec in specs
+    ]
+
+
+def effective_key(spec: KeySpec, keymap: Mapping[str, str]) -> str:
+    return keymap.get(spec.id, spec.key)
+
+
+def unknown_ids(keymap: Mapping[str, str]) -> list[str]:
+    return sorted(set(keymap) - BINDING_IDS)
+
+
+_NAMES = {
+    "escape": "Esc",
+    "enter": "Enter",
+    "tab": "Tab",
+    "up": "↑",
+    "down": "↓",
+    "left": "←",
+    "right": "→",
+    "space": "Space",
+    "backspace": "Backspace",
+    "delete": "Del",
+    "pageup": "PgUp",
+    "pagedown": "PgDn",
+}
+
+
+def display_key(key: str) -> str:
+    """ "ctrl+r,f3" -> "Ctrl+R / F3"."""
+    shown = []
+    for one in key.split(","):
+        parts = one.strip().split("+")
+        words = [p.capitalize() if p in ("ctrl", "shift", "alt", "super") else _key_name(p) for p in parts]
+        shown.append("+".join(words))
+    return " / ".join(shown)
+
+
+def _key_name(part: str) -> str:
+    if part in _NAMES:
+        return _NAMES[part]
+    if len(part) == 1:
+        return part.upper()
+    if part.startswith("f") and part[1:].isdigit():
+        return part.upper()
+    return part

@@ -1,0 +1,1 @@
+"""Screens: loading, help, saved conversations, system prompt."""

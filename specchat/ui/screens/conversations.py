@@ -1,0 +1,78 @@
+"""Saved conversations: pick one to reopen, or export it to Markdown."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import OptionList, Static
+from textual.widgets.option_list import Option
+
+from specchat.ui.store import ConversationError, ConversationStore, SavedInfo, fmt
+
+
+class ConversationsScreen(ModalScreen[str | None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "close", "Close"),
+        Binding("e", "export", "Export to Markdown"),
+    ]
+
+    def __init__(self, store: ConversationStore, saved: list[SavedInfo]) -> None:
+        super().__init__()
+        self.store = store
+        self.saved = saved
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="conversations-box"):
+            if self.saved:
+                yield OptionList(
+                    *[Option(_row(info), id=info.id) for info in self.saved], id="conversation-list"
+                )
+            else:
+                yield Static(f"No saved conversations yet in {self.store.folder}.", id="conversation-empty")
+            yield Static(
+                Text("Enter opens · e exports to Markdown · Esc closes", style="dim"), id="conversation-hint"
+            )
+
+    def on_mount(self) -> None:
+        self.query_one("#conversations-box").border_title = "saved conversations"
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(event.option.id)
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+    def action_export(self) -> None:
+        options = self.query(OptionList)
+        if not options:
+            return
+        option_list = options.first()
+        if option_list.highlighted is None:
+            return
+        conversation_id = option_list.get_option_at_index(option_list.highlighted).id
+        try:
+            path = self.store.export_markdown(self.store.load(str(conversation_id)))
+        except (ConversationError, OSError) as err:
+            self.notify(str(err), severity="error")
+            return
+        self.notify(f"Exported to {path}", title="Markdown")
+
+
+def _row(info: SavedInfo) -> Text:
+    when = _when(info.updated)
+    return Text.assemble(
+        (info.title, "bold"), "\n", (f"{when} · {info.turns} messages · α {fmt(info.alpha)}", "dim")
+    )
+
+
+def _when(stamp: str) -> str:
+    try:
+        return datetime.fromisoformat(stamp).astimezone().strftime("%Y-%m-%d %H:%M")
+    except ValueError:
+        return stamp

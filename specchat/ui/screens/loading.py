@@ -1,0 +1,59 @@
+"""The loading screen: progress while models are assembled, converted and loaded."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.screen import Screen
+from textual.widgets import Log, ProgressBar, Static
+
+if TYPE_CHECKING:
+    from specchat.models import LoadProgress
+
+
+class LoadingScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q", "quit_after_error", "Quit", show=False)]
+
+    def __init__(self, target: str, draft: str | None) -> None:
+        super().__init__()
+        self.target = target
+        self.draft = draft
+        self.failed: tuple[str, int] | None = None
+        self._last_line = ""
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="loading-box"):
+            yield Static(Text("specchat", style="bold"), id="loading-title")
+            what = f"target {self.target}" + (f" · draft {self.draft}" if self.draft else " · no draft model")
+            yield Static(Text(f"Loading {what}"), id="loading-what")
+            yield ProgressBar(total=None, show_eta=False, id="loading-bar")
+            yield Static("starting…", id="loading-status")
+            yield Log(id="loading-log", max_lines=200)
+
+    def show_progress(self, progress: LoadProgress) -> None:
+        bar = self.query_one(ProgressBar)
+        if progress.total:
+            bar.update(total=progress.total, progress=progress.done)
+        else:
+            bar.update(total=None)
+        self.query_one("#loading-status", Static).update(Text(progress.message))
+        line = f"{progress.model}: {progress.stage}"
+        if line != self._last_line:
+            self._last_line = line
+            self.query_one(Log).write_line(progress.message)
+
+    def show_error(self, error: str, exit_code: int) -> None:
+        self.failed = (error, exit_code)
+        self.add_class("-failed")
+        self.query_one("#loading-title", Static).update(Text("specchat could not start", style="bold"))
+        self.query_one("#loading-what", Static).update(Text(error))
+        self.query_one(ProgressBar).display = False
+        self.query_one("#loading-status", Static).update(Text("Press q or Esc to quit.", style="dim"))
+
+    def action_quit_after_error(self) -> None:
+        if self.failed is not None:
+            self.app.exit(return_code=self.failed[1])

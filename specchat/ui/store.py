@@ -1,0 +1,316 @@
+"""Saved conversations: JSON files in the platform data folder, written atomically.
+
+A saved conversation keeps every reply's tokens with their kind (accepted draft, correction,
+bonus, target), every round, and the reply's summary (α, τ, tokens/s), so reopening one shows
+the same colours and figures, and an exported Markdown file quotes the same numbers.
+
+Pure Python (no torch, no textual): the CLI may read and export conversations too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
+from specchat.errors import SpecchatError
+
+FORMAT = "specchat-conversation"
+VERSION = 1
+
+Role = Literal["user", "assistant"]
+
+
+class ConversationError(SpecchatError):
+    """A saved conversation that cannot be read (not JSON, or not a specchat conversation)."""
+
+
+@dataclass
+class Turn:
+    """One message. Assistant turns carry the events that produced them."""
+
+    role: Role
+    content: str
+    tokens: list[TokenEvent] = field(default_factory=list)
+    rounds: list[RoundEvent] = field(default_factory=list)
+    summary: SummaryEvent | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    """γ, schedule, drafter and temperature when the reply started."""
+    error: str | None = None
+    """Set when the reply ended on an error after some tokens were generated."""
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.role == "assistant":
+            data["tokens"] = [_strip_type(t.to_json()) for t in self.tokens]
+            data["rounds"] = [_strip_type(r.to_json()) for r in self.rounds]
+            data["stats"] = _strip_type(self.summary.to_json()) if self.summary else None
+            data["settings"] = dict(self.settings)
+            if self.error:
+                data["error"] = self.error
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Turn:
+        role = data["role"]
+        if role not in ("user", "assistant"):
+            raise ValueError(f"unknown role {role!r}")
+        stats = data.get("stats")
+        return cls(
+            role=role,
+            content=str(data["content"]),
+            tokens=[_token(t) for t in data.get("tokens") or []],
+            rounds=[_round(r) for r in data.get("rounds") or []],
+            summary=_summary(stats) if stats else None,
+            settings=dict(data.get("settings") or {}),
+            error=data.get("error"),
+        )
+
+
+@dataclass
+class Conversation:
+    id: str
+    system_prompt: str
+    target: str
+    draft: str | None
+    turns: list[Turn] = field(default_factory=list)
+    created: str = ""
+    updated: str = ""
+
+    @classmethod
+    def new(cls, system_prompt: str, target: str, draft: str | None) -> Conversation:
+        now = _now()
+        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+        return cls(f"{stamp}-{secrets.token_hex(3)}", system_prompt, target, draft, [], now, now)
+
+    @property
+    def title(self) -> str:
+        first = next((t.content for t in self.turns if t.role == "user"), "")
+        line = " ".join(first.split())
+        return (line[:57] + "…") if len(line) > 58 else (line or "(empty)")
+
+    def chat_messages(self) -> list[dict[str, str]]:
+        """What the engine sees: the system prompt (if any), then every turn."""
+        messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt.strip() else []
+        messages += [{"role": t.role, "content": t.content} for t in self.turns]
+        return messages
+
+    def last_reply(self) -> Turn | None:
+        return next((t for t in reversed(self.turns) if t.role == "assistant"), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "id": self.id,
+            "title": self.title,
+            "created": self.created,
+            "updated": self.updated,
+            "models": {"target": self.target, "draft": self.draft},
+            "system_prompt": self.system_prompt,
+            "messages": [t.to_json() for t in self.turns],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Conversation:
+        if data.get("format") != FORMAT:
+            raise ValueError("not a specchat conversation")
+        models = data.get("models") or {}
+        return cls(
+            id=str(data["id"]),
+            system_prompt=str(data.get("system_prompt", "")),
+            target=str(models.get("target", "")),
+            draft=models.get("draft"),
+            turns=[Turn.from_json(m) for m in data.get("messages", [])],
+            created=str(data.get("created", "")),
+            updated=str(data.get("updated", "")),
+        )
+
+
+@dataclass(frozen=True)
+class SavedInfo:
+    """One row of the conversation list."""
+
+    id: str
+    title: str
+    updated: str
+    turns: int
+    alpha: float | None
+    path: Path
+
+
+class ConversationStore:
+    """``<data dir>/conversations/<id>.json``; exports go to ``<data dir>/exports/<id>.md``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.folder = root / "conversations"
+        self.exports = root / "exports"
+
+    def path_for(self, conversation_id: str) -> Path:
+        return self.folder / f"{conversation_id}.json"
+
+    def save(self, conversation: Conversation) -> Path:
+        conversation.updated = _now()
+        path = self.path_for(conversation.id)
+        _write_atomic(path, json.dumps(conversation.to_json(), ensure_ascii=False, indent=1))
+        return path
+
+    def load(self, conversation_id: str) -> Conversation:
+        return self.load_path(self.path_for(conversation_id))
+
+    @staticmethod
+    def load_path(path: Path) -> Conversation:
+        try:
+            return Conversation.from_json(json.loads(path.read_text(encoding="utf-8")))
+        except FileNotFoundError as err:
+            raise ConversationError(f"no saved conversation at {path}.") from err
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise ConversationError(f"cannot read the conversation {path}: {err}") from err
+
+    def saved(self) -> list[SavedInfo]:
+        """Newest first. Unreadable files are skipped (they are never overwritten)."""
+        rows: list[SavedInfo] = []
+        for path in self.folder.glob("*.json") if self.folder.is_dir() else []:
+            try:
+                conversation = self.load_path(path)
+            except ConversationError:
+                continue
+            replies = [t for t in conversation.turns if t.role == "assistant"]
+            drafted = sum(r.drafted for t in replies for r in t.rounds)
+            accepted = sum(r.accepted for t in replies for r in t.rounds)
+            rows.append(
+                SavedInfo(
+                    id=conversation.id,
+                    title=conversation.title,
+                    updated=conversation.updated,
+                    turns=len(conversation.turns),
+                    alpha=accepted / drafted if drafted else None,
+                    path=path,
+                )
+            )
+        return sorted(rows, key=lambda r: (r.updated, r.id), reverse=True)
+
+    def export_markdown(self, conversation: Conversation, path: Path | None = None) -> Path:
+        path = path or self.exports / f"{conversation.id}.md"
+        _write_atomic(path, to_markdown(conversation))
+        return path
+
+
+def to_markdown(conversation: Conversation) -> str:
+    """The conversation as Markdown: each reply followed by its speculation figures."""
+    lines = [f"# {conversation.title}", ""]
+    models = f"target `{conversation.target}`" + (
+        f", draft `{conversation.draft}`" if conversation.draft else ""
+    )
+    lines += [f"*specchat conversation {conversation.id} · {models}*", ""]
+    if conversation.system_prompt.strip():
+        lines += ["**System:** " + conversation.system_prompt.strip(), ""]
+    for turn in conversation.turns:
+        if turn.role == "user":
+            lines += ["## You", "", turn.content.strip(), ""]
+        else:
+            lines += ["## Assistant", "", turn.content.strip(), ""]
+            if turn.summary is not None:
+                lines += [f"> {reply_figures(turn.summary, turn.settings)}", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def reply_figures(summary: SummaryEvent, settings: dict[str, Any] | None = None) -> str:
+    """One line of figures for a finished reply (transcript footer and Markdown export)."""
+    parts = [
+        f"α {fmt(summary.alpha)}",
+        f"τ {fmt(summary.tau)}",
+        f"{summary.tokens_per_s:.1f} tok/s",
+        f"{summary.tokens} tokens",
+        f"{summary.rounds} rounds",
+    ]
+    if settings:
+        if settings.get("drafter"):
+            parts.append(f"drafter {settings['drafter']}")
+        if settings.get("gamma") is not None:
+            parts.append(f"γ {settings['gamma']} {settings.get('schedule', '')}".rstrip())
+    parts.append(STOP_WORDS.get(summary.stop, summary.stop))
+    return " · ".join(parts)
+
+
+STOP_WORDS = {"eos": "done", "max_tokens": "token limit", "context": "context full", "cancelled": "stopped"}
+
+
+def fmt(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def reply_text(tokens: Iterable[TokenEvent]) -> str:
+    return "".join(t.text for t in tokens)
+
+
+def _strip_type(data: dict[str, object]) -> dict[str, object]:
+    return {k: v for k, v in data.items() if k != "type"}
+
+
+def _token(data: dict[str, Any]) -> TokenEvent:
+    return TokenEvent(
+        kind=data["kind"],
+        token_id=int(data["id"]),
+        text=str(data["text"]),
+        round=int(data["round"]),
+        position=int(data["position"]),
+        p_target=float(data["p_target"]),
+        p_draft=None if data.get("p_draft") is None else float(data["p_draft"]),
+    )
+
+
+def _round(data: dict[str, Any]) -> RoundEvent:
+    return RoundEvent(
+        round=int(data["round"]),
+        gamma=int(data["gamma"]),
+        drafted=int(data["drafted"]),
+        accepted=int(data["accepted"]),
+        draft_ms=float(data["draft_ms"]),
+        verify_ms=float(data["verify_ms"]),
+        drafter=str(data["drafter"]),
+    )
+
+
+def _summary(data: dict[str, Any]) -> SummaryEvent:
+    return SummaryEvent(
+        tokens=int(data["tokens"]),
+        rounds=int(data["rounds"]),
+        drafted=int(data["drafted"]),
+        accepted=int(data["accepted"]),
+        alpha=data.get("alpha"),
+        tau=data.get("tau"),
+        tokens_per_s=float(data["tokens_per_s"]),
+        per_position=tuple(data.get("per_position") or ()),
+        stop=data["stop"],
+        prefill_ms=float(data["prefill_ms"]),
+        decode_s=float(data["decode_s"]),
+        prompt_tokens=int(data["prompt_tokens"]),
+    )
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write to a temporary file in the same folder, then rename over the target."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,112 @@
+"""Engines for UI tests and screenshots: deterministic timings, and a reply that can pause.
+
+Both wrap a real :class:`~specchat.engine.session.ChatEngine` and pass its events through,
+so the UI is driven by the real engine. Importing this module loads nothing heavy;
+:func:`tiny_engine` imports torch when called. The application never imports it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from typing import Any
+
+from specchat.engine.events import Event, RoundEvent, SummaryEvent, TokenEvent
+from specchat.ui.bridge import Engine
+
+DRAFT_MS_PER_TOKEN = 1.5
+VERIFY_MS = 12.0
+PREFILL_MS = 20.0
+
+
+class FixedTimings:
+    """Rewrites the engine's timings with a fixed cost model, so tokens/s is reproducible.
+
+    A round costs ``DRAFT_MS_PER_TOKEN`` per drafted token plus ``VERIFY_MS``; the summary's
+    decode time is the sum of its rounds. Everything else passes through unchanged.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    @property
+    def available_drafters(self) -> list[str]:
+        return self.engine.available_drafters
+
+    def stream_chat(
+        self, messages: Sequence[dict[str, str]], controls: Any, cancel: threading.Event | None = None
+    ) -> Iterator[Event]:
+        total_ms = 0.0
+        for event in self.engine.stream_chat(messages, controls, cancel):
+            if isinstance(event, RoundEvent):
+                event = replace(event, draft_ms=DRAFT_MS_PER_TOKEN * event.drafted, verify_ms=VERIFY_MS)
+                total_ms += event.draft_ms + event.verify_ms
+            elif isinstance(event, SummaryEvent):
+                decode_s = total_ms / 1000.0
+                event = replace(
+                    event,
+                    decode_s=decode_s,
+                    prefill_ms=PREFILL_MS,
+                    tokens_per_s=event.tokens / decode_s if decode_s > 0 else 0.0,
+                )
+            yield event
+
+
+class PausingEngine:
+    """Pauses the stream after a chosen round until released (or until cancelled).
+
+    The pause sits between rounds: the engine has yielded round ``pause_after``'s
+    RoundEvent and has not started the next round, so a key press made during the pause
+    applies to the very next round.
+    """
+
+    def __init__(self, engine: Engine, pause_after: int | None = None) -> None:
+        self.engine = engine
+        self.pause_after = pause_after
+        self.paused = threading.Event()
+        self._release = threading.Event()
+        self.events: list[Event] = []
+        """Every event passed through, in order (what the UI should show)."""
+
+    @property
+    def available_drafters(self) -> list[str]:
+        return self.engine.available_drafters
+
+    def release(self) -> None:
+        self._release.set()
+
+    def wait_paused(self, timeout: float = 30.0) -> bool:
+        return self.paused.wait(timeout)
+
+    def stream_chat(
+        self, messages: Sequence[dict[str, str]], controls: Any, cancel: threading.Event | None = None
+    ) -> Iterator[Event]:
+        self.events.clear()
+        self.paused.clear()
+        self._release.clear()
+        for event in self.engine.stream_chat(messages, controls, cancel):
+            self.events.append(event)
+            yield event
+            if isinstance(event, RoundEvent) and event.round == self.pause_after:
+                self.paused.set()
+                while not self._release.wait(0.02):
+                    if cancel is not None and cancel.is_set():
+                        break
+
+    @property
+    def tokens(self) -> list[TokenEvent]:
+        return [e for e in self.events if isinstance(e, TokenEvent)]
+
+    @property
+    def rounds(self) -> list[RoundEvent]:
+        return [e for e in self.events if isinstance(e, RoundEvent)]
+
+
+def tiny_engine(seed: int = 0, **kwargs: Any) -> Engine:
+    """A real ChatEngine over the tiny seeded pair from :mod:`specchat.testing`."""
+    from specchat.engine.session import ChatEngine
+    from specchat.testing import make_tiny_pair
+
+    pair = make_tiny_pair(seed, **kwargs)
+    return ChatEngine(pair.target, pair.tokenizer, pair.draft)

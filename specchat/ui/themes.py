@@ -1,0 +1,175 @@
+"""Themes: TOML files holding a Textual palette plus the four provenance styles.
+
+A theme file looks like::
+
+    name = "specchat-dark"
+    description = "Default dark theme"
+    dark = true
+    primary = "#7aa2f7"
+    background = "#1a1b26"
+    ...
+    [tokens]                      # Rich styles: a colour, optionally bold/underline/on <bg>
+    accepted = "#9ece6a"
+    correction = "underline #f7768e"
+    bonus = "bold #7dcfff"
+    target = "#c0caf5"
+
+The packaged themes live in ``themes/`` (``specchat/_themes`` in the wheel); files in
+``<config dir>/themes/`` are loaded too, so users can add their own.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.style import Style
+from textual.theme import Theme
+
+from specchat.config import config_path
+from specchat.engine.events import TOKEN_KINDS, TokenKind
+from specchat.errors import SpecchatError
+
+DEFAULT_THEME = "specchat-dark"
+
+KIND_LABELS: dict[TokenKind, str] = {
+    "accepted": "accepted draft",
+    "correction": "correction",
+    "bonus": "bonus",
+    "target": "target only",
+}
+KIND_HELP: dict[TokenKind, str] = {
+    "accepted": "the drafter proposed it and the target agreed: it cost no target step of its own",
+    "correction": "the target rejected a draft here and sampled this token from the residual instead",
+    "bonus": "every draft passed, so the target's verify pass gave one more token for free",
+    "target": "nothing was drafted this round (drafter off or no n-gram match): a plain target token",
+}
+
+_PALETTE_FIELDS = (
+    "primary",
+    "secondary",
+    "warning",
+    "error",
+    "success",
+    "accent",
+    "foreground",
+    "background",
+    "surface",
+    "panel",
+    "boost",
+)
+
+
+class ThemeError(SpecchatError):
+    """A theme file that cannot be read or lacks what a theme needs."""
+
+
+@dataclass(frozen=True)
+class ThemeSpec:
+    theme: Theme
+    tokens: dict[str, str]
+    """Token kind -> Rich style string."""
+    description: str = ""
+    path: Path | None = field(default=None, compare=False)
+
+
+def packaged_dir() -> Path | None:
+    """``specchat/_themes`` in an installed wheel, the repository's ``themes/`` in a checkout."""
+    package = Path(__file__).resolve().parent.parent
+    for candidate in (package / "_themes", package.parent / "themes"):
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def user_dir() -> Path:
+    return config_path().parent / "themes"
+
+
+def load_theme(path: Path) -> ThemeSpec:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise ThemeError(f"cannot read theme {path}: {err}") from err
+    return theme_from_dict(data, path)
+
+
+def theme_from_dict(data: dict[str, Any], path: Path | None = None) -> ThemeSpec:
+    where = f"theme {path}" if path else "theme"
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise ThemeError(f"{where} has no name.")
+    if "primary" not in data:
+        raise ThemeError(f"{where} ({name}) has no primary colour.")
+    tokens = data.get("tokens") or {}
+    missing = [kind for kind in TOKEN_KINDS if kind not in tokens]
+    if missing:
+        raise ThemeError(f"{where} ({name}) lacks token styles for: {', '.join(missing)}.")
+    for kind in TOKEN_KINDS:
+        try:
+            Style.parse(tokens[kind])
+        except Exception as err:  # rich raises StyleSyntaxError / ColorParseError
+            raise ThemeError(f"{where} ({name}): bad style for {kind}: {err}") from err
+    variables = {str(k): str(v) for k, v in (data.get("variables") or {}).items()}
+    for kind in TOKEN_KINDS:
+        variables.setdefault(f"token-{kind}", _colour_of(tokens[kind]) or "#888888")
+    palette = {k: data[k] for k in _PALETTE_FIELDS if k in data}
+    theme = Theme(name=name, dark=bool(data.get("dark", True)), variables=variables, **palette)
+    return ThemeSpec(
+        theme=theme,
+        tokens={k: tokens[k] for k in TOKEN_KINDS},
+        description=str(data.get("description", "")),
+        path=path,
+    )
+
+
+def discover(extra_dirs: list[Path] | None = None) -> tuple[dict[str, ThemeSpec], list[str]]:
+    """All themes, packaged first then user files (a user file may override by name).
+
+    Returns the themes and a list of readable errors for files that failed.
+    """
+    dirs = [d for d in (packaged_dir(), user_dir(), *(extra_dirs or [])) if d is not None and d.is_dir()]
+    specs: dict[str, ThemeSpec] = {}
+    errors: list[str] = []
+    for folder in dirs:
+        for path in sorted(folder.glob("*.toml")):
+            try:
+                spec = load_theme(path)
+            except ThemeError as err:
+                errors.append(str(err))
+                continue
+            specs[spec.theme.name] = spec
+    return specs, errors
+
+
+def token_styles(theme: Theme, spec: ThemeSpec | None) -> dict[str, Style]:
+    """The style of each token kind; themes without token styles borrow their palette."""
+    if spec is not None:
+        return {kind: Style.parse(spec.tokens[kind]) for kind in TOKEN_KINDS}
+    fallback = {
+        "accepted": theme.success or "#4EBF71",
+        "correction": theme.error or "#BA3C5B",
+        "bonus": theme.accent or theme.primary,
+        "target": theme.foreground or ("#E0E0E0" if theme.dark else "#202020"),
+    }
+    styles = {kind: Style.parse(colour) for kind, colour in fallback.items()}
+    styles["correction"] += Style(underline=True)
+    styles["bonus"] += Style(bold=True)
+    return styles
+
+
+def variable_defaults() -> dict[str, str]:
+    """CSS variables specchat's stylesheet uses, for themes that do not set them."""
+    return {
+        "token-accepted": "#4EBF71",
+        "token-correction": "#BA3C5B",
+        "token-bonus": "#0178D4",
+        "token-target": "#E0E0E0",
+    }
+
+
+def _colour_of(style: str) -> str | None:
+    colour = Style.parse(style).color
+    return colour.get_truecolor().hex if colour is not None else None

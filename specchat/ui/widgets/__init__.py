@@ -1,0 +1,1 @@
+"""specchat's widgets: transcript, live panels, message box."""
