@@ -51,7 +51,10 @@ def model_options(func: F) -> F:
         click.option("--drafter", type=click.Choice(["model", "ngram", "none"]), help="Who proposes tokens."),
         click.option("--gamma", type=int, help="Tokens drafted per round (γ ≥ 1)."),
         click.option(
-            "--gamma-schedule", "schedule", type=click.Choice(["fixed", "heuristic"]), help="γ schedule."
+            "--gamma-schedule",
+            "schedule",
+            type=click.Choice(["fixed", "heuristic", "adaptive"]),
+            help="γ schedule: fixed, heuristic (+2 / −1), adaptive (maximises measured speed).",
         ),
         click.option("--temperature", type=float, help="0 = greedy (verification by exact match)."),
         click.option("--top-k", type=int, help="Keep the k most likely tokens."),

@@ -28,7 +28,7 @@ class Settings(BaseModel):
     draft: str | None = "qwen-coder-0.5b"
     drafter: Literal["model", "ngram", "none"] = "model"
     gamma: int = Field(4, ge=1, le=16)
-    schedule: Literal["fixed", "heuristic"] = "fixed"
+    schedule: Literal["fixed", "heuristic", "adaptive"] = "fixed"
     temperature: float = Field(0.0, ge=0.0)
     top_k: int | None = Field(None, ge=1)
     top_p: float = Field(1.0, gt=0.0, le=1.0)

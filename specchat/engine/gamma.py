@@ -1,19 +1,24 @@
 """γ schedules: how many tokens to draft next round.
 
 The engine asks a schedule once per round (``next_gamma``) and reports each finished round
-(``observe``), so a key press changing γ between rounds never races the loop.
+(``observe``), so a key press changing γ between rounds never races the loop. A schedule may
+answer 0: the round then drafts nothing and is one plain target step.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
+from statistics import median
 from typing import Literal, Protocol
 
 from specchat.engine.events import RoundEvent
+from specchat.engine.metrics import expected_tokens_per_round
 from specchat.errors import InvalidSettingError
 
-ScheduleName = Literal["fixed", "heuristic"]
-SCHEDULES: tuple[ScheduleName, ...] = ("fixed", "heuristic")
+ScheduleName = Literal["fixed", "heuristic", "adaptive"]
+SCHEDULES: tuple[ScheduleName, ...] = ("fixed", "heuristic", "adaptive")
 GAMMA_MAX = 16
 
 
@@ -65,9 +70,226 @@ class HeuristicGamma:
         self.gamma = min(max(self.gamma + step, self.low), self.high)
 
 
+def positions_tested(event: RoundEvent) -> int:
+    """Draft positions the round's verification looked at: up to and including the first rejection."""
+    return min(event.accepted + 1, event.drafted)
+
+
+class _Recent:
+    """The median of the last few samples: robust to a stray slow round (another process, a GC)."""
+
+    def __init__(self, size: int = 9) -> None:
+        self._values: deque[float] = deque(maxlen=size)
+
+    def add(self, value: float) -> None:
+        self._values.append(value)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    @property
+    def value(self) -> float | None:
+        return median(self._values) if self._values else None
+
+
+@dataclass(frozen=True, slots=True)
+class AdaptiveEstimates:
+    """What the adaptive schedule currently believes (for status lines and the benchmark)."""
+
+    alpha: float
+    """Acceptance per tested draft position (decayed counts plus a weak prior)."""
+    plain_ms: float | None
+    """One plain target step."""
+    draft_ms_per_token: float | None
+    verify_ms: dict[int, float]
+    """Predicted verify-pass cost for γ drafts (γ+1 positions), for γ = 0 … the largest allowed."""
+    speedup: dict[int, float]
+    """Predicted speed over plain decoding for each γ."""
+    gamma: int
+
+    @property
+    def c(self) -> float | None:
+        if self.plain_ms is None or self.draft_ms_per_token is None:
+            return None
+        return self.draft_ms_per_token / self.plain_ms
+
+
+class AdaptiveGamma:
+    """Chooses γ each round to maximise predicted tokens per second, from the rounds' own timings.
+
+    A round with γ drafts is predicted to yield E[T](α, γ) = (1 − α^(γ+1)) / (1 − α) tokens for
+    γ·d + V(γ) milliseconds, where α is the acceptance per tested position (recent rounds weigh
+    more), d the drafter's milliseconds per drafted token (RoundEvent.draft_ms / drafted) and V(γ)
+    the verify pass over γ+1 positions (RoundEvent.verify_ms, by width; widths not yet seen are
+    interpolated linearly from the plain step V(0)). That is the seed formula
+    E[T] / (γ·c + v(γ)) with c = d / V(0) and v(γ) = V(γ) / V(0), all measured live.
+
+    γ = 0, a plain target step, is always a candidate and is kept unless drafting is predicted to
+    beat it by ``margin``: where speculation cannot pay, it is switched off. While off, a probe
+    round now and then (at growing intervals, so that probes cost almost nothing) refreshes α in
+    case the text turns predictable.
+
+    The first round is a plain step (it measures V(0)); the second drafts the ``start`` γ the user
+    set (at most 3, so that one unlucky first round costs little); after that γ may move anywhere
+    in [0, ``cap``], at most two above the widest verify pass measured so far. Speculation is
+    switched off at once if even perfect acceptance could not pay for the measured costs, but
+    for low acceptance only after ``min_evidence`` draft positions were tested, since one round
+    says little about α. Estimates are kept per drafter, so switching drafters mid-reply is fine.
+    """
+
+    name = "adaptive"
+
+    def __init__(
+        self,
+        start: int | Callable[[], int] = 4,
+        *,
+        cap: int = GAMMA_MAX,
+        margin: float = 0.03,
+        decay: float = 0.97,
+        prior_alpha: float = 0.7,
+        prior_weight: float = 3.0,
+        min_evidence: float = 12.0,
+        probe_first: int = 8,
+        probe_max: int = 128,
+    ) -> None:
+        self._start = start if callable(start) else (lambda: start)
+        self.cap = min(max(cap, 1), GAMMA_MAX)
+        self.margin = margin
+        self.decay = decay
+        self.prior_alpha = prior_alpha
+        self.prior_weight = prior_weight
+        self.min_evidence = min_evidence
+        self.probe_first = probe_first
+        self.probe_max = probe_max
+        self.drafter = "model"
+        """Drafter of the latest observed round; estimates below are looked up for it."""
+        self._plain = _Recent()
+        self._verify: dict[int, _Recent] = {}
+        self._draft_per_token: dict[str, _Recent] = {}
+        self._accepted: dict[str, float] = {}
+        self._tested: dict[str, float] = {}
+        self._rounds = 0
+        self._plain_streak = 0
+        self._probe_interval = probe_first
+        self._gamma = 0
+
+    # ------------------------------------------------------------------ observation
+    def observe(self, event: RoundEvent) -> None:
+        self._rounds += 1
+        self.drafter = event.drafter if event.drafter != "none" else self.drafter
+        if event.drafted == 0:
+            self._plain.add(event.verify_ms + event.draft_ms)  # a failed lookup is part of the step
+            self._plain_streak += 1
+            return
+        self._verify.setdefault(event.drafted, _Recent()).add(event.verify_ms)
+        per_token = self._draft_per_token.setdefault(event.drafter, _Recent())
+        if self._plain_streak <= 1 or not len(per_token):
+            # After a run of plain rounds a draft model first catches up on the tokens it
+            # skipped: a one-off cost of the probe, not the per-token price of drafting.
+            per_token.add(event.draft_ms / event.drafted)
+        name = event.drafter
+        tested = positions_tested(event)
+        keep = self.decay**tested  # forget per tested position: recent text weighs more
+        self._accepted[name] = keep * self._accepted.get(name, 0.0) + event.accepted
+        self._tested[name] = keep * self._tested.get(name, 0.0) + tested
+        self._plain_streak = 0
+        predicted = self._speedups()
+        if predicted and max(predicted.values()) >= 1.0 + self.margin:
+            self._probe_interval = self.probe_first
+        else:
+            self._probe_interval = min(self._probe_interval * 2, self.probe_max)
+
+    # ------------------------------------------------------------------ estimates
+    @property
+    def alpha(self) -> float:
+        name = self.drafter
+        accepted = self._accepted.get(name, 0.0) + self.prior_alpha * self.prior_weight
+        return accepted / (self._tested.get(name, 0.0) + self.prior_weight)
+
+    def _verify_ms(self, gamma: int) -> float | None:
+        """V(γ): measured median for this width, else a line through the measured widths."""
+        plain = self._plain.value
+        if gamma == 0:
+            return plain
+        seen = self._verify.get(gamma)
+        if seen is not None and len(seen):
+            return seen.value
+        points = [(k, r.value) for k, r in self._verify.items() if r.value is not None]
+        if plain is not None:
+            points.append((0, plain))
+        if not points:
+            return None
+        if len(points) == 1:
+            return points[0][1]  # one width seen: assume flat until another is measured
+        mean_k = sum(k for k, _ in points) / len(points)
+        mean_v = sum(v for _, v in points) / len(points)
+        spread = sum((k - mean_k) ** 2 for k, _ in points)
+        slope = max(sum((k - mean_k) * (v - mean_v) for k, v in points) / spread, 0.0)
+        return max(mean_v + slope * (gamma - mean_k), plain or 0.0)
+
+    @property
+    def evidence(self) -> float:
+        """Draft positions tested so far for the current drafter (decayed)."""
+        return self._tested.get(self.drafter, 0.0)
+
+    def _speedups(self, alpha: float | None = None) -> dict[int, float]:
+        """Predicted speed over plain decoding for each allowed γ ≥ 1 (empty until measurable)."""
+        plain = self._plain.value
+        per_token = self._draft_per_token.get(self.drafter)
+        draft_ms = per_token.value if per_token is not None else None
+        if plain is None or draft_ms is None:
+            return {}
+        alpha = self.alpha if alpha is None else alpha
+        widest = max(self._verify, default=0)
+        out: dict[int, float] = {}
+        for gamma in range(1, min(self.cap, widest + 2) + 1):
+            verify_ms = self._verify_ms(gamma)
+            if verify_ms is None:
+                continue
+            out[gamma] = expected_tokens_per_round(alpha, gamma) * plain / (gamma * draft_ms + verify_ms)
+        return out
+
+    def estimates(self) -> AdaptiveEstimates:
+        per_token = self._draft_per_token.get(self.drafter)
+        widths = range(0, min(self.cap, max(self._verify, default=0) + 2) + 1)
+        verify = {g: v for g in widths if (v := self._verify_ms(g)) is not None}
+        return AdaptiveEstimates(
+            alpha=self.alpha,
+            plain_ms=self._plain.value,
+            draft_ms_per_token=per_token.value if per_token is not None else None,
+            verify_ms=verify,
+            speedup=self._speedups(),
+            gamma=self._gamma,
+        )
+
+    # ------------------------------------------------------------------ decision
+    def next_gamma(self) -> int:
+        self._gamma = self._decide()
+        return self._gamma
+
+    def _decide(self) -> int:
+        if self._plain.value is None:
+            return 0  # measure a plain step first: it is the yardstick
+        predicted = self._speedups()
+        if not predicted:
+            return min(max(self._start(), 1), 3, self.cap)  # nothing drafted yet: try the user's γ
+        best = max(predicted, key=lambda g: predicted[g])
+        if predicted[best] >= 1.0 + self.margin:
+            return best
+        if self.evidence < self.min_evidence:
+            ceiling = self._speedups(alpha=1.0)
+            if max(ceiling.values()) >= 1.0 + self.margin:
+                return best  # too early to blame α: keep measuring it
+        if self._plain_streak >= self._probe_interval:
+            return best  # a probe: has the text become predictable?
+        return 0
+
+
 def make_schedule(name: str, gamma: int | Callable[[], int]) -> GammaSchedule:
     if name == "fixed":
         return FixedGamma(gamma)
     if name == "heuristic":
         return HeuristicGamma(gamma() if callable(gamma) else gamma)
+    if name == "adaptive":
+        return AdaptiveGamma(gamma)
     raise InvalidSettingError(f"unknown gamma schedule {name!r}: choose one of {', '.join(SCHEDULES)}.")

@@ -1,0 +1,87 @@
+"""The benchmark plot: tokens/s and speedup against γ, measured and predicted."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from specchat.bench import BenchError
+from specchat.bench.costs import Costs
+from specchat.bench.report import ALL, all_groups, predicted_curve
+from specchat.bench.runner import Method, RunRecord
+
+_LINES = {"heuristic": "tab:orange", "adaptive": "tab:green", "ngram": "tab:purple"}
+
+
+def write_plot(
+    path: Path,
+    records: Sequence[RunRecord],
+    methods: Sequence[Method],
+    costs: Costs,
+    *,
+    title: str = "specchat bench",
+) -> Path:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as err:  # pragma: no cover - matplotlib is a dev/bench extra
+        raise BenchError("--plot needs matplotlib: pip install 'specchat[bench]'.") from err
+
+    overall = {g.method: g for g in all_groups(records, methods, costs) if g.category == ALL}
+    plain = overall.get("plain")
+    plain_tok_s = plain.tok_s if plain else 0.0
+    sweep = sorted(
+        ((m.sweep_gamma, overall[m.name]) for m in methods if m.sweep_gamma and m.name in overall),
+        key=lambda pair: pair[0] or 0,
+    )
+    hf = sorted(
+        ((m.gamma, overall[m.name]) for m in methods if m.kind == "hf" and m.gamma and m.name in overall),
+        key=lambda pair: pair[0],
+    )
+    gammas = [g for g, _ in sweep] or [1]
+    fine = list(range(1, max(gammas) + 1))
+    fixed = [r for r in records if r.method.startswith("fixed-")]
+    tested = sum(r.tested for r in fixed)
+    alpha = sum(r.accepted for r in fixed) / tested if tested else None
+
+    fig, (ax_rate, ax_speed) = plt.subplots(1, 2, figsize=(11, 4.2))
+    if alpha is not None:
+        curve = predicted_curve(alpha, costs, fine)
+        label = f"predicted (α={alpha:.2f})"
+        ax_rate.plot(fine, [plain_tok_s * curve[g] for g in fine], "--", color="tab:blue", label=label)
+        ax_speed.plot(fine, [curve[g] for g in fine], "--", color="tab:blue", label=label)
+    for points, style, color, label in (
+        (sweep, "o-", "tab:blue", "specchat"),
+        (hf, "s-", "tab:red", "HF assisted"),
+    ):
+        if points:
+            xs = [g for g, _ in points]
+            ax_rate.plot(xs, [x.tok_s for _, x in points], style, color=color, label=label)
+            ax_speed.plot(xs, [x.speedup or 0 for _, x in points], style, color=color, label=label)
+    if plain:
+        ax_rate.axhline(plain_tok_s, color="black", lw=1, label="plain")
+    ax_speed.axhline(1.0, color="black", lw=1, label="plain")
+    for name, color in _LINES.items():
+        g = overall.get(name)
+        if g is None:
+            continue
+        ax_rate.axhline(g.tok_s, color=color, lw=1, ls=":", label=name)
+        ax_speed.axhline(g.speedup or 0, color=color, lw=1, ls=":", label=name)
+    ax_rate.set(xlabel="γ (drafted tokens per round)", ylabel="tokens / s", title="tokens per second")
+    ax_speed.set(xlabel="γ (drafted tokens per round)", ylabel="× plain", title="speedup over plain")
+    for ax in (ax_rate, ax_speed):
+        ax.set_xticks(fine)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    try:
+        fig.savefig(path, dpi=120)
+    except OSError as err:
+        raise BenchError(f"cannot write the plot to {path}: {err.strerror or err}.") from err
+    finally:
+        plt.close(fig)
+    return path

@@ -1,0 +1,382 @@
+"""From run records to figures: per method and category, the best configuration, the targets.
+
+Speedups compare decoding speed over the same prompts: tokens over each run's wall-clock time
+less the target's prompt prefill (measured once per prompt by the plain run), so specchat and
+Hugging Face are timed alike and a draft model's own prefill counts against speculation. The
+end-to-end rate (prefill included) is reported next to it. The
+prediction is the seed formula E[T](α, γ) / (γ·c + v(γ)) applied round by round: α is the
+group's acceptance per tested position, c and v(γ) come from the cost probe (for the n-gram
+drafter, c is its measured lookup time over a target step).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from specchat.bench.costs import Costs
+from specchat.bench.runner import Method, RunRecord
+from specchat.engine.metrics import expected_tokens_per_round
+
+ALL = "all"
+
+TARGETS = {
+    "measured_over_predicted": 0.9,
+    "vs_hf_assisted": 1.2,
+    "adaptive_min_category": 1.0,
+    "adaptive_overall": 1.5,
+}
+
+
+@dataclass(frozen=True)
+class Group:
+    method: str
+    category: str
+    kind: str
+    runs: int
+    tokens: int
+    wall_s: float
+    tok_s: float
+    """Decoding speed (wall time less the target's prompt prefill): speedups are ratios of these."""
+    e2e_tok_s: float
+    """Tokens over the whole wall time, prefill included."""
+    speedup: float | None
+    alpha: float | None
+    alpha_iid: float | None
+    tau: float | None
+    mean_gamma: float | None
+    predicted: float | None
+    """The seed formula with c and v(γ) as these runs measured them (see :func:`predict`)."""
+    predicted_probe: float | None
+    """The same with c and v(γ) from the cost probe, measured before the runs."""
+    measured_over_predicted: float | None
+    greedy_equal: bool | None
+    mismatches: int
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def plain_step_ms(records: Sequence[RunRecord]) -> float | None:
+    """Mean milliseconds of one plain decoding step, from plain runs' round events."""
+    rounds = sum(r.rounds for r in records if r.kind == "plain")
+    return sum(r.verify_ms for r in records if r.kind == "plain") / rounds if rounds else None
+
+
+def predict(
+    records: Sequence[RunRecord], costs: Costs, plain_ms: float | None = None, *, in_situ: bool = True
+) -> float | None:
+    """Predicted speedup over plain for these runs: the seed formula applied round by round.
+
+    Each round that drafted d tokens is expected to yield E[T](α, d) tokens for d·c + v(d)
+    plain steps, with α the pooled acceptance per tested position of its drafter. ``in_situ``
+    takes c and v(d) from the runs' own RoundEvents (draft_ms per drafted token and verify_ms by
+    width, over ``plain_ms``, the plain runs' step on the same prompts); otherwise c and v come
+    from the cost probe (a lookup's c is always its measured time: the probe has no lookups).
+    """
+    if not records or any(r.kind == "hf" for r in records):
+        return None
+    if all(r.kind == "plain" for r in records):
+        return 1.0
+    log = [entry for r in records for entry in r.round_log]
+    step = plain_ms if in_situ and plain_ms else costs.target_ms
+    alpha: dict[str, float] = {}
+    c: dict[str, float] = {}
+    for source in {entry[0] for entry in log}:
+        rows = [e for e in log if e[0] == source and e[1] > 0]
+        tested = sum(min(e[2] + 1, e[1]) for e in rows)
+        drafted = sum(e[1] for e in rows)
+        alpha[source] = sum(e[2] for e in rows) / tested if tested else 0.0
+        measured_c = sum(e[3] for e in rows) / drafted / step if drafted else 0.0
+        c[source] = costs.c if (not in_situ and source == "model" and costs.c is not None) else measured_c
+    widths: dict[int, list[float]] = {}
+    for e in log:
+        widths.setdefault(e[1], []).append(e[4])
+
+    def v(width: int) -> float:
+        if not in_situ:
+            return costs.v(width)
+        if width == 0:
+            return 1.0
+        return sum(widths[width]) / len(widths[width]) / step
+
+    tokens = cost = 0.0
+    for source, drafted, _, _, _ in log:
+        tokens += expected_tokens_per_round(alpha[source], drafted)
+        cost += drafted * c[source] + v(drafted)
+    return tokens / cost if cost else None
+
+
+def predicted_curve(alpha: float, costs: Costs, gammas: Sequence[int]) -> dict[int, float]:
+    """The formula at fixed γ: E[T](α, γ) / (γ·c + v(γ))."""
+    c = costs.c or 0.0
+    return {g: expected_tokens_per_round(alpha, g) / (g * c + costs.v(g)) for g in gammas}
+
+
+def _rate(records: Sequence[RunRecord]) -> tuple[int, float, float]:
+    tokens = sum(r.tokens for r in records)
+    wall = sum(r.decode_wall_s for r in records)
+    return tokens, wall, tokens / wall if wall > 0 else 0.0
+
+
+def _ratio(num: int, den: int) -> float | None:
+    return num / den if den else None
+
+
+def group(records: Sequence[RunRecord], method: str, category: str, costs: Costs) -> Group | None:
+    rows = [r for r in records if r.method == method and category in (ALL, r.category)]
+    if not rows:
+        return None
+    prompts = {r.prompt_id for r in rows}
+    plain = [r for r in records if r.kind == "plain" and r.prompt_id in prompts]
+    tokens, _, tok_s = _rate(rows)
+    plain_rate = _rate(plain)[2] if plain else 0.0
+    speedup = tok_s / plain_rate if plain_rate else None
+    step = plain_step_ms(plain)
+    predicted = predict(rows, costs, step)
+    checked = [r for r in rows if r.matches_plain is not None]
+    hist_rounds = sum(n for r in rows for n in r.drafted_hist.values())
+    mean_gamma = (
+        sum(d * n for r in rows for d, n in r.drafted_hist.items()) / hist_rounds if hist_rounds else None
+    )
+    return Group(
+        method=method,
+        category=category,
+        kind=rows[0].kind,
+        runs=len(rows),
+        tokens=tokens,
+        wall_s=sum(r.wall_s for r in rows),
+        tok_s=tok_s,
+        e2e_tok_s=tokens / max(sum(r.wall_s for r in rows), 1e-9),
+        speedup=speedup,
+        alpha=_ratio(sum(r.accepted for r in rows), sum(r.drafted for r in rows)),
+        alpha_iid=_ratio(sum(r.accepted for r in rows), sum(r.tested for r in rows)),
+        tau=_ratio(sum(r.tokens for r in rows), sum(r.rounds for r in rows)),
+        mean_gamma=mean_gamma if rows[0].kind == "specchat" else None,
+        predicted=predicted,
+        predicted_probe=predict(rows, costs, step, in_situ=False),
+        measured_over_predicted=speedup / predicted if speedup is not None and predicted else None,
+        greedy_equal=all(bool(r.matches_plain) for r in checked) if checked else None,
+        mismatches=sum(1 for r in checked if not r.matches_plain),
+    )
+
+
+def all_groups(records: Sequence[RunRecord], methods: Sequence[Method], costs: Costs) -> list[Group]:
+    categories = list(dict.fromkeys(r.category for r in records))
+    out: list[Group] = []
+    for method in methods:
+        for category in [ALL, *categories]:
+            g = group(records, method.name, category, costs)
+            if g is not None:
+                out.append(g)
+    return out
+
+
+def event_costs(records: Sequence[RunRecord]) -> dict[str, object]:
+    """c and v(γ) as the runs' own events saw them (a cross-check of the probe)."""
+    plain = [r for r in records if r.kind == "plain"]
+    steps = sum(r.rounds for r in plain)
+    if not steps:
+        return {}
+    step_ms = sum(r.verify_ms for r in plain) / steps
+    fixed = [r for r in records if r.drafter == "model" and r.schedule == "fixed" and r.kind == "specchat"]
+    drafted = sum(r.drafted for r in fixed)
+    by_gamma: dict[int, list[RunRecord]] = {}
+    for r in fixed:
+        by_gamma.setdefault(r.gamma, []).append(r)
+    v = {
+        str(g): round(sum(r.verify_ms for r in rs) / sum(r.rounds for r in rs) / step_ms, 4)
+        for g, rs in sorted(by_gamma.items())
+        if sum(r.rounds for r in rs)
+    }
+    return {
+        "plain_step_ms": round(step_ms, 3),
+        "c": round(sum(r.draft_ms for r in fixed) / drafted / step_ms, 4) if drafted else None,
+        "v": v,
+    }
+
+
+def summarize(records: Sequence[RunRecord], methods: Sequence[Method], costs: Costs) -> dict[str, object]:
+    """The headline: the best specchat configuration against plain and against HF assisted."""
+    overall = {g.method: g for g in all_groups(records, methods, costs) if g.category == ALL}
+    categories = list(dict.fromkeys(r.category for r in records))
+    plain = overall.get("plain")
+    spec = [g for g in overall.values() if g.kind == "specchat" and g.speedup is not None]
+    hf_assisted = [g for name, g in overall.items() if g.kind == "hf" and name != "hf-plain"]
+    best = max(spec, key=lambda g: g.speedup or 0.0, default=None)
+    best_hf = max(hf_assisted, key=lambda g: g.tok_s, default=None)
+    summary: dict[str, object] = {
+        "plain_tok_s": plain.tok_s if plain else None,
+        "best": best.method if best else None,
+        "best_tok_s": best.tok_s if best else None,
+        "speedup_vs_plain": best.speedup if best else None,
+        "predicted_speedup": best.predicted if best else None,
+        "measured_over_predicted": best.measured_over_predicted if best else None,
+        "predicted_speedup_probe": best.predicted_probe if best else None,
+        "measured_over_predicted_probe": (
+            best.speedup / best.predicted_probe if best and best.speedup and best.predicted_probe else None
+        ),
+        "alpha": best.alpha if best else None,
+        "tau": best.tau if best else None,
+        "best_hf_assisted": best_hf.method if best_hf else None,
+        "hf_assisted_tok_s": best_hf.tok_s if best_hf else None,
+        "vs_hf_assisted": best.tok_s / best_hf.tok_s if best and best_hf and best_hf.tok_s else None,
+    }
+    if best is not None and best.method.startswith("fixed-"):
+        same = overall.get(f"hf-assisted-{best.method.removeprefix('fixed-')}")
+        summary["vs_hf_assisted_same_gamma"] = best.tok_s / same.tok_s if same and same.tok_s else None
+    adaptive = overall.get("adaptive")
+    if adaptive is not None:
+        by_cat = {}
+        for category in categories:
+            g = group(records, "adaptive", category, costs)
+            by_cat[category] = g.speedup if g else None
+        present = [v for v in by_cat.values() if v is not None]
+        summary["adaptive"] = {
+            "speedup_vs_plain": adaptive.speedup,
+            "min_category_speedup": min(present) if present else None,
+            "by_category": by_cat,
+            "measured_over_predicted": adaptive.measured_over_predicted,
+        }
+    greedy = {name: g.greedy_equal for name, g in overall.items() if g.kind != "plain"}
+    summary["greedy_equal"] = greedy
+    summary["targets"] = _targets(summary)
+    return summary
+
+
+def _targets(summary: dict[str, object]) -> dict[str, bool | None]:
+    def at_least(value: object, bound: float) -> bool | None:
+        return None if value is None else bool(float(value) >= bound)  # type: ignore[arg-type]
+
+    adaptive = summary.get("adaptive") or {}
+    assert isinstance(adaptive, dict)
+    return {
+        "measured_over_predicted >= 0.9": at_least(summary.get("measured_over_predicted"), 0.9),
+        "vs_hf_assisted >= 1.2": at_least(summary.get("vs_hf_assisted"), 1.2),
+        "adaptive >= 1.0 in every category": at_least(adaptive.get("min_category_speedup"), 1.0),
+        "adaptive >= 1.5 overall": at_least(adaptive.get("speedup_vs_plain"), 1.5),
+    }
+
+
+def to_json(
+    records: Sequence[RunRecord],
+    methods: Sequence[Method],
+    costs: Costs,
+    meta: dict[str, object],
+) -> dict[str, object]:
+    return {
+        "meta": meta,
+        "costs": {"probe": costs.to_json(), "events": event_costs(records)},
+        "summary": summarize(records, methods, costs),
+        "groups": [g.to_json() for g in all_groups(records, methods, costs)],
+        "records": [r.to_json() for r in records],
+    }
+
+
+# ---------------------------------------------------------------------------------------- tables
+def _fmt(value: float | None, spec: str = ".2f", suffix: str = "") -> str:
+    return "–" if value is None else f"{value:{spec}}{suffix}"
+
+
+def _equal(value: bool | None) -> str:
+    return "–" if value is None else ("yes" if value else "NO")
+
+
+def render_tables(records: Sequence[RunRecord], methods: Sequence[Method], costs: Costs) -> list[object]:
+    """rich renderables: the per-method table and the speedup-by-category table."""
+    from rich.table import Table
+
+    groups = all_groups(records, methods, costs)
+    categories = list(dict.fromkeys(r.category for r in records))
+    overall = [g for g in groups if g.category == ALL]
+    main = Table(title="specchat bench · all prompts", title_justify="left")
+    for column in ("method", "tok/s", "e2e", "speedup", "α", "τ", "γ̄", "predicted", "meas/pred", "= ref"):
+        main.add_column(column, justify="left" if column == "method" else "right")
+    for g in overall:
+        main.add_row(
+            g.method,
+            _fmt(g.tok_s),
+            _fmt(g.e2e_tok_s),
+            _fmt(g.speedup, suffix="×"),
+            _fmt(g.alpha),
+            _fmt(g.tau),
+            _fmt(g.mean_gamma, ".1f"),
+            _fmt(g.predicted, suffix="×"),
+            _fmt(g.measured_over_predicted),
+            _equal(g.greedy_equal),
+        )
+    by_cat = Table(title="speedup over plain by category (tok/s in the plain row)", title_justify="left")
+    by_cat.add_column("method")
+    for category in categories:
+        by_cat.add_column(category, justify="right")
+    index = {(g.method, g.category): g for g in groups}
+    for g in overall:
+        cells = []
+        for category in categories:
+            cg = index.get((g.method, category))
+            if cg is None:
+                cells.append("–")
+            elif g.kind == "plain":
+                cells.append(_fmt(cg.tok_s))
+            else:
+                cells.append(_fmt(cg.speedup, suffix="×"))
+        by_cat.add_row(g.method, *cells)
+    return [main, by_cat]
+
+
+def render_detail(records: Sequence[RunRecord], methods: Sequence[Method], costs: Costs) -> object:
+    """Every (method, category) row: tok/s, α, τ, speedup, predicted, measured/predicted."""
+    from rich.table import Table
+
+    table = Table(title="per method and category", title_justify="left")
+    columns = ("method", "category", "tok/s", "α", "τ", "speedup", "predicted", "probe", "meas/pred", "= ref")
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("method", "category") else "right")
+    for g in all_groups(records, methods, costs):
+        if g.category == ALL:
+            continue
+        table.add_row(
+            g.method,
+            g.category,
+            _fmt(g.tok_s),
+            _fmt(g.alpha),
+            _fmt(g.tau),
+            _fmt(g.speedup, suffix="×"),
+            _fmt(g.predicted, suffix="×"),
+            _fmt(g.predicted_probe, suffix="×"),
+            _fmt(g.measured_over_predicted),
+            _equal(g.greedy_equal),
+        )
+    return table
+
+
+def headline(summary: dict[str, object], costs: Costs) -> list[str]:
+    """A few plain lines under the tables: the costs, the best configuration and the targets."""
+
+    def f(key: str, spec: str = ".2f") -> str:
+        value = summary.get(key)
+        return "–" if value is None else f"{value:{spec}}"
+
+    c = costs.c
+    v = ", ".join(f"v({g})={costs.v(g):.2f}" for g in sorted(costs.verify_ms))
+    lines = [
+        f"costs: target step {costs.target_ms:.1f} ms, draft step "
+        f"{_fmt(costs.draft_ms, '.1f')} ms, c={_fmt(c, '.3f')}; {v}",
+        f"best: {summary.get('best')} at {f('best_tok_s')} tok/s = {f('speedup_vs_plain')}× plain "
+        f"({f('plain_tok_s')} tok/s), predicted {f('predicted_speedup')}× "
+        f"(from the probe's c and v: {f('predicted_speedup_probe')}×), "
+        f"measured/predicted {f('measured_over_predicted')} (probe: {f('measured_over_predicted_probe')})",
+        f"vs Hugging Face assisted ({summary.get('best_hf_assisted')}, {f('hf_assisted_tok_s')} tok/s): "
+        f"{f('vs_hf_assisted')}×",
+    ]
+    adaptive = summary.get("adaptive")
+    if isinstance(adaptive, dict):
+        lines.append(
+            f"adaptive: {_fmt(adaptive.get('speedup_vs_plain'), suffix='×')} overall, "
+            f"worst category {_fmt(adaptive.get('min_category_speedup'), suffix='×')}"
+        )
+    targets = summary.get("targets")
+    if isinstance(targets, dict):
+        marks = {True: "met", False: "NOT met", None: "n/a"}
+        lines.append("targets: " + "; ".join(f"{k}: {marks[v]}" for k, v in targets.items()))
+    return lines

@@ -1,0 +1,42 @@
+"""The hybrid drafter: prompt lookup when the text repeats itself, the draft model otherwise.
+
+A lookup costs no model pass at all (c ≈ 0), so whenever the last tokens occurred before in the
+conversation (quoting a passage, editing code, a summary reusing phrases) its continuation is
+the cheapest possible draft; when there is no match, the draft model proposes as usual. Each
+proposal keeps its own exact p_draft (one-hot for a lookup, the draft model's shaped
+distribution otherwise), so verification stays exact either way.
+
+``name`` tells which of the two proposed the latest draft ("ngram" or "model"): the loop stamps
+it on the round's RoundEvent, so statistics and the adaptive schedule (which keeps estimates per
+drafter) see lookups and model drafts apart.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specchat.engine.drafters import Draft, DrafterName, ModelDrafter, NgramDrafter
+from specchat.engine.sampling import SamplingParams
+
+
+class HybridDrafter:
+    name: DrafterName = "model"
+
+    def __init__(self, ngram: NgramDrafter, model: ModelDrafter, *, min_lookup: int = 2) -> None:
+        self.ngram = ngram
+        self.model = model
+        self.min_lookup = min_lookup
+        """Shorter lookups than this (a lone repeated token) are ignored in favour of the model."""
+
+    def prefill(self, ids: list[int]) -> None:
+        self.model.prefill(ids)
+
+    def propose(
+        self, ids: list[int], gamma: int, params: SamplingParams, generator: torch.Generator | None
+    ) -> Draft:
+        lookup = self.ngram.propose(ids, gamma, params, generator)
+        if len(lookup.ids) >= min(self.min_lookup, gamma):
+            self.name = "ngram"
+            return lookup
+        self.name = "model"
+        return self.model.propose(ids, gamma, params, generator)

@@ -1,0 +1,436 @@
+"""CPU fast paths for the linear layers: fewer bytes per weight, every row computed on its own.
+
+Decoding one token is memory-bound: each step streams every weight once. On the 2-core AMD CPU
+this project is measured on, fp32 weights also suffer from MKL's small-batch GEMM, which makes
+a verify pass over 2–9 positions cost 2–7 single-token passes (see MODELS.md), so speculation
+cannot pay. The kernels here read fewer bytes and stay flat in the number of rows.
+
+Exactness: the target's layers must compute each row of a verify pass bit for bit as a
+single-token pass would, or greedy speculative output drifts from plain decoding computed the
+same way. The target modes below have that property (checked in tests): fbgemm's fp16-weight
+GEMM, per-row dynamic int8 (exact int32 accumulation, one scale per row), weight-only int4.
+fbgemm's stock dynamic int8 (``dyn8``) quantizes activations with one scale per *batch*, so
+its rows depend on their neighbours: it is offered for the draft only, where numerics only
+move the acceptance rate, never the output.
+
+The draft may also get a *narrow head*: logits for only the first ``n`` token ids (byte-level
+BPE ids are roughly ordered by merge frequency). The drafter then proposes from those ids
+only; p_draft is exactly the distribution it sampled from (zero elsewhere), so verification
+stays exact; only α can drop, by the mass the target puts on rarer tokens.
+
+A path is written ``TARGET/DRAFT``, e.g. ``fp16/int8``, optionally with ``+head32768`` on the
+draft part; ``none`` leaves both models as loaded; ``auto`` picks the measured best for the device.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from specchat.errors import InvalidSettingError
+
+TARGET_MODES = ("fp32", "fp16", "int8", "int4")
+DRAFT_MODES = (*TARGET_MODES, "dyn8")
+AUTO_CPU_PATH = "int8/dyn8+head32768"
+"""Chosen on the bench: per-row int8 target (98.6 % teacher-forced argmax agreement with fp32 on the
+quick prompts; fp16/dyn8 agrees 100 % but decodes ~1.8x slower), fbgemm int8 draft with a 32k head."""
+INT4_GROUP = 128
+
+# fbgemm's fp16 GEMM and quantized tensors carry deprecation notices in torch 2.13; they are still
+# the fastest CPU kernels here (see the module doc). Say so once, not on every forward.
+warnings.filterwarnings("ignore", message=r".*fbgemm.*deprecated.*")
+warnings.filterwarnings("ignore", message=r".*quantize_per_tensor, torch.quantize_per_channel.*")
+
+
+@dataclass(frozen=True)
+class CpuPath:
+    target: str = "fp32"
+    draft: str = "fp32"
+    draft_head: int | None = None
+
+    def __str__(self) -> str:
+        if self.target == "fp32" and self.draft == "fp32" and self.draft_head is None:
+            return "none"
+        head = f"+head{self.draft_head}" if self.draft_head else ""
+        return f"{self.target}/{self.draft}{head}"
+
+
+def parse_cpu_path(text: str, device: torch.device | None = None) -> CpuPath:
+    """``none``, ``auto`` or ``TARGET/DRAFT[+headN]``; InvalidSettingError otherwise."""
+    value = text.strip().lower()
+    if value in ("", "none", "off"):
+        return CpuPath()
+    if value == "auto":
+        if device is not None and device.type != "cpu":
+            return CpuPath()
+        return parse_cpu_path(AUTO_CPU_PATH)
+    target, _, draft = value.partition("/")
+    draft = draft or "fp32"
+    draft, _, head = draft.partition("+head")
+    if target not in TARGET_MODES or draft not in DRAFT_MODES:
+        raise InvalidSettingError(
+            f"unknown CPU path {text!r}: use none, auto or TARGET/DRAFT with TARGET in "
+            f"{', '.join(TARGET_MODES)} and DRAFT in {', '.join(DRAFT_MODES)} (e.g. fp16/int8+head32768)."
+        )
+    try:
+        width = int(head) if head else None
+    except ValueError as err:
+        raise InvalidSettingError(f"the draft head width in {text!r} must be a whole number.") from err
+    if width is not None and width < 256:
+        raise InvalidSettingError(
+            f"a draft head narrower than 256 ids cannot cover the byte tokens ({text!r})."
+        )
+    return CpuPath(target, draft, width)
+
+
+# ------------------------------------------------------------------------------------------ kernels
+def _fbgemm_fp16_available() -> bool:
+    return hasattr(
+        torch.ops._quantized, "wrapped_fbgemm_pack_gemm_matrix_fp16"
+    ) and torch.backends.quantized.engine in (
+        "fbgemm",
+        "x86",
+    )
+
+
+class PackedLinear(nn.Module):
+    """A Linear whose weight lives in a packed low-precision form; forward = x Wᵀ + b in fp32.
+
+    ``weight`` is kept as a meta tensor of the original shape, so code that asks a layer for its
+    width (``lm_head.weight.shape``) still gets the right answer, and code that tries to compute
+    with it fails loudly.
+    """
+
+    def __init__(self, linear: nn.Linear, mode: str, rows: int | None = None) -> None:
+        weight = linear.weight.detach()
+        bias = linear.bias.detach() if linear.bias is not None else None
+        if rows is not None:
+            weight, bias = weight[:rows], (bias[:rows] if bias is not None else None)
+        self.__init_from(weight, bias, mode)
+
+    @classmethod
+    def from_tensors(cls, weight: torch.Tensor, bias: torch.Tensor | None, mode: str) -> PackedLinear:
+        layer = cls.__new__(cls)
+        layer.__init_from(weight, bias, mode)
+        return layer
+
+    def __init_from(self, weight: torch.Tensor, bias: torch.Tensor | None, mode: str) -> None:
+        super().__init__()
+        weight = weight.float().contiguous()
+        self.mode = mode
+        self.in_features = weight.shape[1]
+        self.out_features = weight.shape[0]
+        self.bias = nn.Parameter(bias.float().clone(), requires_grad=False) if bias is not None else None
+        self._forward: Callable[[torch.Tensor], torch.Tensor] = self._build(weight, mode)
+
+    @property
+    def weight(self) -> torch.Tensor:  # type: ignore[override]
+        return torch.empty(self.out_features, self.in_features, device="meta")
+
+    def _build(self, weight: torch.Tensor, mode: str) -> Callable[[torch.Tensor], torch.Tensor]:
+        n = self.out_features
+        if mode == "fp32":
+            self.register_buffer("w", weight, persistent=False)
+            return lambda x: torch.nn.functional.linear(x, self.w)
+        if mode == "fp16":
+            if not _fbgemm_fp16_available():
+                raise InvalidSettingError("this torch build has no fbgemm fp16 kernels: use --cpu-path none.")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self._packed = torch.ops._quantized.wrapped_fbgemm_pack_gemm_matrix_fp16(weight)
+            return lambda x: torch.ops._quantized.wrapped_fbgemm_linear_fp16_weight(x, self._packed, None, n)
+        if mode == "int8":
+            scale = weight.abs().amax(dim=1).clamp(min=1e-12) / 127.0
+            q = torch.round(weight / scale[:, None]).clamp(-127, 127).to(torch.int8)
+            zero = torch.zeros_like(scale, dtype=torch.long)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # quantized tensors are "deprecated"; fbgemm needs one
+                qweight = torch._make_per_channel_quantized_tensor(q, scale.double(), zero, 0)
+                self._packed = torch.ops.quantized.linear_prepack(qweight, None)
+            # fbgemm picks the activation scale from the batch's range; one extra row spanning
+            # [-128, 127] pins it to exactly 1 (zero point 128), so the integers we pass go
+            # through unchanged and each row keeps its own scale.
+            pin = torch.zeros(1, weight.shape[1])
+            pin[0, 0], pin[0, 1] = -128.0, 127.0
+            self.register_buffer("pin", pin, persistent=False)
+            return self._int8_rows
+        if mode == "int4":
+            packed, scales_zeros = _pack_int4(weight, INT4_GROUP)
+            self.register_buffer("w4", packed, persistent=False)
+            self.register_buffer("w4_sz", scales_zeros, persistent=False)
+            return lambda x: torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.w4, INT4_GROUP, self.w4_sz)
+        if mode == "dyn8":
+            lin = nn.Linear(weight.shape[1], n, bias=False)
+            lin.weight = nn.Parameter(weight, requires_grad=False)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self._dyn = torch.ao.nn.quantized.dynamic.Linear.from_float(_with_qconfig(lin))
+            return self._dyn
+        raise InvalidSettingError(f"unknown CPU kernel mode {mode!r}.")
+
+    def _int8_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """Per-row dynamic int8 on fbgemm: one activation scale per row, exact int32 accumulation."""
+        x_scale = x.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 127.0
+        integers = torch.cat([torch.round(x / x_scale), self.pin])
+        return torch.ops.quantized.linear_dynamic(integers, self._packed, False)[:-1] * x_scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        out = self._forward(x.reshape(-1, shape[-1]).float().contiguous())
+        if self.bias is not None:
+            out = out + self.bias
+        return out.reshape(*shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, mode={self.mode}"
+
+
+def _with_qconfig(linear: nn.Linear) -> nn.Linear:
+    linear.qconfig = torch.ao.quantization.default_dynamic_qconfig  # type: ignore[assignment]
+    return linear
+
+
+def _pack_int4(weight: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Asymmetric 4-bit groups along the input dimension, packed for the CPU int4 kernel."""
+    rows, cols = weight.shape
+    if cols % group:
+        raise InvalidSettingError(f"int4 needs the input width ({cols}) to be a multiple of {group}.")
+    chunks = weight.reshape(-1, group)
+    high, low = chunks.amax(dim=1, keepdim=True), chunks.amin(dim=1, keepdim=True)
+    scale = (high - low).clamp(min=1e-6) / 15.0
+    zero = low + scale * 8.0
+    q = torch.round((chunks - low) / scale).clamp(0, 15).to(torch.int32).reshape(rows, cols)
+    scales_zeros = (
+        torch.cat([scale.reshape(rows, -1, 1), zero.reshape(rows, -1, 1)], dim=2).transpose(0, 1).contiguous()
+    )
+    return torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 2), scales_zeros
+
+
+# ------------------------------------------------------------------------------------------ fusion
+FUSED_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+"""Sibling projections that read the same input (Llama, Qwen2, Mistral …): one GEMM each group."""
+
+
+class _Shared:
+    """The fused GEMM's input and its split outputs, handed from the first sibling to the rest."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+        self.input: torch.Tensor | None = None
+        self.outputs: tuple[torch.Tensor, ...] = ()
+
+
+class FusedFirst(nn.Module):
+    """Stands in for the first projection of a group: runs the one GEMM for all of them."""
+
+    def __init__(self, packed: PackedLinear, widths: list[int], shared: _Shared, in_features: int) -> None:
+        super().__init__()
+        self.packed = packed
+        self.widths = widths
+        self.shared = shared
+        self.in_features = in_features
+        self.out_features = widths[0]
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return torch.empty(self.out_features, self.in_features, device="meta")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        outputs = self.packed(x).split(self.widths, dim=-1)
+        self.shared.input, self.shared.outputs = x, outputs
+        return outputs[0]
+
+
+class FusedRest(nn.Module):
+    """Stands in for a later projection of a group: returns its slice of the fused output."""
+
+    def __init__(self, index: int, shared: _Shared, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.index = index
+        self.shared = shared
+        self.in_features = in_features
+        self.out_features = out_features
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return torch.empty(self.out_features, self.in_features, device="meta")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shared = self.shared
+        if x is not shared.input:
+            raise RuntimeError(
+                f"fused {'/'.join(shared.names)} called out of order: the model's forward changed"
+            )
+        out = shared.outputs[self.index]
+        if self.index == len(shared.outputs) - 1:
+            shared.input, shared.outputs = None, ()
+        return out
+
+
+def _fuse_groups(module: nn.Module, mode: str) -> bool:
+    """Fuse every complete group of sibling Linears in ``module``; True if any was fused."""
+    fused = False
+    for names in FUSED_GROUPS:
+        layers = [getattr(module, name, None) for name in names]
+        if not all(isinstance(layer, nn.Linear) for layer in layers):
+            continue
+        linears: list[nn.Linear] = layers  # type: ignore[assignment]
+        if len({layer.in_features for layer in linears}) != 1:
+            continue
+        weight = torch.cat([layer.weight.detach() for layer in linears])
+        biases = [layer.bias for layer in linears]
+        bias = None
+        if any(b is not None for b in biases):
+            bias = torch.cat(
+                [
+                    b.detach() if b is not None else torch.zeros(layer.out_features)
+                    for b, layer in zip(biases, linears, strict=True)
+                ]
+            )
+        shared = _Shared(names)
+        widths = [layer.out_features for layer in linears]
+        in_features = linears[0].in_features
+        setattr(
+            module,
+            names[0],
+            FusedFirst(PackedLinear.from_tensors(weight, bias, mode), widths, shared, in_features),
+        )
+        for index, name in enumerate(names[1:], start=1):
+            setattr(module, name, FusedRest(index, shared, in_features, widths[index]))
+        fused = True
+    return fused
+
+
+# ------------------------------------------------------------------------------------------ models
+def convert_linears(
+    model: nn.Module, mode: str, *, head_rows: int | None = None, fuse: bool = True
+) -> nn.Module:
+    """Replace every nn.Linear in ``model`` (in place) by a PackedLinear of ``mode``.
+
+    Sibling projections that share an input are fused into one GEMM (``fuse``); ``head_rows``
+    narrows the output head to the first ids (drafts only: see the module doc).
+    """
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if mode != "fp32" and fuse:
+        for module in list(model.modules()):
+            _fuse_groups(module, mode)
+    for module in list(model.modules()):
+        for child_name, child in list(module.named_children()):
+            if not isinstance(child, nn.Linear):
+                continue
+            is_head = child is head
+            if mode == "fp32" and not (is_head and head_rows is not None):
+                continue
+            rows = head_rows if is_head and head_rows is not None and head_rows < child.out_features else None
+            setattr(module, child_name, PackedLinear(child, mode, rows))
+    return model
+
+
+@dataclass
+class CpuPair:
+    """The models the engine decodes with, and the Hugging Face models they share weights with."""
+
+    target: nn.Module
+    draft: nn.Module | None
+    hf_target: nn.Module
+    hf_draft: nn.Module | None
+    path: str
+    lean: bool
+
+
+def prepare_cpu_pair(
+    target: nn.Module, draft: nn.Module | None, path: str | CpuPath = "auto", *, lean: bool = True
+) -> CpuPair:
+    """Convert the pair in place for ``path`` and wrap it in the lean forward where possible.
+
+    The Hugging Face models keep working (``generate``; the bench's peer runs on them) and
+    share every weight with the engine's models; their attention switches to row-by-row for
+    short passes so that their own assisted decoding stays exact too.
+    """
+    from specchat.models.lean import LeanCausalLM, lean_supported
+
+    device = next(target.parameters()).device
+    quantized = getattr(target, "hf_quantizer", None) is not None or getattr(target, "is_quantized", False)
+    if quantized and isinstance(path, str) and path.strip().lower() == "auto":
+        path = "none"  # bitsandbytes layers already: leave them alone
+    chosen = path if isinstance(path, CpuPath) else parse_cpu_path(path, device)
+    if str(chosen) == "none":
+        return CpuPair(target, draft, target, draft, "none", False)
+    if device.type != "cpu":
+        raise InvalidSettingError(f"--cpu-path {chosen} is for CPU models; this one is on {device}.")
+    if quantized:
+        raise InvalidSettingError("--cpu-path cannot be combined with --quant: pick one.")
+    with torch.inference_mode(False), torch.no_grad():
+        convert_linears(target, chosen.target)
+        if chosen.target != "fp32":
+            use_row_attention(target)
+        if draft is not None:
+            convert_linears(draft, chosen.draft, head_rows=chosen.draft_head)
+    use_lean = lean and lean_supported(target) is None and (draft is None or lean_supported(draft) is None)
+    if not use_lean:
+        return CpuPair(target, draft, target, draft, str(chosen), False)
+    lean_draft = LeanCausalLM(draft) if draft is not None else None
+    return CpuPair(LeanCausalLM(target), lean_draft, target, draft, str(chosen), True)
+
+
+def apply_cpu_path(target: nn.Module, draft: nn.Module | None, path: str | CpuPath = "auto") -> str:
+    """Convert the pair in place for ``path`` (no lean wrapper); returns the path applied."""
+    return prepare_cpu_pair(target, draft, path, lean=False).path
+
+
+# ---------------------------------------------------------------------------------- attention
+ROW_ATTENTION = "specchat_rows"
+ROW_LIMIT = 32
+"""Passes over at most this many new positions (decoding, verification) attend row by row."""
+
+
+def row_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: object,
+) -> tuple[torch.Tensor, None]:
+    """Attention that computes every query row exactly as a one-token pass would.
+
+    A verify pass over γ+1 positions must reproduce, bit for bit, the γ+1 single-token passes
+    of plain decoding. SDPA over several query rows takes other code paths (other blocking,
+    other summation order) than over one, so short passes run one SDPA call per row, each
+    identical to the call a one-token pass makes: query row i sees keys 0 … kv − L + i. Longer
+    passes (prefill, shared by both loops) and padded batches use the stock SDPA path.
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    batch, heads, length, dim = query.shape
+    if batch != 1 or length > ROW_LIMIT:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)  # type: ignore[arg-type]
+    kv_heads = key.shape[1]
+    groups = heads // kv_heads
+    kv_length = key.shape[2]
+    rows = []
+    for i in range(length):
+        q = query[:, :, i : i + 1, :].reshape(batch, kv_heads, groups, dim)
+        seen = kv_length - length + i + 1
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q, key[:, :, :seen, :], value[:, :, :seen, :], scale=scaling
+        )
+        rows.append(out.reshape(batch, heads, 1, value.shape[-1]))
+    attn = rows[0] if length == 1 else torch.cat(rows, dim=2)
+    return attn.transpose(1, 2).contiguous(), None
+
+
+def use_row_attention(model: nn.Module) -> None:
+    """Switch ``model`` to :func:`row_attention_forward` (registered once with transformers)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ROW_ATTENTION, row_attention_forward)
+    AttentionMaskInterface.register(ROW_ATTENTION, sdpa_mask)
+    model.set_attn_implementation(ROW_ATTENTION)  # type: ignore[operator]

@@ -1,0 +1,160 @@
+"""The adaptive γ schedule, driven by synthetic rounds: it drafts where drafting pays, never otherwise."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from specchat.engine.events import RoundEvent, TokenEvent
+from specchat.engine.gamma import SCHEDULES, AdaptiveGamma, make_schedule, positions_tested
+from specchat.engine.session import ChatEngine, Controls
+
+
+def plain_round(n: int, ms: float = 100.0) -> RoundEvent:
+    return RoundEvent(n, 0, 0, 0, 0.0, ms, "model")
+
+
+def drafted_round(
+    n: int, gamma: int, accepted: int, *, draft_ms_per_token: float, verify_ms: float, drafter: str = "model"
+) -> RoundEvent:
+    return RoundEvent(n, gamma, gamma, accepted, draft_ms_per_token * gamma, verify_ms, drafter)
+
+
+def drive(
+    schedule: AdaptiveGamma,
+    rounds: int,
+    *,
+    plain_ms: float,
+    draft_ms_per_token: float,
+    verify: dict[int, float] | float,
+    accept: float,
+) -> list[int]:
+    """Ask for γ, play the round with the given costs (acceptance deterministic), report it back."""
+    chosen: list[int] = []
+    credit = 0.0
+    for n in range(rounds):
+        gamma = schedule.next_gamma()
+        chosen.append(gamma)
+        if gamma == 0:
+            schedule.observe(plain_round(n, plain_ms))
+            continue
+        accepted = 0
+        for _ in range(gamma):  # each position passes with probability `accept`, deterministically
+            credit += accept
+            if credit < 1.0:
+                break
+            credit -= 1.0
+            accepted += 1
+        verify_ms = verify if isinstance(verify, float) else verify.get(gamma, max(verify.values()))
+        schedule.observe(
+            drafted_round(n, gamma, accepted, draft_ms_per_token=draft_ms_per_token, verify_ms=verify_ms)
+        )
+    return chosen
+
+
+def test_registered_and_built_by_name() -> None:
+    assert SCHEDULES == ("fixed", "heuristic", "adaptive")
+    schedule = make_schedule("adaptive", lambda: 3)
+    assert isinstance(schedule, AdaptiveGamma) and schedule.name == "adaptive"
+
+
+def test_first_round_is_plain_then_the_users_gamma() -> None:
+    schedule = AdaptiveGamma(lambda: 2)
+    assert schedule.next_gamma() == 0
+    schedule.observe(plain_round(0))
+    assert schedule.next_gamma() == 2
+
+
+def test_one_unlucky_round_does_not_switch_speculation_off() -> None:
+    schedule = AdaptiveGamma(3)
+    schedule.next_gamma()
+    schedule.observe(plain_round(0))
+    schedule.next_gamma()
+    schedule.observe(drafted_round(1, 3, 0, draft_ms_per_token=30.0, verify_ms=105.0))
+    assert schedule.next_gamma() > 0  # α is still unknown and the costs leave room
+
+
+def test_turns_speculation_off_when_it_cannot_pay() -> None:
+    # c ≈ 0.6 and a verify pass costing 1.9 plain steps (fp32 on this CPU), acceptance 0.5.
+    schedule = AdaptiveGamma(4)
+    chosen = drive(schedule, 40, plain_ms=100.0, draft_ms_per_token=60.0, verify=190.0, accept=0.5)
+    assert chosen[0] == 0 and chosen[1] == 3  # the user's γ, at most 3 for the first try
+    assert chosen[20:].count(0) == 20  # off once α is known to be too low for these costs
+    assert chosen[-10:].count(0) >= 9  # off, apart from an occasional probe
+    estimates = schedule.estimates()
+    assert estimates.c == pytest.approx(0.6)
+    assert all(s < 1.0 for s in estimates.speedup.values())
+
+
+def test_probes_back_off_while_speculation_stays_off() -> None:
+    schedule = AdaptiveGamma(2, probe_first=4, probe_max=64)
+    chosen = drive(schedule, 250, plain_ms=100.0, draft_ms_per_token=80.0, verify=190.0, accept=0.2)
+    probes = [i for i, g in enumerate(chosen) if g > 0 and i > 1]
+    assert probes, "an occasional probe refreshes α"
+    gaps = [b - a for a, b in itertools.pairwise(probes)]
+    assert gaps == sorted(gaps) and gaps[-1] > gaps[0]  # growing intervals
+    assert len(probes) <= 6  # about 2% of 250 rounds
+
+
+def test_drafts_when_it_pays_and_grows_gamma_with_acceptance() -> None:
+    # A cheap draft (c = 0.05) and a nearly flat verify pass: drafting pays, more so at higher γ.
+    schedule = AdaptiveGamma(2)
+    verify = {g: 100.0 + 3.0 * g for g in range(1, 17)}
+    chosen = drive(schedule, 40, plain_ms=100.0, draft_ms_per_token=5.0, verify=verify, accept=0.9)
+    assert all(g > 0 for g in chosen[1:])
+    assert max(chosen) > 2 and chosen[-1] >= 4
+    assert schedule.estimates().speedup[chosen[-1]] > 1.5
+
+
+def test_picks_a_small_gamma_when_only_a_small_one_pays() -> None:
+    # Verify cost rises steeply with width: γ = 1 pays a little, wider passes do not.
+    schedule = AdaptiveGamma(4)
+    verify = {g: 100.0 + 60.0 * (g - 1) + 10.0 for g in range(1, 17)}
+    chosen = drive(schedule, 40, plain_ms=100.0, draft_ms_per_token=10.0, verify=verify, accept=0.8)
+    assert chosen[-5:] == [1] * 5
+
+
+def test_low_acceptance_turns_it_off_even_with_a_cheap_draft() -> None:
+    schedule = AdaptiveGamma(3)
+    chosen = drive(schedule, 30, plain_ms=100.0, draft_ms_per_token=5.0, verify=140.0, accept=0.05)
+    assert chosen[-8:].count(0) >= 7
+
+
+def test_slow_catch_up_after_a_pause_is_not_taken_as_the_drafting_price() -> None:
+    schedule = AdaptiveGamma(2)
+    schedule.next_gamma()
+    schedule.observe(plain_round(0))
+    schedule.observe(drafted_round(1, 2, 2, draft_ms_per_token=5.0, verify_ms=105.0))
+    for n in range(2, 12):
+        schedule.observe(plain_round(n))
+    schedule.observe(drafted_round(12, 2, 2, draft_ms_per_token=500.0, verify_ms=105.0))
+    assert schedule.estimates().draft_ms_per_token == pytest.approx(5.0)
+
+
+def test_estimates_are_kept_per_drafter() -> None:
+    schedule = AdaptiveGamma(3)
+    schedule.observe(plain_round(0))
+    for n in range(1, 6):
+        schedule.observe(drafted_round(n, 3, 0, draft_ms_per_token=50.0, verify_ms=150.0))
+    model_alpha = schedule.alpha
+    for n in range(6, 12):
+        schedule.observe(drafted_round(n, 3, 3, draft_ms_per_token=0.1, verify_ms=150.0, drafter="ngram"))
+    assert schedule.drafter == "ngram" and schedule.alpha > 0.8 > model_alpha
+
+
+def test_positions_tested() -> None:
+    assert positions_tested(RoundEvent(0, 4, 4, 4, 0, 0, "model")) == 4
+    assert positions_tested(RoundEvent(0, 4, 4, 1, 0, 0, "model")) == 2
+    assert positions_tested(RoundEvent(0, 4, 3, 0, 0, 0, "ngram")) == 1
+
+
+@pytest.mark.parametrize("drafter", ["model", "ngram"])
+def test_adaptive_in_the_engine_equals_plain(engine: ChatEngine, drafter: str) -> None:
+    prompt = engine.prompt_ids([{"role": "user", "content": "the cat sat on the mat. the cat sat on"}])
+    controls = Controls(gamma=3, schedule="adaptive", drafter=drafter, max_new_tokens=40)
+    plain = [e.token_id for e in engine.stream_plain(prompt, controls) if isinstance(e, TokenEvent)]
+    events = list(engine.stream_ids(prompt, controls))
+    assert [e.token_id for e in events if isinstance(e, TokenEvent)] == plain
+    rounds = [e for e in events if isinstance(e, RoundEvent)]
+    assert rounds[0].gamma == 0  # the yardstick round
