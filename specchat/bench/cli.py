@@ -30,6 +30,12 @@ def _ints(text: str, what: str) -> list[int]:
     return values
 
 
+def _own_args() -> list[str]:
+    """The options this command was given (whatever launched it)."""
+    args = sys.argv[1:]
+    return args[args.index("bench") + 1 :] if "bench" in args else args
+
+
 def machine_load() -> dict[str, Any]:
     """1-minute load average and core count: benchmark figures mean little on a busy machine."""
     try:
@@ -75,6 +81,13 @@ def machine_load() -> dict[str, Any]:
 )
 @click.option("--no-lean", is_flag=True, help="Decode with the stock Hugging Face forward, not the lean one.")
 @click.option("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice).")
+@click.option(
+    "--repeats",
+    type=click.IntRange(1, 10),
+    default=1,
+    show_default=True,
+    help="Run everything this many times; figures use the fastest run of each (prompt, method).",
+)
 @click.option("--detail", is_flag=True, help="Also print every (method, category) row.")
 def bench(**options: Any) -> None:
     """Benchmark plain, speculative and Hugging Face assisted decoding side by side."""
@@ -114,6 +127,7 @@ def _bench(
     cpu_path: str,
     no_lean: bool,
     threads: int | None,
+    repeats: int,
     detail: bool,
 ) -> None:
     # Everything that can be checked without torch is checked first: a typo fails in milliseconds.
@@ -177,6 +191,12 @@ def _bench(
             target_lm.model, draft_lm.model if draft_lm else None, cpu_path, lean=not no_lean
         )
     path_used = pair.path + (" (lean forward)" if pair.lean else "")
+    if temperature > 0 and "+head" in pair.path and hf_sweep:
+        # transformers' speculative sampling needs the draft's logits over the whole vocabulary.
+        console.print(
+            f"note: HF assisted sampling needs the draft's full head; skipped with --cpu-path {pair.path}"
+        )
+        hf_sweep = []
     peer = (pair.hf_target, pair.hf_draft)
     engine = BenchEngine(pair.target, target_lm.tokenizer, pair.draft)
     settings = BenchSettings(new_tokens, temperature, top_k, top_p, seed)
@@ -200,7 +220,7 @@ def _bench(
 
     load_before = machine_load()
     started = time.perf_counter()
-    total = len(prompts) * len(methods)
+    total = len(prompts) * len(methods) * repeats
     with Progress(
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
@@ -215,6 +235,7 @@ def _bench(
             prompts,
             methods,
             settings,
+            repeats=repeats,
             before_run=lambda p, m: bar.update(task, description=f"{p.id:<16} {m.name:<20}"),
             progress=lambda r: bar.advance(task),
             peer=peer,
@@ -236,7 +257,7 @@ def _bench(
     )
 
     meta: dict[str, Any] = {
-        "command": "specchat bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "specchat bench",
+        "command": " ".join(["specchat bench", *_own_args()]),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {
             "platform": platform.platform(),
@@ -261,6 +282,8 @@ def _bench(
             "quick": quick,
             "gammas": sweep,
             "hf_gammas": hf_sweep,
+            "repeats": repeats,
+            "aggregation": "fastest repeat of each (prompt, method)",
         },
         "prompts": [p.id for p in prompts],
         "elapsed_s": round(elapsed, 1),

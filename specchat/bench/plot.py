@@ -10,7 +10,7 @@ from specchat.bench.costs import Costs
 from specchat.bench.report import ALL, all_groups, predicted_curve
 from specchat.bench.runner import Method, RunRecord
 
-_LINES = {"heuristic": "tab:orange", "adaptive": "tab:green", "ngram": "tab:purple"}
+_LINES = {"heuristic": "tab:orange", "adaptive": "tab:green", "ngram": "tab:purple", "hybrid": "tab:brown"}
 
 
 def write_plot(
@@ -47,11 +47,17 @@ def write_plot(
     alpha = sum(r.accepted for r in fixed) / tested if tested else None
 
     fig, (ax_rate, ax_speed) = plt.subplots(1, 2, figsize=(11, 4.2))
+    predicted = [(g, x.predicted) for g, x in sweep if x.predicted is not None]
+    if predicted:
+        xs, ys = [g for g, _ in predicted], [p for _, p in predicted]
+        label = "predicted (this run's α, c, v)"
+        ax_rate.plot(xs, [plain_tok_s * y for y in ys], "x--", color="tab:blue", label=label)
+        ax_speed.plot(xs, ys, "x--", color="tab:blue", label=label)
     if alpha is not None:
         curve = predicted_curve(alpha, costs, fine)
-        label = f"predicted (α={alpha:.2f})"
-        ax_rate.plot(fine, [plain_tok_s * curve[g] for g in fine], "--", color="tab:blue", label=label)
-        ax_speed.plot(fine, [curve[g] for g in fine], "--", color="tab:blue", label=label)
+        label = f"predicted (probe c, v; α={alpha:.2f})"
+        ax_rate.plot(fine, [plain_tok_s * curve[g] for g in fine], ":", color="tab:gray", label=label)
+        ax_speed.plot(fine, [curve[g] for g in fine], ":", color="tab:gray", label=label)
     for points, style, color, label in (
         (sweep, "o-", "tab:blue", "specchat"),
         (hf, "s-", "tab:red", "HF assisted"),

@@ -8,7 +8,10 @@ cannot pay. The kernels here read fewer bytes and stay flat in the number of row
 Exactness: the target's layers must compute each row of a verify pass bit for bit as a
 single-token pass would, or greedy speculative output drifts from plain decoding computed the
 same way. The target modes below have that property (checked in tests): fbgemm's fp16-weight
-GEMM, per-row dynamic int8 (exact int32 accumulation, one scale per row), weight-only int4.
+GEMM (``fp16``) and per-row dynamic int8 (``int8``: exact int32 accumulation on fbgemm, one
+activation scale per row). Attention must be row-independent too: see :func:`row_attention_forward`
+and :mod:`specchat.models.lean`. (Weight-only int4 was measured and dropped: torch's CPU int4
+kernel is no faster than fbgemm int8 at one row and far slower with fp32 activations.)
 fbgemm's stock dynamic int8 (``dyn8``) quantizes activations with one scale per *batch*, so
 its rows depend on their neighbours: it is offered for the draft only, where numerics only
 move the acceptance rate, never the output.
@@ -33,12 +36,11 @@ from torch import nn
 
 from specchat.errors import InvalidSettingError
 
-TARGET_MODES = ("fp32", "fp16", "int8", "int4")
+TARGET_MODES = ("fp32", "fp16", "int8")
 DRAFT_MODES = (*TARGET_MODES, "dyn8")
 AUTO_CPU_PATH = "int8/dyn8+head32768"
 """Chosen on the bench: per-row int8 target (98.6 % teacher-forced argmax agreement with fp32 on the
 quick prompts; fp16/dyn8 agrees 100 % but decodes ~1.8x slower), fbgemm int8 draft with a 32k head."""
-INT4_GROUP = 128
 
 # fbgemm's fp16 GEMM and quantized tensors carry deprecation notices in torch 2.13; they are still
 # the fastest CPU kernels here (see the module doc). Say so once, not on every forward.
@@ -158,11 +160,6 @@ class PackedLinear(nn.Module):
             pin[0, 0], pin[0, 1] = -128.0, 127.0
             self.register_buffer("pin", pin, persistent=False)
             return self._int8_rows
-        if mode == "int4":
-            packed, scales_zeros = _pack_int4(weight, INT4_GROUP)
-            self.register_buffer("w4", packed, persistent=False)
-            self.register_buffer("w4_sz", scales_zeros, persistent=False)
-            return lambda x: torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.w4, INT4_GROUP, self.w4_sz)
         if mode == "dyn8":
             lin = nn.Linear(weight.shape[1], n, bias=False)
             lin.weight = nn.Parameter(weight, requires_grad=False)
@@ -192,22 +189,6 @@ class PackedLinear(nn.Module):
 def _with_qconfig(linear: nn.Linear) -> nn.Linear:
     linear.qconfig = torch.ao.quantization.default_dynamic_qconfig  # type: ignore[assignment]
     return linear
-
-
-def _pack_int4(weight: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Asymmetric 4-bit groups along the input dimension, packed for the CPU int4 kernel."""
-    rows, cols = weight.shape
-    if cols % group:
-        raise InvalidSettingError(f"int4 needs the input width ({cols}) to be a multiple of {group}.")
-    chunks = weight.reshape(-1, group)
-    high, low = chunks.amax(dim=1, keepdim=True), chunks.amin(dim=1, keepdim=True)
-    scale = (high - low).clamp(min=1e-6) / 15.0
-    zero = low + scale * 8.0
-    q = torch.round((chunks - low) / scale).clamp(0, 15).to(torch.int32).reshape(rows, cols)
-    scales_zeros = (
-        torch.cat([scale.reshape(rows, -1, 1), zero.reshape(rows, -1, 1)], dim=2).transpose(0, 1).contiguous()
-    )
-    return torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 2), scales_zeros
 
 
 # ------------------------------------------------------------------------------------------ fusion
@@ -370,11 +351,29 @@ def prepare_cpu_pair(
             use_row_attention(target)
         if draft is not None:
             convert_linears(draft, chosen.draft, head_rows=chosen.draft_head)
+        for model in (target, draft):
+            if model is not None:
+                _own_remaining_weights(model)
     use_lean = lean and lean_supported(target) is None and (draft is None or lean_supported(draft) is None)
     if not use_lean:
         return CpuPair(target, draft, target, draft, str(chosen), False)
     lean_draft = LeanCausalLM(draft) if draft is not None else None
     return CpuPair(LeanCausalLM(target), lean_draft, target, draft, str(chosen), True)
+
+
+def _own_remaining_weights(model: nn.Module) -> None:
+    """Copy what was not packed (embeddings, norms, biases) out of the loaded file's memory map.
+
+    A model loaded from safetensors keeps views into the mapped file; while any survives, the
+    whole fp32 file stays mapped and shows as resident. Owning the few remaining tensors lets
+    the mapping go once the packed layers have replaced the large ones.
+    """
+    for param in model.parameters():
+        param.data = param.data.clone()
+    for module in model.modules():
+        for name, buffer in list(module.named_buffers(recurse=False)):
+            if buffer is not None and name in module._buffers:
+                module._buffers[name] = buffer.clone()
 
 
 def apply_cpu_path(target: nn.Module, draft: nn.Module | None, path: str | CpuPath = "auto") -> str:

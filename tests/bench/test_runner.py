@@ -19,6 +19,7 @@ from specchat.bench.runner import (
     RunRecord,
     build_methods,
     check_greedy,
+    fastest,
     first_difference,
     run_bench,
 )
@@ -166,6 +167,23 @@ def test_prompt_set() -> None:
     assert [p.category for p in load_prompts(only=["math"], per_category=2)] == ["math", "math"]
     with pytest.raises(BenchError):
         load_prompts(only=["poetry"])
+
+
+def test_repeats_keep_every_run_and_report_the_fastest(
+    engine: ChatEngine, prompts: list[BenchPrompt]
+) -> None:
+    methods = [Method("plain", "plain"), Method("fixed-2", "specchat", "model", "fixed", 2)]
+    records = run_bench(engine, prompts[:1], methods, BenchSettings(max_new_tokens=6), repeats=2)
+    assert sorted((r.method, r.repeat) for r in records) == [
+        ("fixed-2", 0),
+        ("fixed-2", 1),
+        ("plain", 0),
+        ("plain", 1),
+    ]
+    best = fastest(records)
+    assert len(best) == 2
+    for r in best:
+        assert r.tok_s == max(x.tok_s for x in records if x.method == r.method)
 
 
 def test_sampling_runs_skip_the_greedy_check(engine: ChatEngine, prompts: list[BenchPrompt]) -> None:
