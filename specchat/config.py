@@ -26,7 +26,7 @@ class Settings(BaseModel):
 
     target: str = "qwen-coder-1.5b"
     draft: str | None = "qwen-coder-0.5b"
-    drafter: Literal["model", "ngram", "none"] = "model"
+    drafter: Literal["model", "hybrid", "ngram", "none"] = "model"
     gamma: int = Field(4, ge=1, le=16)
     schedule: Literal["fixed", "heuristic", "adaptive"] = "fixed"
     temperature: float = Field(0.0, ge=0.0)
@@ -38,6 +38,8 @@ class Settings(BaseModel):
     device: str = "auto"
     dtype: str = "auto"
     quant: Literal["4bit", "8bit"] | None = None
+    cpu_path: str = "auto"
+    """CPU kernels (specchat.models.cpu_quant): auto, none (stock fp32) or TARGET/DRAFT[+headN]."""
     theme: str = "specchat-dark"
     keys: dict[str, str] = Field(default_factory=dict)
     """Binding id → key(s), e.g. {"gamma_up": "ctrl+up"}; see `specchat --help` keys."""

@@ -1,8 +1,8 @@
 """Loading models: packaged names, HF folders and ids, GGUF files, quantization, device and dtype.
 
 `from specchat.models import list_models, LoadProgress, ...` stays light; the names that need torch
-and transformers (load_model, load_pair, resolve_device, check_tokenizers_compatible, resolve_dtype)
-are imported on first use, so `specchat models` and `--help` start fast.
+and transformers (load_model, load_pair, load_for_decoding, resolve_device, resolve_dtype,
+check_tokenizers_compatible) are imported on first use, so `specchat models` and `--help` start fast.
 """
 
 from __future__ import annotations
@@ -12,17 +12,18 @@ from typing import TYPE_CHECKING, Any
 
 from specchat.models.cache import cache_dir
 from specchat.models.listing import list_models
-from specchat.models.records import LoadedModel, LoadProgress, ModelInfo, ProgressCallback
+from specchat.models.records import DecodingPair, LoadedModel, LoadProgress, ModelInfo, ProgressCallback
 from specchat.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET, PACKAGED
 
 if TYPE_CHECKING:
     from specchat.models.compat import check_tokenizers_compatible
     from specchat.models.device import resolve_device, resolve_dtype
-    from specchat.models.loader import load_model, load_pair
+    from specchat.models.loader import load_for_decoding, load_model, load_pair
 
 _HEAVY = {
     "load_model": "specchat.models.loader",
     "load_pair": "specchat.models.loader",
+    "load_for_decoding": "specchat.models.loader",
     "resolve_device": "specchat.models.device",
     "resolve_dtype": "specchat.models.device",
     "check_tokenizers_compatible": "specchat.models.compat",
@@ -32,6 +33,7 @@ __all__ = [
     "DEFAULT_DRAFT",
     "DEFAULT_TARGET",
     "PACKAGED",
+    "DecodingPair",
     "LoadProgress",
     "LoadedModel",
     "ModelInfo",
@@ -39,6 +41,7 @@ __all__ = [
     "cache_dir",
     "check_tokenizers_compatible",
     "list_models",
+    "load_for_decoding",
     "load_model",
     "load_pair",
     "resolve_device",

@@ -161,7 +161,8 @@ class PackedLinear(nn.Module):
             self.register_buffer("pin", pin, persistent=False)
             return self._int8_rows
         if mode == "dyn8":
-            lin = nn.Linear(weight.shape[1], n, bias=False)
+            # skip_init: a random initialisation of a layer about to be overwritten costs seconds.
+            lin = torch.nn.utils.skip_init(nn.Linear, weight.shape[1], n, bias=False)
             lin.weight = nn.Parameter(weight, requires_grad=False)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")

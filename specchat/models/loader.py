@@ -17,7 +17,14 @@ from specchat.models.device import resolve_device, resolve_dtype
 from specchat.models.errors_util import as_load_error, memory_guard, quiet_library_bars
 from specchat.models.hub import hub_folder
 from specchat.models.quant import check_quant, quant_config
-from specchat.models.records import LoadedModel, LoadProgress, ProgressCallback, Stage, emit
+from specchat.models.records import (
+    DecodingPair,
+    LoadedModel,
+    LoadProgress,
+    ProgressCallback,
+    Stage,
+    emit,
+)
 from specchat.models.resolve import Resolved, resolve_spec
 
 
@@ -65,6 +72,47 @@ def load_pair(
         target_lm.tokenizer, draft_lm.tokenizer, target_name=target_lm.name, draft_name=draft_lm.name
     )
     return target_lm, draft_lm
+
+
+def load_for_decoding(
+    target: str,
+    draft: str | None,
+    *,
+    device: str = "auto",
+    dtype: str = "auto",
+    quant: str | None = None,
+    cpu_path: str = "none",
+    progress: ProgressCallback | None = None,
+) -> DecodingPair:
+    """:func:`load_pair`, then the CPU kernels ``cpu_path`` names (chat and generate use this).
+
+    ``auto`` picks the bench's fastest exact path on a CPU and leaves GPU and bitsandbytes models
+    alone. Verification stays exact on every path: the target's rows are computed as a one-token
+    pass computes them, so speculation reproduces plain decoding on the same kernels.
+    """
+    from specchat.models.cpu_quant import parse_cpu_path, prepare_cpu_pair
+
+    parse_cpu_path(cpu_path)  # a typo fails before a minute of loading
+    target_lm, draft_lm = load_pair(target, draft, device=device, dtype=dtype, quant=quant, progress=progress)
+    started = time.monotonic()
+    label = "CPU kernels"
+    emit(progress, LoadProgress(label, "kernels", 0, 1, f"preparing CPU kernels ({cpu_path})"))
+    with (
+        memory_guard(target_lm.name, target_lm.device),
+        as_load_error(f"cannot prepare CPU kernels {cpu_path!r}"),
+    ):
+        pair = prepare_cpu_pair(target_lm.model, draft_lm.model if draft_lm else None, cpu_path)
+    seconds = time.monotonic() - started
+    emit(progress, LoadProgress(label, "ready", 1, 1, f"CPU kernels: {pair.path} ({seconds:.1f} s)"))
+    return DecodingPair(
+        target=pair.target,
+        draft=pair.draft,
+        tokenizer=target_lm.tokenizer,
+        target_name=target_lm.name,
+        draft_name=draft_lm.name if draft_lm else None,
+        device=target_lm.device,
+        kernels=pair.path,
+    )
 
 
 def hf_folder(resolved: Resolved, progress: ProgressCallback | None = None) -> Path:

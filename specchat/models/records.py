@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-Stage = Literal["assemble", "convert", "load", "quantize", "ready"]
+Stage = Literal["assemble", "convert", "load", "quantize", "kernels", "ready"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,26 @@ class LoadedModel:
     dtype: torch.dtype
     quant: str | None
     """None, "4bit" or "8bit"."""
+
+
+@dataclass(frozen=True)
+class DecodingPair:
+    """What an engine decodes with: the target, the draft (if any) and the kernels they run on."""
+
+    target: Any
+    """A transformers causal LM, or its lean CPU wrapper (see specchat.models.lean)."""
+    draft: Any | None
+    tokenizer: PreTrainedTokenizerBase
+    target_name: str
+    draft_name: str | None
+    device: torch.device
+    kernels: str
+    """The CPU path applied (e.g. "int8/dyn8+head32768"), or "none" for the stock layers."""
+
+    @property
+    def label(self) -> str:
+        """Where and how it runs, for status lines: "cpu · int8/dyn8+head32768"."""
+        return str(self.device) if self.kernels == "none" else f"{self.device} · {self.kernels}"
 
 
 @dataclass(frozen=True)

@@ -92,18 +92,19 @@ class EventBuffer:
 def load_engine(settings: Settings, progress: Callable[[LoadProgress], None]) -> LoadedEngine:
     """Load target (and draft) as the settings say and build the engine. Runs in a worker."""
     from specchat.engine.session import ChatEngine
-    from specchat.models import load_pair
+    from specchat.models import load_for_decoding
 
-    target, draft = load_pair(
+    pair = load_for_decoding(
         settings.target,
         settings.draft or None,
         device=settings.device,
         dtype=settings.dtype,
         quant=settings.quant,
+        cpu_path=settings.cpu_path,
         progress=progress,
     )
-    engine = ChatEngine(target.model, target.tokenizer, draft.model if draft is not None else None)
-    return LoadedEngine(engine, target.name, draft.name if draft is not None else None, str(target.device))
+    engine = ChatEngine(pair.target, pair.tokenizer, pair.draft)
+    return LoadedEngine(engine, pair.target_name, pair.draft_name, pair.label)
 
 
 def make_controls(settings: Settings, available: Sequence[str]) -> tuple[Controls, str | None]:

@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from specchat.errors import InvalidSettingError, ModelLoadError, OutOfMemoryError, TokenizerMismatchError
-from specchat.models import load_model, load_pair, quant
+from specchat.models import load_for_decoding, load_model, load_pair, quant
 from specchat.models.records import LoadProgress
 from specchat.testing import CHARS, TinyPair, make_model, make_tokenizer
 
@@ -105,3 +105,27 @@ def test_quant_8bit_on_cpu_warns_and_quantizes(tiny_folders: tuple[Path, Path]) 
     assert type(loaded.model.model.layers[0].mlp.up_proj).__name__ == "Linear8bitLt"
     with torch.no_grad():
         assert loaded.model(IDS).logits.shape == (1, IDS.shape[1], len(loaded.tokenizer))
+
+
+def test_load_for_decoding_prepares_cpu_kernels(tiny_folders: tuple[Path, Path]) -> None:
+    events: list[LoadProgress] = []
+    pair = load_for_decoding(
+        str(tiny_folders[0]), str(tiny_folders[1]), device="cpu", cpu_path="auto", progress=events.append
+    )
+    assert pair.kernels == "int8/dyn8+head32768" and pair.label == "cpu · int8/dyn8+head32768"
+    assert (pair.target_name, pair.draft_name) == ("tiny-target", "tiny-draft")
+    assert events[-1].stage == "ready" and "int8/dyn8" in events[-1].message
+    with torch.no_grad():
+        logits = pair.target(IDS, logits_to_keep=IDS.shape[1]).logits
+    assert logits.shape == (1, IDS.shape[1], len(pair.tokenizer))
+    stock = load_for_decoding(str(tiny_folders[0]), None, device="cpu", cpu_path="none")
+    assert stock.kernels == "none" and stock.label == "cpu" and stock.draft is None
+    with torch.no_grad():
+        reference = stock.target(IDS).logits
+    # Per-row int8 is an approximation of fp32, close enough to pick the same tokens mostly.
+    assert float((logits - reference).norm() / reference.norm()) < 0.1
+
+
+def test_load_for_decoding_checks_the_cpu_path_before_loading() -> None:
+    with pytest.raises(InvalidSettingError, match="unknown CPU path"):
+        load_for_decoding("no-such-model", None, cpu_path="int3/fp32")
