@@ -48,7 +48,12 @@ def model_options(func: F) -> F:
     options = [
         click.option("--target", help="Target model: packaged name, HF folder, .gguf file or hub id."),
         click.option("--draft", help="Draft model sharing the target's tokenizer (same forms as --target)."),
-        click.option("--drafter", type=click.Choice(["model", "ngram", "none"]), help="Who proposes tokens."),
+        click.option(
+            "--drafter",
+            type=click.Choice(["model", "hybrid", "ngram", "none"]),
+            help="Who proposes tokens: the draft model; hybrid (lookup when the text repeats, "
+            "else the model); n-gram lookup alone; nobody.",
+        ),
         click.option("--gamma", type=int, help="Tokens drafted per round (γ ≥ 1)."),
         click.option(
             "--gamma-schedule",
@@ -64,6 +69,10 @@ def model_options(func: F) -> F:
         click.option("--system", "system_prompt", help="System prompt."),
         click.option(
             "--quant", type=click.Choice(["4bit", "8bit"]), help="Quantize the target (bitsandbytes)."
+        ),
+        click.option(
+            "--cpu-path",
+            help="CPU kernels: auto (per-row int8 target, int8 draft), none (stock fp32) or TARGET/DRAFT.",
         ),
         click.option("--device", help="auto, cpu, cuda or cuda:N."),
         click.option("--dtype", help="auto, float32, bfloat16 or float16."),
@@ -168,23 +177,25 @@ def controls_from(settings: Settings) -> Any:
 def load_engine(settings: Settings) -> ChatEngine:
     """Load the target (and the draft, only when the model drafter is chosen)."""
     from specchat.engine.session import ChatEngine
-    from specchat.models import load_pair
+    from specchat.models import load_for_decoding
 
-    draft = settings.draft if settings.drafter == "model" else None
-    if settings.drafter == "model" and not draft:
+    needs_draft = settings.drafter in ("model", "hybrid")
+    draft = settings.draft if needs_draft else None
+    if needs_draft and not draft:
         raise InvalidSettingError(
-            "--drafter model needs a draft model: pass --draft, or use --drafter ngram."
+            f"--drafter {settings.drafter} needs a draft model: pass --draft, or use --drafter ngram."
         )
     with LoadProgressPrinter() as progress:
-        target, draft_model = load_pair(
+        pair = load_for_decoding(
             settings.target,
             draft,
             device=settings.device,
             dtype=settings.dtype,
             quant=settings.quant,
+            cpu_path=settings.cpu_path,
             progress=progress,
         )
-    return ChatEngine(target.model, target.tokenizer, draft_model.model if draft_model else None)
+    return ChatEngine(pair.target, pair.tokenizer, pair.draft)
 
 
 class cancel_on_sigint:

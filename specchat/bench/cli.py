@@ -154,11 +154,11 @@ def _bench(
 
     console = Console(stderr=True)
     from specchat.bench.costs import measure_costs
-    from specchat.bench.engine import BenchEngine
     from specchat.bench.report import headline, render_detail, render_tables, summarize, to_json
     from specchat.bench.runner import BenchSettings, build_methods, run_bench, warm_up
     from specchat.config import load_settings
     from specchat.engine.sampling import SamplingParams
+    from specchat.engine.session import ChatEngine
     from specchat.models import load_pair
 
     SamplingParams(temperature, top_k, top_p)  # validates
@@ -198,7 +198,7 @@ def _bench(
         )
         hf_sweep = []
     peer = (pair.hf_target, pair.hf_draft)
-    engine = BenchEngine(pair.target, target_lm.tokenizer, pair.draft)
+    engine = ChatEngine(pair.target, target_lm.tokenizer, pair.draft)
     settings = BenchSettings(new_tokens, temperature, top_k, top_p, seed)
     methods = build_methods(
         sweep,

@@ -15,13 +15,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from specchat.bench.engine import BenchControls
 from specchat.bench.hf_peer import hf_generate
 from specchat.bench.prompts import BenchPrompt
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.gamma import positions_tested
 from specchat.engine.sampling import SamplingParams
-from specchat.engine.session import ChatEngine
+from specchat.engine.session import ChatEngine, Controls
 
 MethodKind = Literal["plain", "specchat", "hf"]
 
@@ -235,7 +234,7 @@ def run_method(
         record.text = engine.tokenizer.decode(result.token_ids)
         record.stop = "max_tokens" if record.tokens >= settings.max_new_tokens else "eos"
         return record
-    controls = BenchControls(
+    controls = Controls(
         gamma=max(method.gamma, 1),
         schedule=method.schedule,
         drafter=method.drafter,

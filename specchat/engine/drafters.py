@@ -9,16 +9,17 @@ is a one-hot distribution.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 
+from specchat.engine.events import DrafterName
 from specchat.engine.kv import CachedLM
 from specchat.engine.sampling import SamplingParams, pick_tokens, shape_probs
 
-DrafterName = Literal["model", "ngram", "none"]
-DRAFTERS: tuple[DrafterName, ...] = ("model", "ngram", "none")
+DRAFTERS: tuple[str, ...] = ("model", "hybrid", "ngram", "none")
+"""What a user may choose; "hybrid" proposes each round by lookup or by the model (see hybrid.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,10 @@ class Draft:
 class Drafter(Protocol):
     name: DrafterName
 
+    def next_source(self, ids: list[int]) -> DrafterName:
+        """Who will propose the next draft after ``ids`` (the schedule sizes γ for that source)."""
+        ...
+
     def prefill(self, ids: list[int]) -> None:
         """Warm any state for this prompt (optional work; propose catches up regardless)."""
         ...
@@ -47,6 +52,9 @@ class ModelDrafter:
     """A smaller causal LM sharing the target's tokenizer, run autoregressively with its cache."""
 
     name: DrafterName = "model"
+
+    def next_source(self, ids: list[int]) -> DrafterName:
+        return "model"
 
     def __init__(self, model: CachedLM, vocab_width: int) -> None:
         self.lm = model
@@ -80,6 +88,9 @@ class NgramDrafter:
     followed it. Costs no model pass, shines on code edits, quotes and summaries."""
 
     name: DrafterName = "ngram"
+
+    def next_source(self, ids: list[int]) -> DrafterName:
+        return "ngram"
 
     def __init__(
         self, vocab_width: int, device: torch.device, max_ngram: int = 3, min_ngram: int = 1

@@ -23,6 +23,8 @@ TokenKind = Literal["accepted", "correction", "bonus", "target"]
 TOKEN_KINDS: tuple[TokenKind, ...] = ("accepted", "correction", "bonus", "target")
 
 StopReason = Literal["eos", "max_tokens", "context", "cancelled"]
+DrafterName = Literal["model", "ngram", "none"]
+"""Who proposed a round's draft (a hybrid drafter proposes as one or the other)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Literal, Protocol
 
-from specchat.engine.events import RoundEvent
+from specchat.engine.events import DrafterName, RoundEvent
 from specchat.engine.metrics import expected_tokens_per_round
 from specchat.errors import InvalidSettingError
 
@@ -31,7 +31,9 @@ def check_gamma(gamma: int) -> int:
 class GammaSchedule(Protocol):
     name: str
 
-    def next_gamma(self) -> int: ...
+    def next_gamma(self, source: DrafterName = "model") -> int:
+        """γ for the next round, whose draft ``source`` will propose (a lookup or the model)."""
+        ...
 
     def observe(self, event: RoundEvent) -> None: ...
 
@@ -44,7 +46,7 @@ class FixedGamma:
     def __init__(self, gamma: int | Callable[[], int]) -> None:
         self._read = gamma if callable(gamma) else (lambda: gamma)
 
-    def next_gamma(self) -> int:
+    def next_gamma(self, source: DrafterName = "model") -> int:
         return self._read()
 
     def observe(self, event: RoundEvent) -> None:
@@ -60,7 +62,7 @@ class HeuristicGamma:
         self.low, self.high = low, high
         self.gamma = min(max(start, low), high)
 
-    def next_gamma(self) -> int:
+    def next_gamma(self, source: DrafterName = "model") -> int:
         return self.gamma
 
     def observe(self, event: RoundEvent) -> None:
@@ -263,7 +265,9 @@ class AdaptiveGamma:
         )
 
     # ------------------------------------------------------------------ decision
-    def next_gamma(self) -> int:
+    def next_gamma(self, source: DrafterName = "model") -> int:
+        # A hybrid drafter alternates sources: decide with the estimates of the one about to propose.
+        self.drafter = source
         self._gamma = self._decide()
         return self._gamma
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from specchat.engine.drafters import Draft, DrafterName, ModelDrafter, NgramDrafter
+from specchat.engine.drafters import Draft, ModelDrafter, NgramDrafter, lookup_continuation
+from specchat.engine.events import DrafterName
 from specchat.engine.sampling import SamplingParams
 
 
@@ -31,12 +32,15 @@ class HybridDrafter:
     def prefill(self, ids: list[int]) -> None:
         self.model.prefill(ids)
 
+    def next_source(self, ids: list[int]) -> DrafterName:
+        found = lookup_continuation(ids, self.min_lookup, self.ngram.max_ngram, self.ngram.min_ngram)
+        return "ngram" if len(found) >= self.min_lookup else "model"
+
     def propose(
         self, ids: list[int], gamma: int, params: SamplingParams, generator: torch.Generator | None
     ) -> Draft:
-        lookup = self.ngram.propose(ids, gamma, params, generator)
-        if len(lookup.ids) >= min(self.min_lookup, gamma):
-            self.name = "ngram"
-            return lookup
-        self.name = "model"
+        # The same decision next_source announced, so γ was sized for the source that proposes.
+        self.name = self.next_source(ids)
+        if self.name == "ngram":
+            return self.ngram.propose(ids, gamma, params, generator)
         return self.model.propose(ids, gamma, params, generator)

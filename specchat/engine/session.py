@@ -21,6 +21,7 @@ from specchat.engine.detokenize import IncrementalDetokenizer
 from specchat.engine.drafters import DRAFTERS, Drafter, ModelDrafter, NgramDrafter
 from specchat.engine.events import Event
 from specchat.engine.gamma import SCHEDULES, GammaSchedule, check_gamma, make_schedule
+from specchat.engine.hybrid import HybridDrafter
 from specchat.engine.kv import CachedLM
 from specchat.engine.sampling import SamplingParams
 from specchat.engine.speculative import RoundPlan, SpeculativeDecoder
@@ -92,9 +93,13 @@ class ChatEngine:
             self.target.max_positions, self.draft.max_positions if self.draft else None
         )
         self.stop_ids = _stop_ids(target, tokenizer)
-        self._drafters: dict[str, Drafter] = {"ngram": NgramDrafter(self.vocab_width, self.target.device)}
+        lookup = NgramDrafter(self.vocab_width, self.target.device)
+        self._drafters: dict[str, Drafter] = {"ngram": lookup}
         if self.draft is not None:
-            self._drafters["model"] = ModelDrafter(self.draft, self.vocab_width)
+            model = ModelDrafter(self.draft, self.vocab_width)
+            self._drafters["model"] = model
+            # The hybrid shares both drafters (and the draft's cache): switching costs nothing.
+            self._drafters["hybrid"] = HybridDrafter(lookup, model)
         self._decoder = SpeculativeDecoder(
             self.target, self._detokenizer, self.stop_ids, self.max_context, self.vocab_width
         )

@@ -102,7 +102,7 @@ class SpeculativeDecoder:
             if stop is not None:
                 break
             current = plan() if round_no else first
-            gamma = self._gamma_for(current, len(ids) - len(prompt_ids), len(ids), max_new_tokens)
+            gamma = self._gamma_for(current, ids, len(ids) - len(prompt_ids), max_new_tokens)
             events, emitted, stop = self._round(ids, round_no, gamma, current, generator, detok)
             for event in events:
                 stats.add(event)
@@ -124,10 +124,11 @@ class SpeculativeDecoder:
             return "context"
         return None
 
-    def _gamma_for(self, current: RoundPlan, generated: int, length: int, max_new_tokens: int) -> int:
+    def _gamma_for(self, current: RoundPlan, ids: list[int], generated: int, max_new_tokens: int) -> int:
         if current.drafter is None:
             return 0
-        gamma = current.schedule.next_gamma()
+        length = len(ids)
+        gamma = current.schedule.next_gamma(current.drafter.next_source(ids))
         room = (self.max_context - length) if self.max_context is not None else gamma + 1
         # Never draft past the token budget or the context: the round adds accepted + 1 tokens.
         return max(0, min(gamma, max_new_tokens - generated - 1, room - 1))

@@ -56,7 +56,7 @@ APP_KEYS: tuple[KeySpec, ...] = (
         "f5",
         "cycle_drafter",
         "Drafter",
-        "Switch the drafter: model / n-gram / none",
+        "Switch the drafter: model / hybrid / n-gram / none",
         priority=True,
     ),
     KeySpec(

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from specchat.bench.engine import BenchEngine
 from specchat.bench.prompts import BenchPrompt
 from specchat.engine.session import ChatEngine
 from specchat.testing import TinyPair, make_model, make_tokenizer, perturbed_copy, save_tiny_pair
@@ -42,7 +41,7 @@ def one_thread() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def engine(long_pair: TinyPair, one_thread: None) -> ChatEngine:
-    return BenchEngine(long_pair.target, long_pair.tokenizer, long_pair.draft)
+    return ChatEngine(long_pair.target, long_pair.tokenizer, long_pair.draft)
 
 
 @pytest.fixture(scope="session")

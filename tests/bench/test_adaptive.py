@@ -143,6 +143,18 @@ def test_estimates_are_kept_per_drafter() -> None:
     assert schedule.drafter == "ngram" and schedule.alpha > 0.8 > model_alpha
 
 
+def test_gamma_is_sized_for_the_source_about_to_propose() -> None:
+    # A hybrid drafter: the model drafts expensively and is mostly rejected; lookups are free and
+    # mostly right. The schedule must switch the model off yet keep drafting long lookups.
+    schedule = AdaptiveGamma(3)
+    schedule.observe(plain_round(0, 100.0))
+    for n in range(1, 17):  # enough tested positions that a low α is believed
+        schedule.observe(drafted_round(n, 2, 0, draft_ms_per_token=60.0, verify_ms=110.0))
+        schedule.observe(drafted_round(n, 4, 3, draft_ms_per_token=0.1, verify_ms=112.0, drafter="ngram"))
+    assert schedule.next_gamma("model") == 0
+    assert schedule.next_gamma("ngram") >= 3
+
+
 def test_positions_tested() -> None:
     assert positions_tested(RoundEvent(0, 4, 4, 4, 0, 0, "model")) == 4
     assert positions_tested(RoundEvent(0, 4, 4, 1, 0, 0, "model")) == 2

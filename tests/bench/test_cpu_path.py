@@ -11,9 +11,9 @@ import torch
 from torch import nn
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from specchat.bench.engine import BenchControls, BenchEngine
 from specchat.engine.events import TokenEvent
 from specchat.engine.kv import CachedLM
+from specchat.engine.session import ChatEngine, Controls
 from specchat.errors import InvalidSettingError
 from specchat.models.cpu_quant import (
     CpuPath,
@@ -129,10 +129,10 @@ def test_prepared_pair_decodes_exactly(path: CpuPath) -> None:
     assert pair.lean and pair.path == str(path)
     assert pair.draft is not None
     assert pair.draft.get_output_embeddings().weight.shape[0] == (path.draft_head or len(tokenizer))
-    engine = BenchEngine(pair.target, tokenizer, pair.draft)
+    engine = ChatEngine(pair.target, tokenizer, pair.draft)
     prompt = engine.prompt_ids([{"role": "user", "content": "the cat sat on the mat. the cat"}])
     for drafter in ("model", "ngram", "hybrid"):
-        controls = BenchControls(gamma=3, drafter=drafter, max_new_tokens=40)
+        controls = Controls(gamma=3, drafter=drafter, max_new_tokens=40)
         plain = [e.token_id for e in engine.stream_plain(prompt, controls) if isinstance(e, TokenEvent)]
         spec = [e.token_id for e in engine.stream_ids(prompt, controls) if isinstance(e, TokenEvent)]
         assert spec == plain, drafter

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from specchat.bench.engine import BenchControls, BenchEngine
 from specchat.engine.events import RoundEvent, TokenEvent
+from specchat.engine.session import ChatEngine, Controls
 from specchat.errors import InvalidSettingError
 
 PROMPT = "the cat sat on the mat. the cat sat on the mat. the dog"
 
 
 @pytest.mark.parametrize("schedule", ["fixed", "adaptive"])
-def test_hybrid_greedy_equals_plain_and_uses_both_sources(engine: BenchEngine, schedule: str) -> None:
+def test_hybrid_greedy_equals_plain_and_uses_both_sources(engine: ChatEngine, schedule: str) -> None:
     prompt = engine.prompt_ids([{"role": "user", "content": PROMPT}])
-    controls = BenchControls(gamma=3, schedule=schedule, drafter="hybrid", max_new_tokens=60)
+    controls = Controls(gamma=3, schedule=schedule, drafter="hybrid", max_new_tokens=60)
     plain = [e.token_id for e in engine.stream_plain(prompt, controls) if isinstance(e, TokenEvent)]
     events = list(engine.stream_ids(prompt, controls))
     assert [e.token_id for e in events if isinstance(e, TokenEvent)] == plain
@@ -24,7 +24,21 @@ def test_hybrid_greedy_equals_plain_and_uses_both_sources(engine: BenchEngine, s
 
 def test_hybrid_controls_are_checked_like_the_model_drafter() -> None:
     with pytest.raises(InvalidSettingError):
-        BenchControls(gamma=0, drafter="hybrid").validate()
-    BenchControls(drafter="hybrid").validate()
+        Controls(gamma=0, drafter="hybrid").validate()
+    Controls(drafter="hybrid").validate()
     with pytest.raises(InvalidSettingError):
-        BenchControls(drafter="oracle").validate()
+        Controls(drafter="oracle").validate()
+
+
+def test_the_source_announced_is_the_one_that_proposes(engine: ChatEngine) -> None:
+    hybrid = engine.drafter("hybrid")
+    assert hybrid is not None
+    repeating = (
+        engine.prompt_ids([{"role": "user", "content": PROMPT}]) + engine.tokenizer(" the cat")["input_ids"]
+    )
+    fresh = engine.tokenizer("xyz")["input_ids"]
+    params = Controls().sampling()
+    for ids, source in ((repeating, "ngram"), (fresh, "model")):
+        assert hybrid.next_source(ids) == source
+        draft = hybrid.propose(ids, 1, params, None)
+        assert hybrid.name == source and len(draft.ids) == 1

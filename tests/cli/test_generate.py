@@ -47,10 +47,16 @@ def texts(out: str) -> str:
     return "".join(json.loads(line)["text"] for line in out.splitlines() if '"type": "token"' in line)
 
 
+@pytest.mark.parametrize("cpu_path", ["auto", "none"])
 @pytest.mark.parametrize("drafter", ["model", "ngram"])
-def test_greedy_text_equals_plain_decoding(tiny_folders: tuple[Path, Path], drafter: str) -> None:
-    _, speculative, _ = generate(tiny_folders, "--format", "jsonl", "--drafter", drafter, "--gamma", "3")
-    _, plain, _ = generate(tiny_folders, "--format", "jsonl", "--drafter", "none")
+def test_greedy_text_equals_plain_decoding(
+    tiny_folders: tuple[Path, Path], drafter: str, cpu_path: str
+) -> None:
+    kernels = ("--cpu-path", cpu_path)
+    _, speculative, _ = generate(
+        tiny_folders, "--format", "jsonl", "--drafter", drafter, "--gamma", "3", *kernels
+    )
+    _, plain, _ = generate(tiny_folders, "--format", "jsonl", "--drafter", "none", *kernels)
     assert texts(speculative) == texts(plain)
     assert '"kind": "target"' in plain
 
@@ -106,6 +112,7 @@ BAD_INPUTS = {
     "negative temperature": (["--temperature", "-1"], "temperature"),
     "top-p zero": (["--top-p", "0"], "top_p"),
     "top-p above one": (["--top-p", "1.5"], "top_p"),
+    "unknown CPU path": (["--cpu-path", "int3/fp32"], "CPU path"),
 }
 
 

@@ -46,6 +46,9 @@ class ScriptedDrafter:
     def prefill(self, ids: list[int]) -> None:
         pass
 
+    def next_source(self, ids: list[int]) -> str:
+        return "model"
+
     def propose(self, ids: list[int], gamma: int, params: SamplingParams, generator: object) -> Draft:
         for lm in self.checks:  # the previous round's rollback must have left a clean cache
             if lm.cache is not None:

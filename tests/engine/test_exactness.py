@@ -26,7 +26,7 @@ def token_ids(events: object) -> list[int]:
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("drafter", ["model", "ngram"])
+@pytest.mark.parametrize("drafter", ["model", "hybrid", "ngram"])
 @pytest.mark.parametrize("gamma", [1, 2, 4, 7])
 def test_greedy_speculative_equals_plain(seed: int, drafter: str, gamma: int) -> None:
     pair = make_tiny_pair(seed=seed, draft_noise=0.5, logit_scale=2.5)
@@ -128,6 +128,8 @@ CASES = {
     "model-t0.7-top-p": Controls(drafter="model", gamma=2, temperature=0.7, top_p=0.8, max_new_tokens=8),
     "model-top-k": Controls(drafter="model", gamma=1, temperature=1.3, top_k=4, max_new_tokens=8),
     "ngram-t1": Controls(drafter="ngram", gamma=2, temperature=1.0, max_new_tokens=8),
+    # The lookup proposes while the text repeats, the model once it stops: both in one reply.
+    "hybrid-t1": Controls(drafter="hybrid", gamma=2, temperature=1.0, max_new_tokens=8),
 }
 
 

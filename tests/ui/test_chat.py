@@ -159,6 +159,8 @@ async def test_controls_cycle_and_show_at_once(engine: PausingEngine) -> None:
         await pilot.press("f4")
         assert panel.current.schedule == "heuristic" and app.controls.schedule == "heuristic"
         await pilot.press("f5")
+        assert panel.current.drafter == "hybrid"
+        await pilot.press("f5")
         assert panel.current.drafter == "ngram"
         await pilot.press("f5")
         assert panel.current.drafter == "none"
