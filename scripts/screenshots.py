@@ -98,7 +98,11 @@ async def shoot(
     from specchat.config import Settings
     from specchat.ui.app import SpecchatApp
 
-    values: dict[str, Any] = {"temperature": 0.0, "seed": 1, "max_new_tokens": 400, "gamma": 4}
+    # Fixed γ shows every token kind at a steady rhythm: the mechanism, for talks and the README.
+    values: dict[str, Any] = {
+        "temperature": 0.0, "seed": 1, "max_new_tokens": 400, "gamma": 4,
+        "schedule": "fixed", "drafter": "model",
+    }  # fmt: skip
     values["system_prompt"] = SYSTEM
     values.update(settings)
     app = SpecchatApp(Settings(**values), engine=engine, target_name="tiny-target", draft_name="tiny-draft")
