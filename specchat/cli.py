@@ -175,7 +175,7 @@ def controls_from(settings: Settings) -> Any:
 
 
 def load_engine(settings: Settings) -> ChatEngine:
-    """Load the target (and the draft, only when the model drafter is chosen)."""
+    """Load the target (and the draft, only for the model and hybrid drafters), on the chosen kernels."""
     from specchat.engine.session import ChatEngine
     from specchat.models import load_for_decoding
 

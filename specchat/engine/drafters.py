@@ -53,13 +53,13 @@ class ModelDrafter:
 
     name: DrafterName = "model"
 
-    def next_source(self, ids: list[int]) -> DrafterName:
-        return "model"
-
     def __init__(self, model: CachedLM, vocab_width: int) -> None:
         self.lm = model
         self.vocab_width = vocab_width
         """Width the rows are padded to: the wider of the two models, so the rows line up."""
+
+    def next_source(self, ids: list[int]) -> DrafterName:
+        return "model"
 
     def prefill(self, ids: list[int]) -> None:
         self.lm.prefill(ids)
@@ -89,9 +89,6 @@ class NgramDrafter:
 
     name: DrafterName = "ngram"
 
-    def next_source(self, ids: list[int]) -> DrafterName:
-        return "ngram"
-
     def __init__(
         self, vocab_width: int, device: torch.device, max_ngram: int = 3, min_ngram: int = 1
     ) -> None:
@@ -99,6 +96,9 @@ class NgramDrafter:
         self.device = device
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
+
+    def next_source(self, ids: list[int]) -> DrafterName:
+        return "ngram"
 
     def prefill(self, ids: list[int]) -> None:
         pass

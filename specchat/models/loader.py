@@ -96,14 +96,18 @@ def load_for_decoding(
     target_lm, draft_lm = load_pair(target, draft, device=device, dtype=dtype, quant=quant, progress=progress)
     started = time.monotonic()
     label = "CPU kernels"
-    emit(progress, LoadProgress(label, "kernels", 0, 1, f"preparing CPU kernels ({cpu_path})"))
+    # Say nothing where nothing happens: GPUs, bitsandbytes models, or the stock layers asked for.
+    packing = target_lm.quant is None and str(parse_cpu_path(cpu_path, target_lm.device)) != "none"
+    if packing:
+        emit(progress, LoadProgress(label, "kernels", 0, 1, f"preparing CPU kernels ({cpu_path})"))
     with (
         memory_guard(target_lm.name, target_lm.device),
         as_load_error(f"cannot prepare CPU kernels {cpu_path!r}"),
     ):
         pair = prepare_cpu_pair(target_lm.model, draft_lm.model if draft_lm else None, cpu_path)
-    seconds = time.monotonic() - started
-    emit(progress, LoadProgress(label, "ready", 1, 1, f"CPU kernels: {pair.path} ({seconds:.1f} s)"))
+    if packing:
+        seconds = time.monotonic() - started
+        emit(progress, LoadProgress(label, "ready", 1, 1, f"CPU kernels: {pair.path} ({seconds:.1f} s)"))
     return DecodingPair(
         target=pair.target,
         draft=pair.draft,

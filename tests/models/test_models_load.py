@@ -118,8 +118,12 @@ def test_load_for_decoding_prepares_cpu_kernels(tiny_folders: tuple[Path, Path])
     with torch.no_grad():
         logits = pair.target(IDS, logits_to_keep=IDS.shape[1]).logits
     assert logits.shape == (1, IDS.shape[1], len(pair.tokenizer))
-    stock = load_for_decoding(str(tiny_folders[0]), None, device="cpu", cpu_path="none")
+    quiet: list[LoadProgress] = []
+    stock = load_for_decoding(
+        str(tiny_folders[0]), None, device="cpu", cpu_path="none", progress=quiet.append
+    )
     assert stock.kernels == "none" and stock.label == "cpu" and stock.draft is None
+    assert not [e for e in quiet if e.model == "CPU kernels"]  # nothing packed, nothing said
     with torch.no_grad():
         reference = stock.target(IDS).logits
     # Per-row int8 is an approximation of fp32, close enough to pick the same tokens mostly.
