@@ -106,7 +106,10 @@ class NgramDrafter:
     def propose(
         self, ids: list[int], gamma: int, params: SamplingParams, generator: torch.Generator | None
     ) -> Draft:
-        continuation = lookup_continuation(ids, gamma, self.max_ngram, self.min_ngram)
+        return self.draft_of(lookup_continuation(ids, gamma, self.max_ngram, self.min_ngram))
+
+    def draft_of(self, continuation: list[int]) -> Draft:
+        """A looked-up continuation as a draft: one-hot rows, since nothing was sampled."""
         if not continuation:
             return empty_draft(self.vocab_width, self.device)
         tokens = torch.tensor(continuation, dtype=torch.long, device=self.device)

@@ -17,6 +17,7 @@ import torch
 
 from specchat.engine.drafters import Draft, ModelDrafter, NgramDrafter, lookup_continuation
 from specchat.engine.events import DrafterName
+from specchat.engine.gamma import GAMMA_MAX
 from specchat.engine.sampling import SamplingParams
 
 
@@ -28,13 +29,14 @@ class HybridDrafter:
         self.model = model
         self.min_lookup = min_lookup
         """Shorter lookups than this (a lone repeated token) are ignored in favour of the model."""
+        self._looked_up: tuple[list[int], list[int]] = ([], [])
+        """(ids, their continuation): the lookup next_source made, reused by propose."""
 
     def prefill(self, ids: list[int]) -> None:
         self.model.prefill(ids)
 
     def next_source(self, ids: list[int]) -> DrafterName:
-        found = lookup_continuation(ids, self.min_lookup, self.ngram.max_ngram, self.ngram.min_ngram)
-        return "ngram" if len(found) >= self.min_lookup else "model"
+        return "ngram" if len(self._lookup(ids)) >= self.min_lookup else "model"
 
     def propose(
         self, ids: list[int], gamma: int, params: SamplingParams, generator: torch.Generator | None
@@ -42,5 +44,13 @@ class HybridDrafter:
         # The same decision next_source announced, so γ was sized for the source that proposes.
         self.name = self.next_source(ids)
         if self.name == "ngram":
-            return self.ngram.propose(ids, gamma, params, generator)
+            return self.ngram.draft_of(self._lookup(ids)[:gamma])
         return self.model.propose(ids, gamma, params, generator)
+
+    def _lookup(self, ids: list[int]) -> list[int]:
+        """The longest continuation any γ could use, scanned once per round (a scan is O(context))."""
+        seen, found = self._looked_up
+        if seen != ids:  # a C-level list comparison, far cheaper than the scan
+            found = lookup_continuation(ids, GAMMA_MAX, self.ngram.max_ngram, self.ngram.min_ngram)
+            self._looked_up = (list(ids), found)
+        return found
