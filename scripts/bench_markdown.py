@@ -41,7 +41,7 @@ def overall_table(groups: list[dict[str, Any]], best: str) -> list[str]:
         equal = {True: "yes", False: "**no**", None: "–"}[g["greedy_equal"]]
         cells = [
             name,
-            number(g["tok_s"]),
+            "refused" if g.get("refused") else number(g["tok_s"]),
             number(g["speedup"], suffix="×"),
             number(g["alpha"]),
             number(g["tau"]),
@@ -97,6 +97,8 @@ def main(path: str) -> None:
     print("\n".join(category_table(groups)))
     print()
     print("Targets:", json.dumps(summary["targets"]))
+    for line in summary.get("refused") or []:
+        print(f"Refused (duration not measured): {line}")
 
 
 if __name__ == "__main__":

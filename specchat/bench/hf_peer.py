@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from transformers import PreTrainedModel
+from transformers.generation.streamers import BaseStreamer
 
 from specchat.engine.kv import device_sync
 from specchat.engine.sampling import SamplingParams
@@ -31,6 +32,33 @@ _ASSISTANT_FIELDS = (
 class PeerResult:
     token_ids: list[int]
     wall_s: float
+    first_s: float | None = None
+    """Seconds from the start of ``generate`` to its first streamed tokens (prefill and first
+    step: transformers does not separate them). None when nothing was streamed."""
+    first_tokens: int = 0
+    """How many tokens came with that first chunk (an assisted round may bring several)."""
+
+
+class FirstChunkClock(BaseStreamer):
+    """A streamer that only notes when ``generate`` hands over its first generated tokens.
+
+    ``generate`` first streams the prompt itself; the chunk after it is the first output.
+    """
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.puts = 0
+        self.first_s: float | None = None
+        self.first_tokens = 0
+
+    def put(self, value: torch.Tensor) -> None:
+        self.puts += 1
+        if self.puts == 2:
+            self.first_s = time.perf_counter() - self.start
+            self.first_tokens = int(value.numel())
+
+    def end(self) -> None:
+        pass
 
 
 @contextmanager
@@ -60,7 +88,8 @@ def hf_generate(
     gamma: int | None = None,
     seed: int | None = None,
 ) -> PeerResult:
-    """One reply from ``target.generate`` (assisted by ``draft`` when given); timed end to end."""
+    """One reply from ``target.generate`` (assisted by ``draft`` when given), timed end to end and
+    to its first streamed tokens."""
     device = target.device
     input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
     stops = sorted(stop_ids)
@@ -81,7 +110,8 @@ def hf_generate(
     with assistant_settings(draft, gamma) if draft is not None else _nothing(), torch.inference_mode():
         device_sync(device)
         start = time.perf_counter()
-        out = target.generate(input_ids, **kwargs)
+        clock = FirstChunkClock(start)
+        out = target.generate(input_ids, streamer=clock, **kwargs)
         device_sync(device)
         wall = time.perf_counter() - start
     new = out[0, len(prompt_ids) :].tolist()
@@ -89,7 +119,7 @@ def hf_generate(
         if token in stop_ids:
             new = new[:i]
             break
-    return PeerResult(new, wall)
+    return PeerResult(new, wall, clock.first_s, clock.first_tokens)
 
 
 @contextmanager

@@ -30,8 +30,10 @@ def write_plot(
         raise BenchError("--plot needs matplotlib: pip install 'specchat[bench]'.") from err
 
     overall = {g.method: g for g in all_groups(records, methods, costs) if g.category == ALL}
+    # Groups whose speed was refused (a duration not measured) are left out of the plot.
+    overall = {name: g for name, g in overall.items() if g.tok_s is not None}
     plain = overall.get("plain")
-    plain_tok_s = plain.tok_s if plain else 0.0
+    plain_tok_s = (plain.tok_s or 0.0) if plain else 0.0
     sweep = sorted(
         ((m.sweep_gamma, overall[m.name]) for m in methods if m.sweep_gamma and m.name in overall),
         key=lambda pair: pair[0] or 0,

@@ -1,11 +1,14 @@
 """From run records to figures: per method and category, the best configuration, the targets.
 
-Speedups compare decoding speed over the same prompts: tokens over each run's wall-clock time
-less the target's prompt prefill (measured once per prompt by the plain run), so specchat and
-Hugging Face are timed alike and a draft model's own prefill counts against speculation. The
-end-to-end rate (prefill included) is reported next to it. The
-prediction is the seed formula E[T](α, γ) / (γ·c + v(γ)) applied round by round: α is the
-group's acceptance per tested position, c and v(γ) come from the cost probe (for the n-gram
+Speedups compare decoding speed over the same prompts: each run's decoded tokens over the
+decoding time measured in that run (its wall time less its own target prefill for specchat, so
+a draft model's prefill counts against speculation; from the first streamed tokens for the
+peers). A group with a run whose duration was not measured gets no speed, and the report says
+which run and why (:func:`refusals`). The end-to-end rate (prefill included) is reported next
+to it. α, τ and per-position acceptance are pooled from the engine's own events with its
+:class:`~specchat.engine.metrics.StreamStats`. The prediction is the seed formula
+E[T](α, γ) / (γ·c + v(γ)) applied round by round: α is the group's acceptance per tested
+position, c and v(γ) come from the rounds' own timings or the cost probe (for the n-gram
 drafter, c is its measured lookup time over a target step).
 """
 
@@ -16,7 +19,9 @@ from dataclasses import asdict, dataclass
 
 from specchat.bench.costs import Costs
 from specchat.bench.runner import Method, RunRecord, fastest
-from specchat.engine.metrics import expected_tokens_per_round
+from specchat.engine.events import RoundEvent
+from specchat.engine.gamma import positions_tested
+from specchat.engine.metrics import StreamStats, expected_tokens_per_round
 
 ALL = "all"
 
@@ -36,14 +41,16 @@ class Group:
     runs: int
     tokens: int
     wall_s: float
-    tok_s: float
-    """Decoding speed (wall time less the target's prompt prefill): speedups are ratios of these."""
-    e2e_tok_s: float
+    tok_s: float | None
+    """Decoding speed (decoded tokens over decoding time, both from each run): speedups are
+    ratios of these. None when a run's duration was not measured (see ``refused``)."""
+    e2e_tok_s: float | None
     """Tokens over the whole wall time, prefill included."""
     speedup: float | None
     alpha: float | None
     alpha_iid: float | None
     tau: float | None
+    per_position: tuple[float | None, ...]
     mean_gamma: float | None
     predicted: float | None
     """The seed formula with c and v(γ) as these runs measured them (see :func:`predict`)."""
@@ -52,15 +59,28 @@ class Group:
     measured_over_predicted: float | None
     greedy_equal: bool | None
     mismatches: int
+    refused: tuple[str, ...] = ()
+    """Runs whose decoding time could not be used, each with the reason: no speed is given."""
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
 
 
+def round_events(records: Sequence[RunRecord]) -> list[RoundEvent]:
+    return [e for r in records for e in r.round_events]
+
+
+def pooled_stats(records: Sequence[RunRecord]) -> StreamStats:
+    """The engine's running figures over several replies: their rounds pooled, their tokens summed."""
+    stats = StreamStats(tokens=sum(r.tokens for r in records))
+    stats.extend(round_events(records))
+    return stats
+
+
 def plain_step_ms(records: Sequence[RunRecord]) -> float | None:
     """Mean milliseconds of one plain decoding step, from plain runs' round events."""
-    rounds = sum(r.rounds for r in records if r.kind == "plain")
-    return sum(r.verify_ms for r in records if r.kind == "plain") / rounds if rounds else None
+    steps = [e.verify_ms for r in records if r.kind == "plain" for e in r.round_events]
+    return sum(steps) / len(steps) if steps else None
 
 
 def predict(
@@ -74,24 +94,24 @@ def predict(
     width, over ``plain_ms``, the plain runs' step on the same prompts); otherwise c and v come
     from the cost probe (a lookup's c is always its measured time: the probe has no lookups).
     """
-    if not records or any(r.kind == "hf" for r in records):
+    if not records or any(r.kind not in ("plain", "specchat") for r in records):
         return None
     if all(r.kind == "plain" for r in records):
         return 1.0
-    log = [entry for r in records for entry in r.round_log]
+    log = round_events(records)
     step = plain_ms if in_situ and plain_ms else costs.target_ms
     alpha: dict[str, float] = {}
     c: dict[str, float] = {}
-    for source in {entry[0] for entry in log}:
-        rows = [e for e in log if e[0] == source and e[1] > 0]
-        tested = sum(min(e[2] + 1, e[1]) for e in rows)
-        drafted = sum(e[1] for e in rows)
-        alpha[source] = sum(e[2] for e in rows) / tested if tested else 0.0
-        measured_c = sum(e[3] for e in rows) / drafted / step if drafted else 0.0
+    for source in {e.drafter for e in log}:
+        rows = [e for e in log if e.drafter == source and e.drafted > 0]
+        tested = sum(positions_tested(e) for e in rows)
+        drafted = sum(e.drafted for e in rows)
+        alpha[source] = sum(e.accepted for e in rows) / tested if tested else 0.0
+        measured_c = sum(e.draft_ms for e in rows) / drafted / step if drafted else 0.0
         c[source] = costs.c if (not in_situ and source == "model" and costs.c is not None) else measured_c
     widths: dict[int, list[float]] = {}
     for e in log:
-        widths.setdefault(e[1], []).append(e[4])
+        widths.setdefault(e.drafted, []).append(e.verify_ms)
 
     def v(width: int) -> float:
         if not in_situ:
@@ -101,9 +121,9 @@ def predict(
         return sum(widths[width]) / len(widths[width]) / step
 
     tokens = cost = 0.0
-    for source, drafted, _, _, _ in log:
-        tokens += expected_tokens_per_round(alpha[source], drafted)
-        cost += drafted * c[source] + v(drafted)
+    for e in log:
+        tokens += expected_tokens_per_round(alpha[e.drafter], e.drafted)
+        cost += e.drafted * c[e.drafter] + v(e.drafted)
     return tokens / cost if cost else None
 
 
@@ -113,13 +133,16 @@ def predicted_curve(alpha: float, costs: Costs, gammas: Sequence[int]) -> dict[i
     return {g: expected_tokens_per_round(alpha, g) / (g * c + costs.v(g)) for g in gammas}
 
 
-def _rate(records: Sequence[RunRecord]) -> tuple[int, float, float]:
-    tokens = sum(r.tokens for r in records)
-    wall = sum(r.decode_wall_s for r in records)
-    return tokens, wall, tokens / wall if wall > 0 else 0.0
+def decode_rate(records: Sequence[RunRecord]) -> float | None:
+    """Decoded tokens over decoding time, summed over runs; None if any run's time is unusable."""
+    if any(r.tok_s is None for r in records):
+        return None
+    tokens = sum(r.decode_tokens for r in records)
+    seconds = sum(r.decode_wall_s or 0.0 for r in records)
+    return tokens / seconds if seconds > 0 else None
 
 
-def _ratio(num: int, den: int) -> float | None:
+def _ratio(num: float, den: float) -> float | None:
     return num / den if den else None
 
 
@@ -135,36 +158,42 @@ def group(records: Sequence[RunRecord], method: str, category: str, costs: Costs
         return None
     prompts = {r.prompt_id for r in rows}
     plain = [r for r in records if r.kind == "plain" and r.prompt_id in prompts]
-    tokens, _, tok_s = _rate(rows)
-    plain_rate = _rate(plain)[2] if plain else 0.0
-    speedup = tok_s / plain_rate if plain_rate else None
+    refused = tuple(f"{r.describe()}: {r.timing_problem}" for r in rows if r.timing_problem)
+    tok_s = decode_rate(rows)
+    plain_rate = decode_rate(plain) if plain else None
+    speedup = tok_s / plain_rate if tok_s is not None and plain_rate else None
     step = plain_step_ms(plain)
     predicted = predict(rows, costs, step)
     checked = [r for r in checked if r.matches_plain is not None]
-    hist_rounds = sum(n for r in rows for n in r.drafted_hist.values())
-    mean_gamma = (
-        sum(d * n for r in rows for d, n in r.drafted_hist.items()) / hist_rounds if hist_rounds else None
-    )
+    stats = pooled_stats(rows)
+    wall = sum(r.wall_s for r in rows)
     return Group(
         method=method,
         category=category,
         kind=rows[0].kind,
         runs=len(rows),
-        tokens=tokens,
-        wall_s=sum(r.wall_s for r in rows),
+        tokens=stats.tokens,
+        wall_s=wall,
         tok_s=tok_s,
-        e2e_tok_s=tokens / max(sum(r.wall_s for r in rows), 1e-9),
+        e2e_tok_s=stats.tokens / wall if wall > 0 else None,
         speedup=speedup,
-        alpha=_ratio(sum(r.accepted for r in rows), sum(r.drafted for r in rows)),
-        alpha_iid=_ratio(sum(r.accepted for r in rows), sum(r.tested for r in rows)),
-        tau=_ratio(sum(r.tokens for r in rows), sum(r.rounds for r in rows)),
-        mean_gamma=mean_gamma if rows[0].kind == "specchat" else None,
+        alpha=stats.alpha,
+        alpha_iid=_ratio(stats.accepted, sum(r.tested for r in rows)),
+        tau=stats.tau,
+        per_position=stats.per_position,
+        mean_gamma=_ratio(stats.drafted, stats.rounds) if rows[0].kind == "specchat" else None,
         predicted=predicted,
         predicted_probe=predict(rows, costs, step, in_situ=False),
         measured_over_predicted=speedup / predicted if speedup is not None and predicted else None,
         greedy_equal=all(bool(r.matches_plain) for r in checked) if checked else None,
         mismatches=sum(1 for r in checked if not r.matches_plain),
+        refused=refused,
     )
+
+
+def refusals(records: Sequence[RunRecord]) -> list[str]:
+    """Every run (of those the report uses) whose speed was refused, with the reason."""
+    return [f"{r.describe()}: {r.timing_problem}" for r in fastest(records) if r.timing_problem]
 
 
 def all_groups(records: Sequence[RunRecord], methods: Sequence[Method], costs: Costs) -> list[Group]:
@@ -181,24 +210,23 @@ def all_groups(records: Sequence[RunRecord], methods: Sequence[Method], costs: C
 def event_costs(records: Sequence[RunRecord]) -> dict[str, object]:
     """c and v(γ) as the runs' own events saw them (a cross-check of the probe)."""
     records = fastest(records)
-    plain = [r for r in records if r.kind == "plain"]
-    steps = sum(r.rounds for r in plain)
-    if not steps:
+    step_ms = plain_step_ms(records)
+    if not step_ms:
         return {}
-    step_ms = sum(r.verify_ms for r in plain) / steps
     fixed = [r for r in records if r.drafter == "model" and r.schedule == "fixed" and r.kind == "specchat"]
-    drafted = sum(r.drafted for r in fixed)
-    by_gamma: dict[int, list[RunRecord]] = {}
+    log = round_events(fixed)
+    drafted = sum(e.drafted for e in log)
+    by_gamma: dict[int, list[RoundEvent]] = {}
     for r in fixed:
-        by_gamma.setdefault(r.gamma, []).append(r)
+        by_gamma.setdefault(r.gamma, []).extend(r.round_events)
     v = {
-        str(g): round(sum(r.verify_ms for r in rs) / sum(r.rounds for r in rs) / step_ms, 4)
-        for g, rs in sorted(by_gamma.items())
-        if sum(r.rounds for r in rs)
+        str(g): round(sum(e.verify_ms for e in events) / len(events) / step_ms, 4)
+        for g, events in sorted(by_gamma.items())
+        if events
     }
     return {
         "plain_step_ms": round(step_ms, 3),
-        "c": round(sum(r.draft_ms for r in fixed) / drafted / step_ms, 4) if drafted else None,
+        "c": round(sum(e.draft_ms for e in log) / drafted / step_ms, 4) if drafted else None,
         "v": v,
     }
 
@@ -211,7 +239,7 @@ def summarize(records: Sequence[RunRecord], methods: Sequence[Method], costs: Co
     spec = [g for g in overall.values() if g.kind == "specchat" and g.speedup is not None]
     hf_assisted = [g for name, g in overall.items() if g.kind == "hf" and name != "hf-plain"]
     best = max(spec, key=lambda g: g.speedup or 0.0, default=None)
-    best_hf = max(hf_assisted, key=lambda g: g.tok_s, default=None)
+    best_hf = max((g for g in hf_assisted if g.tok_s is not None), key=lambda g: g.tok_s or 0.0, default=None)
     summary: dict[str, object] = {
         "plain_tok_s": plain.tok_s if plain else None,
         "best": best.method if best else None,
@@ -227,11 +255,15 @@ def summarize(records: Sequence[RunRecord], methods: Sequence[Method], costs: Co
         "tau": best.tau if best else None,
         "best_hf_assisted": best_hf.method if best_hf else None,
         "hf_assisted_tok_s": best_hf.tok_s if best_hf else None,
-        "vs_hf_assisted": best.tok_s / best_hf.tok_s if best and best_hf and best_hf.tok_s else None,
+        "vs_hf_assisted": (
+            best.tok_s / best_hf.tok_s if best and best.tok_s and best_hf and best_hf.tok_s else None
+        ),
     }
     if best is not None and best.method.startswith("fixed-"):
         same = overall.get(f"hf-assisted-{best.method.removeprefix('fixed-')}")
-        summary["vs_hf_assisted_same_gamma"] = best.tok_s / same.tok_s if same and same.tok_s else None
+        summary["vs_hf_assisted_same_gamma"] = (
+            best.tok_s / same.tok_s if best.tok_s and same and same.tok_s else None
+        )
     adaptive = overall.get("adaptive")
     if adaptive is not None:
         by_cat = {}
@@ -247,6 +279,7 @@ def summarize(records: Sequence[RunRecord], methods: Sequence[Method], costs: Co
         }
     greedy = {name: g.greedy_equal for name, g in overall.items() if g.kind != "plain"}
     summary["greedy_equal"] = greedy
+    summary["refused"] = refusals(records)
     summary["targets"] = _targets(summary)
     return summary
 
@@ -285,6 +318,11 @@ def _fmt(value: float | None, spec: str = ".2f", suffix: str = "") -> str:
     return "–" if value is None else f"{value:{spec}}{suffix}"
 
 
+def _speed(g: Group) -> str:
+    """tok/s, or "refused" where a run's duration was not measured (the reason is printed below)."""
+    return "refused" if g.refused else _fmt(g.tok_s)
+
+
 def _equal(value: bool | None) -> str:
     return "–" if value is None else ("yes" if value else "NO")
 
@@ -302,7 +340,7 @@ def render_tables(records: Sequence[RunRecord], methods: Sequence[Method], costs
     for g in overall:
         main.add_row(
             g.method,
-            _fmt(g.tok_s),
+            _speed(g),
             _fmt(g.e2e_tok_s),
             _fmt(g.speedup, suffix="×"),
             _fmt(g.alpha),
@@ -324,7 +362,9 @@ def render_tables(records: Sequence[RunRecord], methods: Sequence[Method], costs
             if cg is None:
                 cells.append("–")
             elif g.kind == "plain":
-                cells.append(_fmt(cg.tok_s))
+                cells.append(_speed(cg))
+            elif cg.refused:
+                cells.append("refused")
             else:
                 cells.append(_fmt(cg.speedup, suffix="×"))
         by_cat.add_row(g.method, *cells)
@@ -345,7 +385,7 @@ def render_detail(records: Sequence[RunRecord], methods: Sequence[Method], costs
         table.add_row(
             g.method,
             g.category,
-            _fmt(g.tok_s),
+            _speed(g),
             _fmt(g.alpha),
             _fmt(g.tau),
             _fmt(g.speedup, suffix="×"),
@@ -386,4 +426,8 @@ def headline(summary: dict[str, object], costs: Costs) -> list[str]:
     if isinstance(targets, dict):
         marks = {True: "met", False: "NOT met", None: "n/a"}
         lines.append("targets: " + "; ".join(f"{k}: {marks[v]}" for k, v in targets.items()))
+    refused = summary.get("refused")
+    if isinstance(refused, list) and refused:
+        lines.append(f"refused {len(refused)} speed figure(s); no tok/s is given for:")
+        lines += [f"  {line}" for line in refused]
     return lines

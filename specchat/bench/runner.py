@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -95,9 +96,23 @@ class BenchSettings:
         return self.temperature == 0.0
 
 
+TIMING_SLACK_S = 0.002
+"""How far one measured duration may fall short of another nested inside it (timer resolution)."""
+
+
 @dataclass
 class RunRecord:
-    """One method on one prompt. Figures the engine reports come from its events."""
+    """One method on one prompt.
+
+    Figures the engine reports (tokens, rounds, α, τ, per-position acceptance, prefill and its own
+    decode time) are the engine's SummaryEvent, kept whole; the round-by-round costs are its
+    RoundEvents. Nothing here recomputes what the engine already reported.
+
+    Decoding speed divides ``decode_tokens`` by ``decode_wall_s``, a duration measured in this
+    very run (see :func:`run_method` for each kind of run); a run whose duration was not
+    measured, or is contradicted by a duration measured inside it, gets no speed at all
+    (:attr:`timing_problem` says why) rather than a figure made from someone else's clock.
+    """
 
     prompt_id: str
     category: str
@@ -107,26 +122,21 @@ class RunRecord:
     schedule: str
     gamma: int
     prompt_tokens: int
-    tokens: int
-    wall_s: float
+    tokens: int = 0
+    wall_s: float = 0.0
     """The whole reply as the user waits for it: prefill of both models plus decoding."""
-    target_prefill_ms: float | None = None
-    """The target's prefill of this prompt, as the plain run measured it: subtracted from every
-    method's wall time, so that tokens/s compares decoding (draft prefill stays included)."""
+    decode_wall_s: float | None = None
+    """Decoding time measured in this run: its wall time less its own target prefill (engine runs),
+    or from its first streamed tokens to its last (Hugging Face). None: not measured."""
+    decode_tokens: int = 0
+    """The tokens produced inside ``decode_wall_s``."""
+    timing_note: str | None = None
+    """Why ``decode_wall_s`` could not be measured, when it could not."""
     stop: str = "max_tokens"
-    prefill_ms: float | None = None
-    decode_s: float | None = None
-    rounds: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    tested: int = 0
-    """Draft positions verification looked at (up to and including each round's first rejection)."""
-    drafted_hist: dict[int, int] = field(default_factory=dict)
-    """Tokens drafted in a round → how many rounds drafted that many (0: plain rounds)."""
-    draft_ms: float = 0.0
-    verify_ms: float = 0.0
-    round_log: list[tuple[str, int, int, float, float]] = field(default_factory=list)
-    """Every round: (drafter, drafted, accepted, draft_ms, verify_ms), from its RoundEvent."""
+    summary: SummaryEvent | None = None
+    """The engine's own figures for this reply (None for peers)."""
+    round_events: list[RoundEvent] = field(default_factory=list)
+    """Every round the engine reported, in order."""
     token_ids: list[int] = field(default_factory=list)
     text: str = ""
     matches_plain: bool | None = None
@@ -135,34 +145,49 @@ class RunRecord:
     reference: str = "plain"
     """What the greedy check compared with."""
     repeat: int = 0
-    predicted_speedup: float | None = None
+
+    # ---------------------------------------------------------------- the engine's figures
+    @property
+    def rounds(self) -> int:
+        return self.summary.rounds if self.summary else 0
 
     @property
-    def decode_wall_s(self) -> float:
-        """Wall time less the target's prompt prefill (the same for every method)."""
-        if self.target_prefill_ms is None:
-            return self.wall_s
-        return max(self.wall_s - self.target_prefill_ms / 1000.0, 1e-9)
+    def drafted(self) -> int:
+        return self.summary.drafted if self.summary else 0
 
     @property
-    def tok_s(self) -> float:
-        """Decoding speed: tokens over wall time less the target's prompt prefill."""
-        return self.tokens / self.decode_wall_s if self.wall_s > 0 else 0.0
-
-    @property
-    def e2e_tok_s(self) -> float:
-        """Tokens over the whole wall time, prefill included."""
-        return self.tokens / self.wall_s if self.wall_s > 0 else 0.0
-
-    @property
-    def engine_tok_s(self) -> float | None:
-        """The engine's own SummaryEvent figure (decode loop only; None for Hugging Face)."""
-        return self.tokens / self.decode_s if self.decode_s else None
+    def accepted(self) -> int:
+        return self.summary.accepted if self.summary else 0
 
     @property
     def alpha(self) -> float | None:
-        """accepted / drafted, as the engine reports it."""
-        return self.accepted / self.drafted if self.drafted else None
+        """accepted / drafted, as the engine reported it."""
+        return self.summary.alpha if self.summary else None
+
+    @property
+    def tau(self) -> float | None:
+        """Tokens per round, as the engine reported it."""
+        return self.summary.tau if self.summary else None
+
+    @property
+    def prefill_ms(self) -> float | None:
+        """The target's prompt prefill in this run, as the engine measured it."""
+        return self.summary.prefill_ms if self.summary else None
+
+    @property
+    def engine_tok_s(self) -> float | None:
+        """The engine's own tokens/s (its decode loop only: the draft's prefill excluded)."""
+        return self.summary.tokens_per_s if self.summary else None
+
+    @property
+    def tested(self) -> int:
+        """Draft positions verification looked at (up to and including each round's first rejection)."""
+        return sum(positions_tested(e) for e in self.round_events if e.drafted)
+
+    @property
+    def drafted_hist(self) -> dict[int, int]:
+        """Tokens drafted in a round → how many rounds drafted that many (0: plain rounds)."""
+        return dict(Counter(e.drafted for e in self.round_events))
 
     @property
     def alpha_iid(self) -> float | None:
@@ -170,21 +195,55 @@ class RunRecord:
         return self.accepted / self.tested if self.tested else None
 
     @property
-    def tau(self) -> float | None:
-        return self.tokens / self.rounds if self.rounds else None
+    def mean_gamma(self) -> float | None:
+        return self.drafted / self.rounds if self.rounds else None
+
+    # ---------------------------------------------------------------- speed
+    @property
+    def timing_problem(self) -> str | None:
+        """Why this run's decoding speed cannot be given, or None when it can."""
+        if self.decode_wall_s is None:
+            return self.timing_note or "its decoding time was not measured"
+        if self.decode_tokens > 0 and self.decode_wall_s <= 0.0:
+            return f"{self.decode_tokens} tokens decoded in {self.decode_wall_s:.6f} s is not a duration"
+        inner = self.summary.decode_s if self.summary else None
+        if inner is not None and self.decode_wall_s < inner - TIMING_SLACK_S:
+            return (
+                f"its decoding time ({self.decode_wall_s:.3f} s) is shorter than the engine's own decode "
+                f"loop inside it ({inner:.3f} s): the two were not measured on one clock"
+            )
+        return None
 
     @property
-    def mean_gamma(self) -> float | None:
-        rounds = sum(self.drafted_hist.values())
-        return sum(d * n for d, n in self.drafted_hist.items()) / rounds if rounds else None
+    def tok_s(self) -> float | None:
+        """Decoding speed: ``decode_tokens / decode_wall_s``; None when the duration is unusable."""
+        if self.timing_problem is not None or self.decode_wall_s is None:
+            return None
+        return self.decode_tokens / self.decode_wall_s if self.decode_wall_s > 0 else 0.0
+
+    @property
+    def e2e_tok_s(self) -> float | None:
+        """Tokens over the whole wall time, prefill included."""
+        return self.tokens / self.wall_s if self.wall_s > 0 else None
+
+    def describe(self) -> str:
+        """The run in words, for messages: method, prompt and repeat."""
+        return f"{self.method} on {self.prompt_id} (repeat {self.repeat})"
 
     def to_json(self) -> dict[str, object]:
         data = asdict(self)
         data["drafted_hist"] = {str(k): v for k, v in sorted(self.drafted_hist.items())}
+        data["round_events"] = [e.to_json() for e in self.round_events]
+        data["summary"] = self.summary.to_json() if self.summary else None
         data.update(
             tok_s=self.tok_s,
+            timing_problem=self.timing_problem,
             e2e_tok_s=self.e2e_tok_s,
             engine_tok_s=self.engine_tok_s,
+            rounds=self.rounds,
+            drafted=self.drafted,
+            accepted=self.accepted,
+            tested=self.tested,
             alpha=self.alpha,
             alpha_iid=self.alpha_iid,
             tau=self.tau,
@@ -212,28 +271,22 @@ def run_method(
     gc.collect()
     record = RunRecord(
         prompt.id, prompt.category, method.name, method.kind, method.drafter, method.schedule,
-        method.gamma, len(prompt_ids), 0, 0.0,
+        method.gamma, len(prompt_ids),
     )  # fmt: skip
     if method.kind == "hf":
-        hf_target, hf_draft = peer or (engine.target.model, engine.draft.model if engine.draft else None)
-        target = hf_target
-        draft = hf_draft if method.drafter == "model" else None
-        result = hf_generate(
-            target,
-            prompt_ids,
-            sampling=settings.sampling,
-            max_new_tokens=settings.max_new_tokens,
-            stop_ids=engine.stop_ids,
-            draft=draft,
-            gamma=method.gamma or None,
-            seed=settings.seed,
-        )
-        record.tokens = len(result.token_ids)
-        record.wall_s = result.wall_s
-        record.token_ids = result.token_ids
-        record.text = engine.tokenizer.decode(result.token_ids)
-        record.stop = "max_tokens" if record.tokens >= settings.max_new_tokens else "eos"
-        return record
+        _run_hf(record, engine, prompt_ids, method, settings, peer)
+    else:
+        _run_engine(record, engine, prompt_ids, method, settings)
+    return record
+
+
+def _run_engine(
+    record: RunRecord, engine: ChatEngine, prompt_ids: list[int], method: Method, settings: BenchSettings
+) -> None:
+    """specchat's loops: decoding time is this run's wall time less this run's target prefill.
+
+    The draft's prefill stays inside it: it is a cost speculation pays and plain decoding does not.
+    """
     controls = Controls(
         gamma=max(method.gamma, 1),
         schedule=method.schedule,
@@ -251,37 +304,60 @@ def run_method(
         else engine.stream_ids(prompt_ids, controls)
     )
     pieces: list[str] = []
-    summary: SummaryEvent | None = None
     for event in stream:
         if isinstance(event, TokenEvent):
             record.token_ids.append(event.token_id)
             pieces.append(event.text)
         elif isinstance(event, RoundEvent):
-            _add_round(record, event)
+            record.round_events.append(event)
         else:
-            summary = event
+            record.summary = event
     record.wall_s = time.perf_counter() - start
     record.text = "".join(pieces)
     record.tokens = len(record.token_ids)
-    if summary is not None:
-        record.stop = summary.stop
-        record.prefill_ms = summary.prefill_ms
-        record.decode_s = summary.decode_s
-    return record
+    summary = record.summary
+    if summary is None:
+        record.timing_note = "the engine ended the reply without its summary (no prefill time)"
+        return
+    record.stop = summary.stop
+    record.decode_wall_s = record.wall_s - summary.prefill_ms / 1000.0
+    record.decode_tokens = record.tokens
 
 
-def _add_round(record: RunRecord, event: RoundEvent) -> None:
-    record.rounds += 1
-    record.drafted += event.drafted
-    record.accepted += event.accepted
-    if event.drafted:
-        record.tested += positions_tested(event)
-    record.drafted_hist[event.drafted] = record.drafted_hist.get(event.drafted, 0) + 1
-    record.draft_ms += event.draft_ms
-    record.verify_ms += event.verify_ms
-    record.round_log.append(
-        (event.drafter, event.drafted, event.accepted, round(event.draft_ms, 3), round(event.verify_ms, 3))
+def _run_hf(
+    record: RunRecord,
+    engine: ChatEngine,
+    prompt_ids: list[int],
+    method: Method,
+    settings: BenchSettings,
+    peer: Peer | None,
+) -> None:
+    """Hugging Face ``generate``: decoding time runs from its first streamed tokens to its end.
+
+    Its prefill is not separable from its first step, so the tokens that came with the first
+    streamed chunk are left out of the count along with the time it took to produce them.
+    """
+    hf_target, hf_draft = peer or (engine.target.model, engine.draft.model if engine.draft else None)
+    result = hf_generate(
+        hf_target,
+        prompt_ids,
+        sampling=settings.sampling,
+        max_new_tokens=settings.max_new_tokens,
+        stop_ids=engine.stop_ids,
+        draft=hf_draft if method.drafter == "model" else None,
+        gamma=method.gamma or None,
+        seed=settings.seed,
     )
+    record.tokens = len(result.token_ids)
+    record.wall_s = result.wall_s
+    record.token_ids = result.token_ids
+    record.text = engine.tokenizer.decode(result.token_ids)
+    record.stop = "max_tokens" if record.tokens >= settings.max_new_tokens else "eos"
+    if result.first_s is None:
+        record.timing_note = "Hugging Face streamed no token, so its decoding time is unknown"
+        return
+    record.decode_wall_s = result.wall_s - result.first_s
+    record.decode_tokens = max(record.tokens - result.first_tokens, 0)
 
 
 def run_bench(
@@ -306,32 +382,37 @@ def run_bench(
         prompt_ids = engine.prompt_ids(prompt.messages)
         for repeat in range(repeats):
             shift = (index + repeat) % len(methods)
-            done: list[RunRecord] = []
             for method in [*methods[shift:], *methods[:shift]]:
                 if before_run is not None:
                     before_run(prompt, method)
                 record = run_method(engine, prompt, prompt_ids, method, settings, peer)
                 record.repeat = repeat
-                done.append(record)
+                records.append(record)
                 if progress is not None:
                     progress(record)
-            plain_prefill = next((r.prefill_ms for r in done if r.kind == "plain"), None)
-            for record in done:
-                record.target_prefill_ms = plain_prefill
-            records.extend(done)
     if settings.greedy:
         check_greedy(records)
     return records
 
 
 def fastest(records: Sequence[RunRecord]) -> list[RunRecord]:
-    """One record per (prompt, method): the repeat with the highest decoding speed."""
+    """One record per (prompt, method): the repeat with the highest decoding speed.
+
+    A repeat without a usable speed is kept only when no repeat has one, so that the report
+    refuses that figure instead of silently dropping the prompt.
+    """
     best: dict[tuple[str, str], RunRecord] = {}
     for record in records:
         key = (record.prompt_id, record.method)
-        if key not in best or record.tok_s > best[key].tok_s:
+        if key not in best or _faster(record, best[key]):
             best[key] = record
     return list(best.values())
+
+
+def _faster(record: RunRecord, than: RunRecord) -> bool:
+    if record.tok_s is None:
+        return False
+    return than.tok_s is None or record.tok_s > than.tok_s
 
 
 def check_greedy(records: Iterable[RunRecord]) -> None:

@@ -23,6 +23,7 @@ from specchat.bench.runner import (
     first_difference,
     run_bench,
 )
+from specchat.engine.events import RoundEvent
 from specchat.engine.session import ChatEngine
 
 METHODS = build_methods([1, 3], hf_gammas=[2], hf_plain=True)
@@ -56,14 +57,17 @@ def test_every_method_runs_on_every_prompt(records: list[RunRecord], prompts: li
     for r in records:
         assert 0 < r.tokens <= SETTINGS.max_new_tokens
         assert r.tokens == len(r.token_ids)
-        assert r.wall_s > 0 and r.tok_s >= r.e2e_tok_s > 0
-        assert r.target_prefill_ms is not None  # the plain run's prefill of this prompt
+        assert r.wall_s > 0 and r.timing_problem is None
+        assert r.tok_s is not None and r.e2e_tok_s is not None and r.e2e_tok_s > 0
+        assert r.decode_wall_s is not None and 0 < r.decode_wall_s < r.wall_s
         assert r.text
         if r.kind == "hf":
-            assert r.rounds == 0 and r.alpha is None
+            assert r.rounds == 0 and r.alpha is None and r.summary is None
+            assert r.decode_tokens < r.tokens  # the first streamed chunk is prefill's
             continue
-        assert r.rounds > 0 and sum(r.drafted_hist.values()) == r.rounds == len(r.round_log)
-        assert r.prefill_ms is not None and r.decode_s is not None
+        assert r.tok_s >= r.e2e_tok_s
+        assert r.rounds > 0 and sum(r.drafted_hist.values()) == r.rounds == len(r.round_events)
+        assert r.prefill_ms is not None and r.summary is not None
         assert r.tested <= r.drafted
         if r.kind == "plain":
             assert r.drafted == 0 and r.drafted_hist == {0: r.rounds}
@@ -143,12 +147,12 @@ def test_prediction_is_the_seed_formula() -> None:
     # α = 0.5 per tested position: 10 rounds of γ=2, each "accepted 1, tested 2";
     # the rounds' own timings say c = 40 ms / 2 tokens / 100 ms = 0.2 and v(2) = 1.2, as the probe.
     record = RunRecord(method="fixed-2", drafter="model", tokens=20, wall_s=1.0, **base)  # type: ignore[arg-type]
-    record.round_log = [("model", 2, 1, 40.0, 120.0)] * 10
+    record.round_events = [RoundEvent(n, 2, 2, 1, 40.0, 120.0, "model") for n in range(10)]
     expected = (1 - 0.5**3) / (1 - 0.5) / (2 * 0.2 + 1.2)
     assert predict([record], costs, plain_ms=100.0) == pytest.approx(expected)
     assert predict([record], costs, in_situ=False) == pytest.approx(expected)
     # Slower rounds than the probe saw: the in-situ prediction follows the rounds.
-    record.round_log = [("model", 2, 1, 80.0, 150.0)] * 10
+    record.round_events = [RoundEvent(n, 2, 2, 1, 80.0, 150.0, "model") for n in range(10)]
     assert predict([record], costs, plain_ms=100.0) == pytest.approx(
         (1 - 0.5**3) / (1 - 0.5) / (2 * 0.4 + 1.5)
     )
