@@ -7,6 +7,7 @@ import os
 import platform
 import sys
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -89,10 +90,19 @@ def machine_load() -> dict[str, Any]:
     help="Run everything this many times; figures use the fastest run of each (prompt, method).",
 )
 @click.option("--detail", is_flag=True, help="Also print every (method, category) row.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Instead of timing: check that every drafter and schedule reproduces plain greedy decoding, "
+    "on the bench's prompts and the check's own (54; --quick: 6). Exit status 1 on any mismatch.",
+)
 def bench(**options: Any) -> None:
     """Benchmark plain, speculative and Hugging Face assisted decoding side by side."""
     try:
-        _bench(**options)
+        if options.pop("check"):
+            _check(**options)
+        else:
+            _bench(**options)
     except SpecchatError as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(err.exit_code)
@@ -142,12 +152,13 @@ def _bench(
         raise BenchError("--max-new-tokens must be 1 or more.")
     wanted = [c.strip() for c in categories.split(",") if c.strip()] if categories else None
     prompts = load_prompts(quick=quick, only=wanted, per_category=per_category)
-    for path in (json_path, plot_path):
-        if path is not None and not path.parent.exists():
-            raise BenchError(f"folder {path.parent} does not exist (for {path.name}).")
-    from specchat.models.cpu_quant import parse_cpu_path, prepare_cpu_pair
+    _check_folders(json_path, plot_path)
+    from specchat.models.cpu_quant import parse_cpu_path
 
     parse_cpu_path(cpu_path)  # a typo fails before any model loads
+    from specchat.engine.sampling import SamplingParams
+
+    SamplingParams(temperature, top_k, top_p)  # validates
 
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -156,49 +167,15 @@ def _bench(
     from specchat.bench.costs import measure_costs
     from specchat.bench.report import headline, render_detail, render_tables, summarize, to_json
     from specchat.bench.runner import BenchSettings, build_methods, run_bench, warm_up
-    from specchat.config import load_settings
-    from specchat.engine.sampling import SamplingParams
-    from specchat.engine.session import ChatEngine
-    from specchat.models import load_pair
 
-    SamplingParams(temperature, top_k, top_p)  # validates
-    settings_file = load_settings()
-    target_name = target or settings_file.target
-    draft_name = draft if draft is not None else settings_file.draft
-    if draft_name is not None and draft_name.lower() == "none":
-        draft_name = None
-
-    import torch
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()  # transformers' notices would break the progress bar
-    if threads is not None:
-        if threads < 1:
-            raise BenchError("--threads must be 1 or more.")
-        torch.set_num_threads(threads)
-
-    with console.status("loading models…") as status:
-        target_lm, draft_lm = load_pair(
-            target_name,
-            draft_name,
-            device=device,
-            dtype=dtype,
-            quant=quant,
-            progress=lambda p: status.update(p.message),
-        )
-        status.update("preparing CPU kernels…")
-        pair = prepare_cpu_pair(
-            target_lm.model, draft_lm.model if draft_lm else None, cpu_path, lean=not no_lean
-        )
-    path_used = pair.path + (" (lean forward)" if pair.lean else "")
-    if temperature > 0 and "+head" in pair.path and hf_sweep:
+    loaded = _load_pair(target, draft, device, dtype, quant, cpu_path, no_lean, threads, console)
+    engine, target_lm, draft_lm, path_used = loaded.engine, loaded.target, loaded.draft, loaded.path_used
+    if temperature > 0 and "+head" in loaded.pair.path and hf_sweep:
         # transformers' speculative sampling needs the draft's logits over the whole vocabulary.
-        console.print(
-            f"note: HF assisted sampling needs the draft's full head; skipped with --cpu-path {pair.path}"
-        )
+        skipped = f"skipped with --cpu-path {loaded.pair.path}"
+        console.print(f"note: HF assisted sampling needs the draft's full head; {skipped}")
         hf_sweep = []
-    peer = (pair.hf_target, pair.hf_draft)
-    engine = ChatEngine(pair.target, target_lm.tokenizer, pair.draft)
+    peer = (loaded.pair.hf_target, loaded.pair.hf_draft)
     settings = BenchSettings(new_tokens, temperature, top_k, top_p, seed)
     methods = build_methods(
         sweep,
@@ -250,6 +227,8 @@ def _bench(
     for line in headline(summary, costs):
         out.print(line, highlight=False)
     load_after = machine_load()
+    import torch
+
     out.print(
         f"{len(records)} runs in {elapsed:.0f} s; load average {load_before['load1']} before, "
         f"{load_after['load1']} after, {load_after['cpus']} CPUs",
@@ -289,11 +268,7 @@ def _bench(
         "elapsed_s": round(elapsed, 1),
     }
     if json_path is not None:
-        data = to_json(records, methods, costs, meta)
-        try:
-            json_path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        except OSError as err:
-            raise BenchError(f"cannot write {json_path}: {err.strerror or err}.") from err
+        _write_json(json_path, to_json(records, methods, costs, meta))
         out.print(f"wrote {json_path}", highlight=False)
     if plot_path is not None:
         from specchat.bench.plot import write_plot
@@ -303,3 +278,164 @@ def _bench(
         )
         write_plot(plot_path, records, methods, costs, title=title)
         out.print(f"wrote {plot_path}", highlight=False)
+
+
+def _check_folders(*paths: Path | None) -> None:
+    for path in paths:
+        if path is not None and not path.parent.exists():
+            raise BenchError(f"folder {path.parent} does not exist (for {path.name}).")
+
+
+@dataclass
+class _Loaded:
+    engine: Any
+    target: Any
+    draft: Any
+    pair: Any
+    path_used: str
+
+
+def _load_pair(
+    target: str | None,
+    draft: str | None,
+    device: str,
+    dtype: str,
+    quant: str | None,
+    cpu_path: str,
+    no_lean: bool,
+    threads: int | None,
+    console: Any,
+) -> _Loaded:
+    """Load the pair once, prepare its CPU kernels and build the engine every run uses."""
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from specchat.config import load_settings
+    from specchat.engine.session import ChatEngine
+    from specchat.models import load_pair
+    from specchat.models.cpu_quant import prepare_cpu_pair
+
+    settings_file = load_settings()
+    target_name = target or settings_file.target
+    draft_name = draft if draft is not None else settings_file.draft
+    if draft_name is not None and draft_name.lower() == "none":
+        draft_name = None
+    hf_logging.set_verbosity_error()  # transformers' notices would break the progress bar
+    if threads is not None:
+        if threads < 1:
+            raise BenchError("--threads must be 1 or more.")
+        torch.set_num_threads(threads)
+    with console.status("loading models…") as status:
+        target_lm, draft_lm = load_pair(
+            target_name,
+            draft_name,
+            device=device,
+            dtype=dtype,
+            quant=quant,
+            progress=lambda p: status.update(p.message),
+        )
+        status.update("preparing CPU kernels…")
+        pair = prepare_cpu_pair(
+            target_lm.model, draft_lm.model if draft_lm else None, cpu_path, lean=not no_lean
+        )
+    engine = ChatEngine(pair.target, target_lm.tokenizer, pair.draft)
+    path_used = pair.path + (" (lean forward)" if pair.lean else "")
+    return _Loaded(engine, target_lm, draft_lm, pair, path_used)
+
+
+def _check(
+    *,
+    target: str | None,
+    draft: str | None,
+    quick: bool,
+    json_path: Path | None,
+    plot_path: Path | None,
+    max_new_tokens: int | None,
+    temperature: float,
+    categories: str | None,
+    per_category: int | None,
+    start_gamma: int,
+    device: str,
+    dtype: str,
+    quant: str | None,
+    cpu_path: str,
+    no_lean: bool,
+    threads: int | None,
+    **timing_only: Any,
+) -> None:
+    """`specchat bench --check`: greedy equality of every drafter and schedule with plain decoding."""
+    from specchat.bench.prompts import load_prompts
+    from specchat.engine.gamma import check_gamma
+    from specchat.models.cpu_quant import parse_cpu_path
+
+    if temperature != 0.0:
+        raise BenchError("--check compares greedy replies: leave --temperature at 0.")
+    if plot_path is not None:
+        raise BenchError("--check measures no speed, so there is nothing to plot: drop --plot.")
+    new_tokens = max_new_tokens or 48
+    if new_tokens < 1:
+        raise BenchError("--max-new-tokens must be 1 or more.")
+    check_gamma(start_gamma)
+    wanted = [c.strip() for c in categories.split(",") if c.strip()] if categories else None
+    prompts = load_prompts(quick=quick, only=wanted, per_category=per_category, check=True)
+    _check_folders(json_path)
+    parse_cpu_path(cpu_path)
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from specchat.bench.check import check_methods, run_check
+
+    console = Console(stderr=True)
+    loaded = _load_pair(target, draft, device, dtype, quant, cpu_path, no_lean, threads, console)
+    methods = check_methods(loaded.engine, start_gamma)
+    started = time.perf_counter()
+    with Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("checking", total=len(prompts) * (len(methods) + 1))
+        result = run_check(
+            loaded.engine,
+            prompts,
+            methods,
+            new_tokens,
+            before_run=lambda p, m: bar.update(task, description=f"{p.id:<22} {m.name:<20}"),
+            progress=lambda r: bar.advance(task),
+        )
+    elapsed = time.perf_counter() - started
+    for line in result.lines():
+        click.echo(line)
+    click.echo(
+        f"target {loaded.target.name}, draft {loaded.draft.name if loaded.draft else 'none'}, "
+        f"CPU path {loaded.path_used}, γ {start_gamma}; {elapsed:.0f} s"
+    )
+    if json_path is not None:
+        import torch
+
+        meta = {
+            "command": " ".join(["specchat bench", *_own_args()]),
+            "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "target": loaded.target.name,
+            "draft": loaded.draft.name if loaded.draft else None,
+            "cpu_path": loaded.path_used,
+            "gamma": start_gamma,
+            "torch": torch.__version__,
+            "elapsed_s": round(elapsed, 1),
+        }
+        data = {"meta": meta, "check": result.to_json(), "records": [r.to_json() for r in result.records]}
+        _write_json(json_path, data)
+        click.echo(f"wrote {json_path}")
+    if result.mismatches:
+        sys.exit(1)
+
+
+def _write_json(path: Path, data: object) -> None:
+    try:
+        path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    except OSError as err:
+        raise BenchError(f"cannot write {path}: {err.strerror or err}.") from err

@@ -1,4 +1,5 @@
-"""The benchmark's prompt set, shipped in the package as prompts.json."""
+"""The benchmark's prompt set, shipped in the package as prompts.json, and the extra prompts
+of the greedy-equality check (check_prompts.json, same categories)."""
 
 from __future__ import annotations
 
@@ -25,11 +26,16 @@ def categories() -> list[str]:
 
 
 def load_prompts(
-    *, quick: bool = False, only: Sequence[str] | None = None, per_category: int | None = None
+    *,
+    quick: bool = False,
+    only: Sequence[str] | None = None,
+    per_category: int | None = None,
+    check: bool = False,
 ) -> list[BenchPrompt]:
     """The prompts in file order: all of them, the quick subset, or some categories.
 
-    ``per_category`` keeps the first n prompts of each category (quick ones first).
+    ``per_category`` keeps the first n prompts of each category (quick ones first). ``check``
+    adds the greedy-equality check's own prompts after the bench's.
     """
     data = _load()
     known = list(data["categories"])
@@ -37,9 +43,10 @@ def load_prompts(
     unknown = [c for c in wanted if c not in known]
     if unknown:
         raise BenchError(f"unknown category {', '.join(unknown)}: use {', '.join(known)}.")
+    rows = data["prompts"] + (_load("check_prompts.json")["prompts"] if check else [])
     prompts = [
         BenchPrompt(p["id"], p["category"], tuple(p["messages"]), bool(p.get("quick", False)))
-        for p in data["prompts"]
+        for p in rows
         if p["category"] in wanted and (p.get("quick", False) or not quick)
     ]
     if per_category is not None:
@@ -54,6 +61,6 @@ def load_prompts(
     return prompts
 
 
-def _load() -> dict:  # type: ignore[type-arg]
-    text = resources.files("specchat.bench").joinpath("prompts.json").read_text(encoding="utf-8")
+def _load(name: str = "prompts.json") -> dict:  # type: ignore[type-arg]
+    text = resources.files("specchat.bench").joinpath(name).read_text(encoding="utf-8")
     return json.loads(text)  # type: ignore[no-any-return]
