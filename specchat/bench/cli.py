@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -91,6 +93,21 @@ def machine_load() -> dict[str, Any]:
 )
 @click.option("--detail", is_flag=True, help="Also print every (method, category) row.")
 @click.option(
+    "--llama-cpp",
+    "llama_cpp",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="A llama.cpp build folder (holding llama-server): adds 'llama.cpp plain' and 'llama.cpp "
+    "speculative' rows on the same GGUF files, prompts, token budget and threads.",
+)
+@click.option(
+    "--llama-cpp-draft-max",
+    type=click.IntRange(1, 16),
+    default=4,
+    show_default=True,
+    help="Tokens llama.cpp drafts per round (its --spec-draft-n-max).",
+)
+@click.option(
     "--check",
     is_flag=True,
     help="Instead of timing: check that every drafter and schedule reproduces plain greedy decoding, "
@@ -139,6 +156,8 @@ def _bench(
     threads: int | None,
     repeats: int,
     detail: bool,
+    llama_cpp: Path | None,
+    llama_cpp_draft_max: int,
 ) -> None:
     # Everything that can be checked without torch is checked first: a typo fails in milliseconds.
     from specchat.bench.prompts import load_prompts
@@ -159,14 +178,20 @@ def _bench(
     from specchat.engine.sampling import SamplingParams
 
     SamplingParams(temperature, top_k, top_p)  # validates
+    ggufs: tuple[Path, Path | None] | None = None
+    if llama_cpp is not None:
+        from specchat.bench.llamacpp_peer import find_server, gguf_for
+
+        find_server(llama_cpp)
+        if temperature != 0.0:
+            raise BenchError("the llama.cpp rows decode greedily: leave --temperature at 0 with --llama-cpp.")
+        target_name, draft_name = _model_names(target, draft)
+        ggufs = (gguf_for(target_name), gguf_for(draft_name) if draft_name else None)
 
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = Console(stderr=True)
-    from specchat.bench.costs import measure_costs
-    from specchat.bench.report import headline, render_detail, render_tables, summarize, to_json
-    from specchat.bench.runner import BenchSettings, build_methods, run_bench, warm_up
+    from specchat.bench.runner import BenchSettings, build_methods
 
     loaded = _load_pair(target, draft, device, dtype, quant, cpu_path, no_lean, threads, console)
     engine, target_lm, draft_lm, path_used = loaded.engine, loaded.target, loaded.draft, loaded.path_used
@@ -185,11 +210,98 @@ def _bench(
         hf_plain=hf_extra and not no_hf,
         hf_default=hf_extra and not no_hf,
         has_draft=draft_lm is not None,
+        llama_cpp_draft_max=llama_cpp_draft_max if llama_cpp is not None else None,
     )
 
     probe_ids = max((engine.prompt_ids(p.messages) for p in prompts), key=len)
+    with contextlib.ExitStack() as stack:
+        llama = None
+        if llama_cpp is not None and ggufs is not None:
+            longest = len(probe_ids) + new_tokens
+            llama = _start_llama_cpp(llama_cpp, ggufs, loaded, llama_cpp_draft_max, longest, console)
+            stack.callback(llama.close)
+        _run_and_report(
+            engine=engine,
+            target_lm=target_lm,
+            draft_lm=draft_lm,
+            path_used=path_used,
+            prompts=prompts,
+            methods=methods,
+            settings=settings,
+            probe_ids=probe_ids,
+            sweep=sweep,
+            hf_sweep=hf_sweep,
+            peer=peer,
+            llama=llama,
+            console=console,
+            quick=quick,
+            repeats=repeats,
+            detail=detail,
+            json_path=json_path,
+            plot_path=plot_path,
+        )
+
+
+def _start_llama_cpp(
+    folder: Path,
+    ggufs: tuple[Path, Path | None],
+    loaded: _Loaded,
+    draft_max: int,
+    longest: int,
+    console: Any,
+) -> Any:
+    """The peer's two servers on the GGUF files the pair was converted from, with torch's threads."""
+    import torch
+
+    from specchat.bench.llamacpp_peer import start_peer
+
+    target_gguf, draft_gguf = ggufs
+    context = -(-(longest + 64) // 256) * 256  # the longest prompt and its reply, rounded up
+    log_dir = Path(tempfile.mkdtemp(prefix="specchat-llama-cpp-"))
+    with console.status("starting llama.cpp…"):
+        return start_peer(
+            folder,
+            target_gguf,
+            draft_gguf,
+            threads=torch.get_num_threads(),
+            context=context,
+            draft_max=draft_max,
+            stop_ids=loaded.engine.stop_ids,
+            log_dir=log_dir,
+        )
+
+
+def _run_and_report(
+    *,
+    engine: Any,
+    target_lm: Any,
+    draft_lm: Any,
+    path_used: str,
+    prompts: Any,
+    methods: Any,
+    settings: Any,
+    probe_ids: list[int],
+    sweep: list[int],
+    hf_sweep: list[int],
+    peer: Any,
+    llama: Any,
+    console: Any,
+    quick: bool,
+    repeats: int,
+    detail: bool,
+    json_path: Path | None,
+    plot_path: Path | None,
+) -> None:
+    """Warm up, measure the costs, run every method on every prompt, print and write the report."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from specchat.bench.costs import measure_costs
+    from specchat.bench.report import headline, render_detail, render_tables, summarize, to_json
+    from specchat.bench.runner import run_bench, warm_up
+
     with console.status("warming up and measuring c and v(γ)…"):
-        warm_up(engine, probe_ids, methods, peer=peer)
+        warm_up(engine, probe_ids, methods, peer=peer, llama=llama)
         costs = measure_costs(engine.target, engine.draft, probe_ids, sweep, repeats=3 if quick else 7)
         engine.target.reset()
         if engine.draft is not None:
@@ -213,9 +325,10 @@ def _bench(
             methods,
             settings,
             repeats=repeats,
-            before_run=lambda p, m: bar.update(task, description=f"{p.id:<16} {m.name:<20}"),
+            before_run=lambda p, m: bar.update(task, description=f"{p.id:<16} {m.name:<22}"),
             progress=lambda r: bar.advance(task),
             peer=peer,
+            llama=llama,
         )
     elapsed = time.perf_counter() - started
     out = Console()
@@ -253,11 +366,11 @@ def _bench(
         "quant": target_lm.quant,
         "cpu_path": path_used,
         "settings": {
-            "max_new_tokens": new_tokens,
-            "temperature": temperature,
-            "top_k": top_k,
-            "top_p": top_p,
-            "seed": seed,
+            "max_new_tokens": settings.max_new_tokens,
+            "temperature": settings.temperature,
+            "top_k": settings.top_k,
+            "top_p": settings.top_p,
+            "seed": settings.seed,
             "quick": quick,
             "gammas": sweep,
             "hf_gammas": hf_sweep,
@@ -266,6 +379,7 @@ def _bench(
         },
         "prompts": [p.id for p in prompts],
         "elapsed_s": round(elapsed, 1),
+        "llama_cpp": llama.meta() if llama is not None else None,
     }
     if json_path is not None:
         _write_json(json_path, to_json(records, methods, costs, meta))
@@ -295,6 +409,18 @@ class _Loaded:
     path_used: str
 
 
+def _model_names(target: str | None, draft: str | None) -> tuple[str, str | None]:
+    """The target and draft the user asked for, else their settings' (draft None: no draft)."""
+    from specchat.config import load_settings
+
+    settings_file = load_settings()
+    target_name = target or settings_file.target
+    draft_name = draft if draft is not None else settings_file.draft
+    if draft_name is not None and draft_name.lower() == "none":
+        draft_name = None
+    return target_name, draft_name
+
+
 def _load_pair(
     target: str | None,
     draft: str | None,
@@ -310,16 +436,11 @@ def _load_pair(
     import torch
     from transformers.utils import logging as hf_logging
 
-    from specchat.config import load_settings
     from specchat.engine.session import ChatEngine
     from specchat.models import load_pair
     from specchat.models.cpu_quant import prepare_cpu_pair
 
-    settings_file = load_settings()
-    target_name = target or settings_file.target
-    draft_name = draft if draft is not None else settings_file.draft
-    if draft_name is not None and draft_name.lower() == "none":
-        draft_name = None
+    target_name, draft_name = _model_names(target, draft)
     hf_logging.set_verbosity_error()  # transformers' notices would break the progress bar
     if threads is not None:
         if threads < 1:

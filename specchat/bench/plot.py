@@ -7,10 +7,20 @@ from pathlib import Path
 
 from specchat.bench import BenchError
 from specchat.bench.costs import Costs
+from specchat.bench.llamacpp_peer import PLAIN_ROW as LLAMA_PLAIN
+from specchat.bench.llamacpp_peer import SPECULATIVE_ROW as LLAMA_SPECULATIVE
 from specchat.bench.report import ALL, all_groups, predicted_curve
 from specchat.bench.runner import Method, RunRecord
 
-_LINES = {"heuristic": "tab:orange", "adaptive": "tab:green", "ngram": "tab:purple", "hybrid": "tab:brown"}
+_LINES = {
+    "heuristic": ("tab:orange", ":"),
+    "adaptive": ("tab:green", ":"),
+    "ngram": ("tab:purple", ":"),
+    "hybrid": ("tab:brown", ":"),
+    LLAMA_PLAIN: ("tab:olive", "-."),
+    LLAMA_SPECULATIVE: ("tab:cyan", "-."),
+}
+"""Methods drawn as horizontal lines (not functions of γ): colour and line style."""
 
 
 def write_plot(
@@ -71,12 +81,12 @@ def write_plot(
     if plain:
         ax_rate.axhline(plain_tok_s, color="black", lw=1, label="plain")
     ax_speed.axhline(1.0, color="black", lw=1, label="plain")
-    for name, color in _LINES.items():
+    for name, (color, style) in _LINES.items():
         g = overall.get(name)
-        if g is None:
+        if g is None or g.tok_s is None:
             continue
-        ax_rate.axhline(g.tok_s, color=color, lw=1, ls=":", label=name)
-        ax_speed.axhline(g.speedup or 0, color=color, lw=1, ls=":", label=name)
+        ax_rate.axhline(g.tok_s, color=color, lw=1, ls=style, label=name)
+        ax_speed.axhline(g.speedup or 0, color=color, lw=1, ls=style, label=name)
     ax_rate.set(xlabel="γ (drafted tokens per round)", ylabel="tokens / s", title="tokens per second")
     ax_speed.set(xlabel="γ (drafted tokens per round)", ylabel="× plain", title="speedup over plain")
     for ax in (ax_rate, ax_speed):

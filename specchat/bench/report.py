@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from specchat.bench.costs import Costs
+from specchat.bench.llamacpp_peer import PLAIN_ROW as LLAMA_PLAIN
+from specchat.bench.llamacpp_peer import SPECULATIVE_ROW as LLAMA_SPECULATIVE
 from specchat.bench.runner import Method, RunRecord, fastest
 from specchat.engine.events import RoundEvent
 from specchat.engine.gamma import positions_tested
@@ -177,7 +179,7 @@ def group(records: Sequence[RunRecord], method: str, category: str, costs: Costs
         tok_s=tok_s,
         e2e_tok_s=stats.tokens / wall if wall > 0 else None,
         speedup=speedup,
-        alpha=stats.alpha,
+        alpha=stats.alpha if rows[0].kind != "llamacpp" else peer_alpha(rows),
         alpha_iid=_ratio(stats.accepted, sum(r.tested for r in rows)),
         tau=stats.tau,
         per_position=stats.per_position,
@@ -189,6 +191,13 @@ def group(records: Sequence[RunRecord], method: str, category: str, costs: Costs
         mismatches=sum(1 for r in checked if not r.matches_plain),
         refused=refused,
     )
+
+
+def peer_alpha(records: Sequence[RunRecord]) -> float | None:
+    """llama.cpp's acceptance over these runs, from its own draft counts."""
+    drafted = sum(r.peer_timings.draft_n or 0 for r in records if r.peer_timings)
+    accepted = sum(r.peer_timings.draft_n_accepted or 0 for r in records if r.peer_timings)
+    return accepted / drafted if drafted else None
 
 
 def refusals(records: Sequence[RunRecord]) -> list[str]:
@@ -279,9 +288,43 @@ def summarize(records: Sequence[RunRecord], methods: Sequence[Method], costs: Co
         }
     greedy = {name: g.greedy_equal for name, g in overall.items() if g.kind != "plain"}
     summary["greedy_equal"] = greedy
+    if LLAMA_PLAIN in overall:
+        summary["llama_cpp"] = _versus_llama_cpp(records, overall, categories, costs)
     summary["refused"] = refusals(records)
     summary["targets"] = _targets(summary)
     return summary
+
+
+DEFAULTS = "hybrid"
+"""The method that runs what `chat` and `generate` run by default (hybrid drafter, adaptive γ)."""
+
+
+def _versus_llama_cpp(
+    records: Sequence[RunRecord], overall: dict[str, Group], categories: Sequence[str], costs: Costs
+) -> dict[str, object]:
+    """specchat's plain decoding and its defaults against llama.cpp's plain decoding."""
+
+    def ratio(a: Group | None, b: Group | None) -> float | None:
+        return a.tok_s / b.tok_s if a and b and a.tok_s is not None and b.tok_s else None
+
+    llama_plain = overall[LLAMA_PLAIN]
+    llama_spec = overall.get(LLAMA_SPECULATIVE)
+    defaults = overall.get(DEFAULTS)
+    by_category = {
+        c: ratio(group(records, DEFAULTS, c, costs), group(records, LLAMA_PLAIN, c, costs))
+        for c in categories
+    }
+    present = [v for v in by_category.values() if v is not None]
+    return {
+        "plain_tok_s": llama_plain.tok_s,
+        "speculative_tok_s": llama_spec.tok_s if llama_spec else None,
+        "speculative_alpha": llama_spec.alpha if llama_spec else None,
+        "specchat_plain_vs_llama_plain": ratio(overall.get("plain"), llama_plain),
+        "defaults_vs_llama_plain": ratio(defaults, llama_plain),
+        "defaults_vs_llama_speculative": ratio(defaults, llama_spec),
+        "defaults_vs_llama_plain_by_category": by_category,
+        "defaults_vs_llama_plain_min_category": min(present) if present else None,
+    }
 
 
 def _targets(summary: dict[str, object]) -> dict[str, bool | None]:
@@ -290,12 +333,24 @@ def _targets(summary: dict[str, object]) -> dict[str, bool | None]:
 
     adaptive = summary.get("adaptive") or {}
     assert isinstance(adaptive, dict)
-    return {
+    targets = {
         "measured_over_predicted >= 0.9": at_least(summary.get("measured_over_predicted"), 0.9),
         "vs_hf_assisted >= 1.2": at_least(summary.get("vs_hf_assisted"), 1.2),
         "adaptive >= 1.0 in every category": at_least(adaptive.get("min_category_speedup"), 1.0),
         "adaptive >= 1.5 overall": at_least(adaptive.get("speedup_vs_plain"), 1.5),
     }
+    llama = summary.get("llama_cpp")
+    if isinstance(llama, dict):
+        targets.update(
+            {
+                "plain >= 0.9x llama.cpp plain": at_least(llama.get("specchat_plain_vs_llama_plain"), 0.9),
+                "defaults >= 1.5x llama.cpp plain": at_least(llama.get("defaults_vs_llama_plain"), 1.5),
+                "defaults >= 1.0x llama.cpp plain in every category": at_least(
+                    llama.get("defaults_vs_llama_plain_min_category"), 1.0
+                ),
+            }
+        )
+    return targets
 
 
 def to_json(
@@ -421,6 +476,15 @@ def headline(summary: dict[str, object], costs: Costs) -> list[str]:
         lines.append(
             f"adaptive: {_fmt(adaptive.get('speedup_vs_plain'), suffix='×')} overall, "
             f"worst category {_fmt(adaptive.get('min_category_speedup'), suffix='×')}"
+        )
+    llama = summary.get("llama_cpp")
+    if isinstance(llama, dict):
+        lines.append(
+            f"vs llama.cpp plain ({_fmt(llama.get('plain_tok_s'))} tok/s): specchat plain "
+            f"{_fmt(llama.get('specchat_plain_vs_llama_plain'), suffix='×')}, defaults ({DEFAULTS}) "
+            f"{_fmt(llama.get('defaults_vs_llama_plain'), suffix='×')} overall, worst category "
+            f"{_fmt(llama.get('defaults_vs_llama_plain_min_category'), suffix='×')}; llama.cpp speculative "
+            f"{_fmt(llama.get('speculative_tok_s'))} tok/s (α {_fmt(llama.get('speculative_alpha'))})"
         )
     targets = summary.get("targets")
     if isinstance(targets, dict):

@@ -17,13 +17,16 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from specchat.bench.hf_peer import hf_generate
+from specchat.bench.llamacpp_peer import PLAIN_ROW as LLAMA_PLAIN
+from specchat.bench.llamacpp_peer import SPECULATIVE_ROW as LLAMA_SPECULATIVE
+from specchat.bench.llamacpp_peer import LlamaCppPeer, PeerTimings
 from specchat.bench.prompts import BenchPrompt
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.gamma import positions_tested
 from specchat.engine.sampling import SamplingParams
 from specchat.engine.session import ChatEngine, Controls
 
-MethodKind = Literal["plain", "specchat", "hf"]
+MethodKind = Literal["plain", "specchat", "hf", "llamacpp"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +34,8 @@ class Method:
     name: str
     kind: MethodKind
     drafter: str = "none"
-    """specchat: "model", "ngram" or "none"; hf: "model" (assisted) or "none" (plain generate)."""
+    """specchat: a drafter name or "none"; hf: "model" (assisted) or "none" (plain generate);
+    llamacpp: "model" (its speculative server) or "none" (its plain one)."""
     schedule: str = "fixed"
     gamma: int = 0
     """Fixed γ, the starting γ of a schedule, or HF's num_assistant_tokens (0 = transformers' defaults)."""
@@ -62,7 +66,9 @@ def build_methods(
     hf_default: bool = False,
     has_draft: bool = True,
     hybrid: bool = True,
+    llama_cpp_draft_max: int | None = None,
 ) -> list[Method]:
+    """Every method of a bench run; ``llama_cpp_draft_max`` (its --spec-draft-n-max) adds llama.cpp's rows."""
     methods = [PLAIN]
     if has_draft:
         methods += [Method(f"fixed-{g}", "specchat", "model", "fixed", g) for g in gammas]
@@ -76,6 +82,10 @@ def build_methods(
         methods += [Method(f"hf-assisted-{g}", "hf", "model", "constant", g) for g in hf_gammas]
         if hf_default:
             methods.append(Method("hf-assisted-default", "hf", "model", "default", 0))
+    if llama_cpp_draft_max is not None:
+        methods.append(Method(LLAMA_PLAIN, "llamacpp"))
+        if has_draft:
+            methods.append(Method(LLAMA_SPECULATIVE, "llamacpp", "model", "fixed", llama_cpp_draft_max))
     return methods
 
 
@@ -135,6 +145,8 @@ class RunRecord:
     stop: str = "max_tokens"
     summary: SummaryEvent | None = None
     """The engine's own figures for this reply (None for peers)."""
+    peer_timings: PeerTimings | None = None
+    """llama.cpp's own figures for this reply (its timings object)."""
     round_events: list[RoundEvent] = field(default_factory=list)
     """Every round the engine reported, in order."""
     token_ids: list[int] = field(default_factory=list)
@@ -161,8 +173,13 @@ class RunRecord:
 
     @property
     def alpha(self) -> float | None:
-        """accepted / drafted, as the engine reported it."""
-        return self.summary.alpha if self.summary else None
+        """accepted / drafted, as the engine (or llama.cpp) reported it."""
+        if self.summary is not None:
+            return self.summary.alpha
+        peer = self.peer_timings
+        if peer is not None and peer.draft_n:
+            return (peer.draft_n_accepted or 0) / peer.draft_n
+        return None
 
     @property
     def tau(self) -> float | None:
@@ -206,6 +223,14 @@ class RunRecord:
             return self.timing_note or "its decoding time was not measured"
         if self.decode_tokens > 0 and self.decode_wall_s <= 0.0:
             return f"{self.decode_tokens} tokens decoded in {self.decode_wall_s:.6f} s is not a duration"
+        inside = self.decode_wall_s
+        if self.peer_timings is not None:
+            inside = (self.peer_timings.prompt_ms + self.peer_timings.predicted_ms) / 1000.0
+        if inside > self.wall_s + TIMING_SLACK_S:
+            return (
+                f"it reports {inside:.3f} s of work inside a run that took {self.wall_s:.3f} s "
+                "by the bench's clock"
+            )
         inner = self.summary.decode_s if self.summary else None
         if inner is not None and self.decode_wall_s < inner - TIMING_SLACK_S:
             return (
@@ -235,6 +260,7 @@ class RunRecord:
         data["drafted_hist"] = {str(k): v for k, v in sorted(self.drafted_hist.items())}
         data["round_events"] = [e.to_json() for e in self.round_events]
         data["summary"] = self.summary.to_json() if self.summary else None
+        data["peer_timings"] = self.peer_timings.to_json() if self.peer_timings else None
         data.update(
             tok_s=self.tok_s,
             timing_problem=self.timing_problem,
@@ -263,6 +289,7 @@ def run_method(
     method: Method,
     settings: BenchSettings,
     peer: Peer | None = None,
+    llama: LlamaCppPeer | None = None,
 ) -> RunRecord:
     """Run one method on one prompt from empty caches."""
     engine.target.reset()
@@ -275,6 +302,10 @@ def run_method(
     )  # fmt: skip
     if method.kind == "hf":
         _run_hf(record, engine, prompt_ids, method, settings, peer)
+    elif method.kind == "llamacpp":
+        if llama is None:
+            raise ValueError(f"{method.name} needs the llama.cpp servers")
+        _run_llamacpp(record, llama, prompt_ids, method, settings)
     else:
         _run_engine(record, engine, prompt_ids, method, settings)
     return record
@@ -360,6 +391,25 @@ def _run_hf(
     record.decode_tokens = max(record.tokens - result.first_tokens, 0)
 
 
+def _run_llamacpp(
+    record: RunRecord, llama: LlamaCppPeer, prompt_ids: list[int], method: Method, settings: BenchSettings
+) -> None:
+    """llama.cpp's server: decoding time and steps are its own (``predicted_ms`` covers the
+    ``predicted_n − 1`` steps after the first token, which comes with prompt processing)."""
+    completion, wall = llama.run(method.name, prompt_ids, settings.max_new_tokens)
+    record.wall_s = wall
+    record.token_ids = completion.token_ids
+    record.tokens = len(completion.token_ids)
+    record.text = completion.text
+    record.stop = completion.stop
+    record.peer_timings = completion.timings
+    if completion.timings is None:
+        record.timing_note = "llama.cpp reported no timings, so its decoding time is unknown"
+        return
+    record.decode_wall_s = completion.timings.predicted_ms / 1000.0
+    record.decode_tokens = completion.timings.decode_steps
+
+
 def run_bench(
     engine: ChatEngine,
     prompts: Sequence[BenchPrompt],
@@ -370,6 +420,7 @@ def run_bench(
     progress: Callable[[RunRecord], None] | None = None,
     before_run: Callable[[BenchPrompt, Method], None] | None = None,
     peer: Peer | None = None,
+    llama: LlamaCppPeer | None = None,
 ) -> list[RunRecord]:
     """All methods on all prompts, ``repeats`` times, the order rotating from pass to pass.
 
@@ -385,7 +436,7 @@ def run_bench(
             for method in [*methods[shift:], *methods[:shift]]:
                 if before_run is not None:
                     before_run(prompt, method)
-                record = run_method(engine, prompt, prompt_ids, method, settings, peer)
+                record = run_method(engine, prompt, prompt_ids, method, settings, peer, llama)
                 record.repeat = repeat
                 records.append(record)
                 if progress is not None:
@@ -421,15 +472,22 @@ def check_greedy(records: Iterable[RunRecord]) -> None:
     specchat's methods compare with specchat's plain loop. Hugging Face's assisted runs compare
     with Hugging Face's own plain ``generate`` when it ran (its forward may round differently
     from specchat's, e.g. where a prompt's last token is computed), else with specchat's plain.
+    llama.cpp's speculative runs compare with llama.cpp's plain runs (its kernels compute a
+    different approximation of the model than specchat's, so its plain text differs from ours
+    sooner or later; that comparison is reported too).
     """
     records = list(records)
     plain = {r.prompt_id: r.token_ids for r in records if r.kind == "plain"}
-    hf_plain = {r.prompt_id: r.token_ids for r in records if r.method == "hf-plain"}
+    own_plain = {
+        kind: {r.prompt_id: r.token_ids for r in records if r.method == name}
+        for kind, name in (("hf", "hf-plain"), ("llamacpp", LLAMA_PLAIN))
+    }
     for record in records:
         reference = plain.get(record.prompt_id)
-        if record.kind == "hf" and record.method != "hf-plain" and record.prompt_id in hf_plain:
-            reference = hf_plain[record.prompt_id]
-            record.reference = "hf-plain"
+        peers = own_plain.get(record.kind, {})
+        if record.method not in ("hf-plain", LLAMA_PLAIN) and record.prompt_id in peers:
+            reference = peers[record.prompt_id]
+            record.reference = "hf-plain" if record.kind == "hf" else LLAMA_PLAIN
         if reference is None:
             continue
         record.first_mismatch = first_difference(record.token_ids, reference)
@@ -449,6 +507,7 @@ def warm_up(
     methods: Sequence[Method],
     tokens: int = 8,
     peer: Peer | None = None,
+    llama: LlamaCppPeer | None = None,
 ) -> None:
     """A few tokens of every kind of run first: allocators, kernels and thread pools settle."""
     settings = BenchSettings(max_new_tokens=tokens)
@@ -458,4 +517,4 @@ def warm_up(
         key = (method.kind, method.drafter, method.schedule)
         if key not in seen:
             seen.add(key)
-            run_method(engine, prompt, prompt_ids, method, settings, peer)
+            run_method(engine, prompt, prompt_ids, method, settings, peer, llama)

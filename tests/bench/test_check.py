@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -110,3 +111,30 @@ def test_check_errors_are_one_line(args: list[str], message: str) -> None:
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_cli_check_on_the_packaged_pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CI-sized check on the real pair: one prompt per category, every configuration."""
+    from specchat.models.assemble import is_installed
+    from specchat.models.registry import PACKAGED
+
+    if not all(is_installed(PACKAGED[n]) for n in ("qwen-coder-1.5b", "qwen-coder-0.5b")):
+        pytest.skip("the packaged pair is not installed")
+    monkeypatch.delenv("SPECCHAT_CACHE_DIR", raising=False)  # the real models' shared cache
+    out = tmp_path / "check.json"
+    args = [
+        "--check",
+        "--quick",
+        "--max-new-tokens",
+        "24",
+        "--threads",
+        str(os.cpu_count() or 1),
+        "--json",
+        str(out),
+    ]
+    result = CliRunner().invoke(bench, args, catch_exceptions=False)
+    data = json.loads(out.read_text())
+    assert data["check"]["total"] == 6 * 9
+    assert result.exit_code == 0, result.output
+    assert data["check"]["matched"] == data["check"]["total"], data["check"]["mismatches"]
