@@ -459,7 +459,8 @@ def _load_pair(
         pair = prepare_cpu_pair(
             target_lm.model, draft_lm.model if draft_lm else None, cpu_path, lean=not no_lean
         )
-    engine = ChatEngine(pair.target, target_lm.tokenizer, pair.draft)
+    # Prepared models (or their lean wrappers) offer the forward, config and device the engine uses.
+    engine = ChatEngine(pair.target, target_lm.tokenizer, pair.draft)  # type: ignore[arg-type]
     path_used = pair.path + (" (lean forward)" if pair.lean else "")
     return _Loaded(engine, target_lm, draft_lm, pair, path_used)
 

@@ -111,7 +111,8 @@ def hf_generate(
         device_sync(device)
         start = time.perf_counter()
         clock = FirstChunkClock(start)
-        out = target.generate(input_ids, streamer=clock, **kwargs)
+        generate: Any = target.generate  # transformers' stubs type it as a tensor attribute
+        out = generate(input_ids, streamer=clock, **kwargs)
         device_sync(device)
         wall = time.perf_counter() - start
     new = out[0, len(prompt_ids) :].tolist()

@@ -1,10 +1,11 @@
 """Every method on every prompt, interleaved, with the models loaded once: one record per run.
 
 Methods per prompt: plain decoding (the engine's independent target-only loop), specchat
-speculative decoding with a fixed γ sweep, the heuristic and adaptive schedules and the n-gram
-drafter, and Hugging Face ``generate`` (plain and assisted) as the peer. The order rotates from
-prompt to prompt so that slow drift on the machine does not favour one method. Every run starts
-from empty caches: no method inherits another's prefill.
+speculative decoding with a fixed γ sweep, the heuristic and adaptive schedules, the n-gram and
+hybrid drafters, and the peers: Hugging Face ``generate`` (plain and assisted) and, when given,
+llama.cpp's server (plain and speculative). The order rotates from prompt to prompt so that slow
+drift on the machine does not favour one method. Every run starts from empty caches: no method
+inherits another's prefill.
 """
 
 from __future__ import annotations
@@ -137,7 +138,8 @@ class RunRecord:
     """The whole reply as the user waits for it: prefill of both models plus decoding."""
     decode_wall_s: float | None = None
     """Decoding time measured in this run: its wall time less its own target prefill (engine runs),
-    or from its first streamed tokens to its last (Hugging Face). None: not measured."""
+    from its first streamed tokens to its last (Hugging Face), llama.cpp's own generation time
+    (llama.cpp). None: not measured."""
     decode_tokens: int = 0
     """The tokens produced inside ``decode_wall_s``."""
     timing_note: str | None = None
@@ -382,7 +384,7 @@ def _run_hf(
     record.tokens = len(result.token_ids)
     record.wall_s = result.wall_s
     record.token_ids = result.token_ids
-    record.text = engine.tokenizer.decode(result.token_ids)
+    record.text = str(engine.tokenizer.decode(result.token_ids))
     record.stop = "max_tokens" if record.tokens >= settings.max_new_tokens else "eos"
     if result.first_s is None:
         record.timing_note = "Hugging Face streamed no token, so its decoding time is unknown"
