@@ -33,5 +33,5 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(
             f"{r.case:<7} {r.samples:,} samples over {r.outcomes} outcomes: TV {r.tv:.4f} "
             f"(an exact sampler: median {r.tv_perfect_median:.4f}, 99% below {r.tv_perfect_p99:.4f}), "
-            f"chi-square p = {r.p_value:.3f}; tokens by kind: {kinds}; {r.seconds:.0f} s"
+            f"chi-square p = {r.p_value:.3f}; the two tokens by kind: {kinds}; {r.seconds:.0f} s"
         )
