@@ -16,6 +16,13 @@ from typing import Any
 CATEGORIES = ("multi-turn", "code", "math", "summarization", "qa", "translation")
 
 
+LLAMA_TARGETS = (
+    ("specchat_plain_vs_llama_plain", "specchat plain"),
+    ("defaults_vs_llama_plain", "defaults (hybrid)"),
+    ("defaults_vs_llama_plain_min_category", "defaults, worst category"),
+)
+
+
 def label(method: str) -> str:
     if method.startswith("fixed-"):
         return f"fixed γ={method.removeprefix('fixed-')}"
@@ -96,6 +103,11 @@ def main(path: str) -> None:
     print()
     print("\n".join(category_table(groups)))
     print()
+    llama = summary.get("llama_cpp")
+    if llama:
+        ratios = ", ".join(f"{name} {number(llama.get(key), suffix='×')}" for key, name in LLAMA_TARGETS)
+        print(f"Against llama.cpp plain ({number(llama.get('plain_tok_s'))} tok/s): {ratios}.")
+        print()
     print("Targets:", json.dumps(summary["targets"]))
     for line in summary.get("refused") or []:
         print(f"Refused (duration not measured): {line}")

@@ -494,6 +494,8 @@ def _check(
         raise BenchError("--check compares greedy replies: leave --temperature at 0.")
     if plot_path is not None:
         raise BenchError("--check measures no speed, so there is nothing to plot: drop --plot.")
+    if timing_only.get("llama_cpp") is not None:
+        raise BenchError("--check checks specchat's own configurations: drop --llama-cpp.")
     new_tokens = max_new_tokens or 48
     if new_tokens < 1:
         raise BenchError("--max-new-tokens must be 1 or more.")

@@ -141,7 +141,8 @@ def decode_rate(records: Sequence[RunRecord]) -> float | None:
         return None
     tokens = sum(r.decode_tokens for r in records)
     seconds = sum(r.decode_wall_s or 0.0 for r in records)
-    return tokens / seconds if seconds > 0 else None
+    # No decoding step at all (every reply ended with its first token): no rate to give.
+    return tokens / seconds if tokens and seconds > 0 else None
 
 
 def _ratio(num: float, den: float) -> float | None:

@@ -104,6 +104,7 @@ def test_cli_check_counts_matches_and_writes_json(
         (["--plot", "x.png"], "nothing to plot"),
         (["--start-gamma", "0"], "gamma must be between 1 and 16"),
         (["--categories", "poetry"], "unknown category poetry"),
+        (["--llama-cpp", "."], "drop --llama-cpp"),
     ],
 )
 def test_check_errors_are_one_line(args: list[str], message: str) -> None:

@@ -30,7 +30,7 @@ from specchat.bench.llamacpp_peer import (
 )
 from specchat.bench.plot import write_plot
 from specchat.bench.prompts import BenchPrompt
-from specchat.bench.report import all_groups, headline, render_tables, summarize
+from specchat.bench.report import all_groups, headline, render_tables, summarize, to_json
 from specchat.bench.runner import BenchSettings, Method, RunRecord, build_methods, run_bench
 from specchat.engine.session import ChatEngine
 
@@ -234,6 +234,42 @@ def test_table_json_summary_and_plot_include_them(
     data = [r.to_json() for r in records if r.kind == "llamacpp"]
     assert all(d["peer_timings"]["predicted_n"] == 24 and d["tok_s"] for d in data)
     assert write_plot(tmp_path / "p.png", records, methods, costs).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_readme_tables_script_reads_them(
+    replayed: tuple[list[RunRecord], list[Method], LlamaCppPeer],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import importlib.util
+
+    records, methods, _ = replayed
+    costs = Costs(10.0, 3.0, {2: 12.0})
+    meta = {
+        "command": "specchat bench --llama-cpp x",
+        "date": "today",
+        "machine": {
+            "platform": "p",
+            "torch": "t",
+            "threads": 2,
+            "load_before": {"load1": 0},
+            "load_after": {"load1": 0},
+        },
+        "elapsed_s": 1.0,
+        "cpu_path": "none",
+    }
+    path = tmp_path / "out.json"
+    path.write_text(json.dumps(to_json(records, methods, costs, meta)))
+    spec = importlib.util.spec_from_file_location(
+        "bench_markdown", Path(__file__).parents[2] / "scripts" / "bench_markdown.py"
+    )
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    script.main(str(path))
+    out = capsys.readouterr().out
+    assert f"| {PLAIN_ROW} |" in out and f"| {SPECULATIVE_ROW} |" in out
+    assert "Against llama.cpp plain (" in out
 
 
 def test_cli_refuses_a_folder_without_llama_server(tmp_path: Path) -> None:
