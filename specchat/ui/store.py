@@ -257,44 +257,15 @@ def _strip_type(data: dict[str, object]) -> dict[str, object]:
 
 
 def _token(data: dict[str, Any]) -> TokenEvent:
-    return TokenEvent(
-        kind=data["kind"],
-        token_id=int(data["id"]),
-        text=str(data["text"]),
-        round=int(data["round"]),
-        position=int(data["position"]),
-        p_target=float(data["p_target"]),
-        p_draft=None if data.get("p_draft") is None else float(data["p_draft"]),
-    )
+    return TokenEvent.from_json(data)
 
 
 def _round(data: dict[str, Any]) -> RoundEvent:
-    return RoundEvent(
-        round=int(data["round"]),
-        gamma=int(data["gamma"]),
-        drafted=int(data["drafted"]),
-        accepted=int(data["accepted"]),
-        draft_ms=float(data["draft_ms"]),
-        verify_ms=float(data["verify_ms"]),
-        drafter=str(data["drafter"]),
-    )
+    return RoundEvent.from_json(data)
 
 
 def _summary(data: dict[str, Any]) -> SummaryEvent:
-    return SummaryEvent(
-        tokens=int(data["tokens"]),
-        rounds=int(data["rounds"]),
-        drafted=int(data["drafted"]),
-        accepted=int(data["accepted"]),
-        alpha=data.get("alpha"),
-        tau=data.get("tau"),
-        tokens_per_s=float(data["tokens_per_s"]),
-        per_position=tuple(data.get("per_position") or ()),
-        stop=data["stop"],
-        prefill_ms=float(data["prefill_ms"]),
-        decode_s=float(data["decode_s"]),
-        prompt_tokens=int(data["prompt_tokens"]),
-    )
+    return SummaryEvent.from_json(data)
 
 
 def _now() -> str:
