@@ -19,6 +19,7 @@ import click
 
 from specchat import __version__
 from specchat.config import Settings, load_settings
+from specchat.engine.registry import DRAFTER_NAMES, DRAFTERS, drafter_spec
 from specchat.errors import InvalidSettingError, SpecchatError
 
 if TYPE_CHECKING:
@@ -50,9 +51,10 @@ def model_options(func: F) -> F:
         click.option("--draft", help="Draft model sharing the target's tokenizer (same forms as --target)."),
         click.option(
             "--drafter",
-            type=click.Choice(["model", "hybrid", "ngram", "none"]),
-            help="Who proposes tokens: the draft model; hybrid (lookup when the text repeats, "
-            "else the model); n-gram lookup alone; nobody.",
+            type=click.Choice(DRAFTER_NAMES),
+            help="Who proposes tokens: "
+            + "; ".join(f"{spec.name} ({spec.summary})" for spec in DRAFTERS)
+            + ".",
         ),
         click.option("--gamma", type=int, help="Tokens drafted per round (γ ≥ 1)."),
         click.option(
@@ -179,7 +181,7 @@ def load_engine(settings: Settings) -> ChatEngine:
     from specchat.engine.session import ChatEngine
     from specchat.models import load_for_decoding
 
-    needs_draft = settings.drafter in ("model", "hybrid")
+    needs_draft = drafter_spec(settings.drafter).needs_draft_model
     draft = settings.draft if needs_draft else None
     if needs_draft and not draft:
         raise InvalidSettingError(

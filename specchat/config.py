@@ -12,8 +12,9 @@ from typing import Any, Literal
 
 import platformdirs
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from specchat.engine.registry import DRAFTER_NAMES
 from specchat.errors import InvalidSettingError
 
 APP_NAME = "specchat"
@@ -28,7 +29,7 @@ class Settings(BaseModel):
     draft: str | None = "qwen-coder-0.5b"
     # hybrid + adaptive: the fastest pair of choices that keeps the draft model in play on the
     # bench (README, Performance); fixed γ=4 was slower than plain decoding on this CPU.
-    drafter: Literal["model", "hybrid", "ngram", "none"] = "hybrid"
+    drafter: str = "hybrid"
     gamma: int = Field(4, ge=1, le=16)
     """γ of the fixed schedule, and the first γ the others try."""
     schedule: Literal["fixed", "heuristic", "adaptive"] = "adaptive"
@@ -46,6 +47,13 @@ class Settings(BaseModel):
     theme: str = "specchat-dark"
     keys: dict[str, str] = Field(default_factory=dict)
     """Binding id → key(s), e.g. {"gamma_up": "ctrl+up"}; see `specchat --help` keys."""
+
+    @field_validator("drafter")
+    @classmethod
+    def _known_drafter(cls, value: str) -> str:
+        if value not in DRAFTER_NAMES:
+            raise ValueError(f"unknown drafter {value!r}: use {', '.join(DRAFTER_NAMES)}")
+        return value
 
 
 def config_path() -> Path:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from textual.binding import Binding, BindingType
 
 from specchat.engine.gamma import SCHEDULES
+from specchat.engine.registry import DRAFTERS
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ APP_KEYS: tuple[KeySpec, ...] = (
         "f5",
         "cycle_drafter",
         "Drafter",
-        "Switch the drafter: model / hybrid / n-gram / none",
+        "Switch the drafter: " + " / ".join(spec.label for spec in DRAFTERS),
         priority=True,
     ),
     KeySpec(
