@@ -42,11 +42,17 @@ from specchat.errors import InvalidSettingError
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 
-TARGET_MODES = ("fp32", "fp16", "int8")
-DRAFT_MODES = (*TARGET_MODES, "dyn8")
-AUTO_CPU_PATH = "int8/dyn8+head32768"
-"""Chosen on the bench: per-row int8 target (98.6 % teacher-forced argmax agreement with fp32 on the
-quick prompts; fp16/dyn8 agrees 100 % but decodes ~1.8x slower), fbgemm int8 draft with a 32k head."""
+NATIVE_MODES = ("gguf", "q4", "q8")
+"""specchat's own kernels (specchat.kernels): the whole forward in C++ on block-quantized weights.
+"gguf" keeps a GGUF file's own Q4_K / Q6_K blocks (the very weights llama.cpp reads)."""
+TARGET_MODES = ("fp32", "fp16", "int8", *NATIVE_MODES)
+DRAFT_MODES = ("fp32", "fp16", "int8", "dyn8", *NATIVE_MODES)
+NATIVE_CPU_PATH = "gguf/q4+head32768"
+"""The default where specchat's kernels run: the target on its GGUF blocks, a 4-bit draft with a
+32k head (the draft's numerics only move acceptance, never the output)."""
+FALLBACK_CPU_PATH = "int8/dyn8+head32768"
+"""Where they cannot run (no AVX-512 VNNI, no compiler): per-row int8 target on fbgemm, fbgemm int8
+draft with a 32k head."""
 
 # fbgemm's fp16 GEMM and quantized tensors carry deprecation notices in torch 2.13; they are still
 # the fastest CPU kernels here (see the module doc). Say so once, not on every forward.
@@ -66,6 +72,18 @@ class CpuPath:
         head = f"+head{self.draft_head}" if self.draft_head else ""
         return f"{self.target}/{self.draft}{head}"
 
+    @property
+    def native(self) -> bool:
+        """Whether the pair runs on specchat's own kernels (the whole forward in C++)."""
+        return self.target in NATIVE_MODES
+
+
+def auto_cpu_path() -> str:
+    """The native path where its kernels can run on this CPU, the fbgemm int8 path otherwise."""
+    from specchat.kernels import cpu_supports
+
+    return NATIVE_CPU_PATH if cpu_supports() is None else FALLBACK_CPU_PATH
+
 
 def parse_cpu_path(text: str, device: torch.device | None = None) -> CpuPath:
     """``none``, ``auto`` or ``TARGET/DRAFT[+headN]``; InvalidSettingError otherwise."""
@@ -75,7 +93,7 @@ def parse_cpu_path(text: str, device: torch.device | None = None) -> CpuPath:
     if value == "auto":
         if device is not None and device.type != "cpu":
             return CpuPath()
-        return parse_cpu_path(AUTO_CPU_PATH)
+        return parse_cpu_path(auto_cpu_path())
     target, _, draft = value.partition("/")
     draft = draft or "fp32"
     draft, _, head = draft.partition("+head")
@@ -91,6 +109,11 @@ def parse_cpu_path(text: str, device: torch.device | None = None) -> CpuPath:
     if width is not None and width < 256:
         raise InvalidSettingError(
             f"a draft head narrower than 256 ids cannot cover the byte tokens ({text!r})."
+        )
+    if (target in NATIVE_MODES) != (draft in NATIVE_MODES):
+        raise InvalidSettingError(
+            f"CPU path {text!r} mixes specchat's kernels ({', '.join(NATIVE_MODES)}) with fbgemm's: "
+            "pick both from one family, e.g. gguf/q4+head32768 or int8/dyn8+head32768."
         )
     return CpuPath(target, draft, width)
 
@@ -374,6 +397,8 @@ def prepare_cpu_pair(
         raise InvalidSettingError(f"--cpu-path {chosen} is for CPU models; this one is on {device}.")
     if quantized:
         raise InvalidSettingError("--cpu-path cannot be combined with --quant: pick one.")
+    if chosen.native:
+        return _native_pair(target, draft, chosen)
     with torch.inference_mode(False), torch.no_grad():
         convert_linears(target, chosen.target)
         if chosen.target != "fp32":
@@ -388,6 +413,20 @@ def prepare_cpu_pair(
         return CpuPair(target, draft, target, draft, str(chosen), False)
     lean_draft = LeanCausalLM(draft) if draft is not None else None
     return CpuPair(LeanCausalLM(target), lean_draft, target, draft, str(chosen), True)
+
+
+def _native_pair(target: nn.Module, draft: nn.Module | None, path: CpuPath) -> CpuPair:
+    """Loaded float models quantized for specchat's kernels ("gguf" means q8 here: no GGUF blocks)."""
+    from specchat.kernels.native import from_hf
+
+    def bits(mode: str) -> int:
+        return 4 if mode == "q4" else 8
+
+    native_target = from_hf(target, bits=bits(path.target))
+    native_draft = (
+        from_hf(draft, bits=bits(path.draft), head_rows=path.draft_head) if draft is not None else None
+    )
+    return CpuPair(native_target, native_draft, target, draft, str(path), True)
 
 
 def _own_remaining_weights(model: nn.Module) -> None:

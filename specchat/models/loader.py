@@ -9,10 +9,12 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from specchat.errors import InvalidSettingError
 from specchat.models.assemble import packaged_gguf
 from specchat.models.cache import is_converted
 from specchat.models.compat import check_tokenizers_compatible
 from specchat.models.convert import converted_folder, ensure_converted, file_key, sync_eos_ids
+from specchat.models.cpu_quant import CpuPath
 from specchat.models.device import resolve_device, resolve_dtype
 from specchat.models.errors_util import as_load_error, memory_guard, quiet_library_bars
 from specchat.models.hub import hub_folder
@@ -92,7 +94,10 @@ def load_for_decoding(
     """
     from specchat.models.cpu_quant import parse_cpu_path, prepare_cpu_pair
 
-    parse_cpu_path(cpu_path)  # a typo fails before a minute of loading
+    chosen = _choose_cpu_path(cpu_path, device, quant, progress)  # a typo fails before any loading
+    if chosen is not None and chosen.native:
+        return _load_native_pair(target, draft, chosen, progress)
+    cpu_path = str(chosen) if chosen is not None else cpu_path
     target_lm, draft_lm = load_pair(target, draft, device=device, dtype=dtype, quant=quant, progress=progress)
     started = time.monotonic()
     label = "CPU kernels"
@@ -116,6 +121,68 @@ def load_for_decoding(
         draft_name=draft_lm.name if draft_lm else None,
         device=target_lm.device,
         kernels=pair.path,
+    )
+
+
+def _choose_cpu_path(
+    cpu_path: str, device: str, quant: str | None, progress: ProgressCallback | None
+) -> CpuPath | None:
+    """The CPU path to apply (None: GPUs and bitsandbytes models keep their layers).
+
+    A path on specchat's own kernels builds them first (once, into the cache); where they cannot
+    run, ``auto`` falls back to the fbgemm path with a note, and an explicit path fails saying why.
+    """
+    from specchat.kernels import KernelsUnavailable, load
+    from specchat.models.cpu_quant import FALLBACK_CPU_PATH, parse_cpu_path
+
+    parse_cpu_path(cpu_path)
+    torch_device = resolve_device(device)
+    if quant is not None or torch_device.type != "cpu":
+        return None
+    chosen = parse_cpu_path(cpu_path, torch_device)
+    if not chosen.native:
+        return chosen
+    try:
+        emit(progress, LoadProgress("CPU kernels", "kernels", 0, 1, "loading specchat's CPU kernels"))
+        load()
+    except KernelsUnavailable as err:
+        if cpu_path.strip().lower() != "auto":
+            raise InvalidSettingError(
+                f"--cpu-path {cpu_path} needs specchat's CPU kernels, which cannot run here: {err}; "
+                f"use --cpu-path {FALLBACK_CPU_PATH}."
+            ) from err
+        message = f"specchat's CPU kernels cannot run here ({err}): using {FALLBACK_CPU_PATH}"
+        emit(progress, LoadProgress("CPU kernels", "kernels", 1, 1, message))
+        return parse_cpu_path(FALLBACK_CPU_PATH)
+    return chosen
+
+
+def _load_native_pair(
+    target: str, draft: str | None, path: CpuPath, progress: ProgressCallback | None
+) -> DecodingPair:
+    """Both models on specchat's kernels, packed once into the cache and memory-mapped from there."""
+    from specchat.models.packed import PackRecipe, load_native
+
+    started = time.monotonic()
+    target_model, tokenizer, target_name = load_native(target, PackRecipe(path.target), progress)
+    draft_model, draft_name = None, None
+    if draft is not None:
+        draft_model, draft_tokenizer, draft_name = load_native(
+            draft, PackRecipe(path.draft, path.draft_head), progress
+        )
+        check_tokenizers_compatible(
+            tokenizer, draft_tokenizer, target_name=target_name, draft_name=draft_name
+        )
+    seconds = time.monotonic() - started
+    emit(progress, LoadProgress("CPU kernels", "ready", 1, 1, f"CPU kernels: {path} ({seconds:.1f} s)"))
+    return DecodingPair(
+        target=target_model,
+        draft=draft_model,
+        tokenizer=tokenizer,
+        target_name=target_name,
+        draft_name=draft_name,
+        device=torch.device("cpu"),
+        kernels=str(path),
     )
 
 
