@@ -54,6 +54,17 @@ class Unpacked:
     def shape(self) -> tuple[int, int]:
         return int(self.q.shape[0]), int(self.q.shape[1])
 
+    def take_rows(self, order: np.ndarray) -> Unpacked:
+        """The same matrix with its output channels (rows) reordered: row i becomes row order[i]."""
+
+        def rows(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else np.ascontiguousarray(a[order])
+
+        return Unpacked(
+            self.kind, rows(self.q), rows(self.sc), rows(self.d), self.super_block,  # type: ignore[arg-type]
+            rows(self.mn), rows(self.dm), self.offset,
+        )  # fmt: skip
+
     def dequantize(self) -> np.ndarray:
         """The float32 weights the kernel computes with (the reference for tests)."""
         n, k = self.shape
@@ -111,41 +122,61 @@ def super_block_for(k: int, group: int) -> int:
 
 
 def quantize_q4(weight: np.ndarray, super_block: int | None = None) -> Unpacked:
-    """Asymmetric 4-bit groups of 32 with 6-bit scales and mins (Q4_K's shape, simple rounding)."""
+    """Asymmetric 4-bit groups of 32 with 6-bit scales and mins (Q4_K's shape).
+
+    Scales and mins round up, so every weight of a group stays within its range and rounds to
+    the nearest of its 16 levels (no clipping): the error is at most half the group's step.
+    """
     w = np.asarray(weight, dtype=np.float32)
     n, k = w.shape
     s = super_block or super_block_for(k, 32)
+    per_super = s // 32
     groups = w.reshape(n, k // 32, 32)
     low = np.minimum(groups.min(axis=-1), 0.0)
-    span = np.maximum(groups.max(axis=-1) - low, 1e-12)
-    scale, minimum = span / 15.0, -low
-    per_super = s // 32
-    d = (scale.reshape(n, -1, per_super).max(axis=-1) / 63.0).astype(np.float16)
-    dm = (minimum.reshape(n, -1, per_super).max(axis=-1) / 63.0).astype(np.float16)
-    d32 = np.repeat(np.maximum(d.astype(np.float32), 1e-30), per_super, axis=1)
-    dm32 = np.repeat(np.maximum(dm.astype(np.float32), 1e-30), per_super, axis=1)
-    sc = np.clip(np.rint(scale / d32), 1, 63).astype(np.uint8)
-    mn = np.clip(np.rint(minimum / dm32), 0, 63).astype(np.uint8)
-    step = (d32 * sc)[..., None]
-    offset = (dm.astype(np.float32).repeat(per_super, axis=1) * mn)[..., None]
-    q = np.clip(np.rint((groups + offset) / step), 0, 15).astype(np.uint8)
+    dm = _factor(-low, per_super, 63)
+    mn = np.clip(np.ceil(-low / _expand(dm, per_super)), 0, 63).astype(np.uint8)
+    minimum = _expand(dm, per_super) * mn
+    step = np.maximum(groups.max(axis=-1) + minimum, 1e-12) / 15.0
+    d = _factor(step, per_super, 63)
+    sc = np.clip(np.ceil(step / _expand(d, per_super)), 1, 63).astype(np.uint8)
+    actual = (_expand(d, per_super) * sc)[..., None]
+    q = np.clip(np.rint((groups + minimum[..., None]) / actual), 0, 15).astype(np.uint8)
     return Unpacked("q4", q.reshape(n, k), sc, d, s, mn, dm)
 
 
 def quantize_q8(weight: np.ndarray, super_block: int | None = None) -> Unpacked:
-    """Symmetric 8-bit groups of 16 with signed 8-bit scales (stored with offset 128)."""
+    """Symmetric 8-bit groups of 16 with signed 8-bit scales (stored with offset 128).
+
+    Scales round up, so no weight clips: the error is at most half the group's step.
+    """
     w = np.asarray(weight, dtype=np.float32)
     n, k = w.shape
     s = super_block or super_block_for(k, 16)
-    groups = w.reshape(n, k // 16, 16)
-    scale = np.maximum(np.abs(groups).max(axis=-1), 1e-12) / 127.0
     per_super = s // 16
-    d = (scale.reshape(n, -1, per_super).max(axis=-1) / 127.0).astype(np.float16)
-    d32 = np.repeat(np.maximum(d.astype(np.float32), 1e-30), per_super, axis=1)
-    sc = np.clip(np.rint(scale / d32), 1, 127).astype(np.int8)
-    step = (d32 * sc)[..., None]
-    q = np.clip(np.rint(groups / step), -127, 127).astype(np.int16) + 128
+    groups = w.reshape(n, k // 16, 16)
+    step = np.maximum(np.abs(groups).max(axis=-1), 1e-12) / 127.0
+    d = _factor(step, per_super, 127)
+    sc = np.clip(np.ceil(step / _expand(d, per_super)), 1, 127).astype(np.int8)
+    actual = (_expand(d, per_super) * sc)[..., None]
+    q = np.clip(np.rint(groups / actual), -127, 127).astype(np.int16) + 128
     return Unpacked("q8", q.reshape(n, k).astype(np.uint8), sc, d, s, offset=128)
+
+
+def _factor(values: np.ndarray, per_super: int, levels: int) -> np.ndarray:
+    """The fp16 super-block factor that lets ``levels`` integer multiples reach each block's largest value.
+
+    Rounded up after the fp16 cast, so ``levels`` multiples always suffice.
+    """
+    n = values.shape[0]
+    peak = values.reshape(n, -1, per_super).max(axis=-1) / levels
+    factor = peak.astype(np.float16)
+    low = factor.astype(np.float32) < peak
+    factor[low] = np.nextafter(factor[low], np.float16(np.inf))
+    return np.maximum(factor, np.float16(6e-8))
+
+
+def _expand(factor: np.ndarray, per_super: int) -> np.ndarray:
+    return np.repeat(factor.astype(np.float32), per_super, axis=1)
 
 
 # ------------------------------------------------------------------------------ kernel layout

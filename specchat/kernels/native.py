@@ -242,6 +242,18 @@ GGUF_NAMES = {
 }
 
 
+GGUF_ARCHITECTURES = {"qwen2": False, "llama": True, "mistral": True}
+"""Architectures the native forward runs from a GGUF, and whether llama.cpp's converter permuted
+their q/k rows (for its interleaved rotary layout); the forward here rotates halves, as
+transformers does, so those rows are put back in the original order."""
+
+
+def _unpermute_order(rows: int, heads: int) -> np.ndarray:
+    """Row order that undoes llama.cpp's q/k permutation (transformers' reverse_permute_weights)."""
+    order = np.arange(rows).reshape(heads, rows // heads // 2, 2)
+    return order.swapaxes(2, 1).reshape(rows)
+
+
 def gguf_tensor_name(name: str) -> str:
     """specchat's tensor name → the GGUF file's."""
     if not name.startswith("layers."):
@@ -268,6 +280,11 @@ def pack_gguf(path: str, *, mode: str = "gguf", head_rows: int | None = None) ->
     reader = GGUFReader(path)
     tensors = {t.name: t for t in reader.tensors}
     arch = str(reader.fields["general.architecture"].contents())
+    if arch not in GGUF_ARCHITECTURES:
+        raise ValueError(
+            f"specchat's CPU kernels run {', '.join(GGUF_ARCHITECTURES)} models, not {arch!r}: "
+            "use --cpu-path int8/dyn8+head32768 or none"
+        )
 
     def meta(key: str) -> Any:
         return reader.fields[f"{arch}.{key}"].contents()
@@ -309,7 +326,11 @@ def pack_gguf(path: str, *, mode: str = "gguf", head_rows: int | None = None) ->
     for i in range(shape.layers):
         for part in PROJECTIONS:
             name = f"layers.{i}.{part}"
-            packed.add_matrix(name, matrix(tensors[gguf_tensor_name(name)]))
+            weights = matrix(tensors[gguf_tensor_name(name)])
+            if GGUF_ARCHITECTURES[arch] and part in ("q", "k"):
+                heads_of = shape.heads if part == "q" else shape.kv_heads
+                weights = weights.take_rows(_unpermute_order(weights.shape[0], heads_of))
+            packed.add_matrix(name, weights)
             bias = gguf_tensor_name(f"{name}.bias")
             if bias in tensors:
                 packed.tensors[f"{name}.bias"] = vector(bias)

@@ -94,6 +94,26 @@ def save_packed(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def damaged(folder: Path) -> str | None:
+    """Why a finished packed folder cannot be trusted (None: it can). Cheap: sizes and headers only."""
+    try:
+        marker = json.loads((folder / PACKED_MARKER).read_text())
+        size = (folder / WEIGHTS).stat().st_size
+    except (OSError, ValueError) as err:
+        return f"unreadable: {err}"
+    if marker.get("format") != FORMAT_VERSION:
+        return "written by another version"
+    if size != marker.get("bytes"):
+        return f"weights are {size} bytes, {marker.get('bytes')} were written"
+    try:
+        with (folder / WEIGHTS).open("rb") as handle:
+            header = int.from_bytes(handle.read(8), "little")
+            json.loads(handle.read(header))
+    except (OSError, ValueError) as err:
+        return f"the weights' header is broken: {err}"
+    return None
+
+
 def load_packed(folder: Path, name: str, progress: ProgressCallback | None = None) -> tuple[Any, Any]:
     """The native model over the folder's memory-mapped tensors, and its tokenizer."""
     from safetensors import safe_open
@@ -102,14 +122,12 @@ def load_packed(folder: Path, name: str, progress: ProgressCallback | None = Non
     from specchat.kernels.native import PackedModel, native_model
 
     emit(progress, LoadProgress(name, "load", 0, 1, f"loading {name} (packed CPU kernels)"))
-    weights = folder / WEIGHTS
-    marker = json.loads((folder / PACKED_MARKER).read_text())
-    if weights.stat().st_size != marker.get("bytes"):
+    damage = damaged(folder)
+    if damage is not None:
         raise ModelLoadError(
-            f"the packed copy of {name} in {folder} is damaged (its size changed); "
-            "delete that folder and start again to repack it"
+            f"the packed copy of {name} in {folder} is damaged ({damage}); delete it to repack"
         )
-    with safe_open(str(weights), framework="pt") as handle:
+    with safe_open(str(folder / WEIGHTS), framework="pt") as handle:
         meta = json.loads(handle.metadata()["specchat"])
         tensors = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 - not a dict
     packed = PackedModel.from_meta(meta, tensors)
@@ -135,6 +153,11 @@ def load_native(
     resolved = resolve_spec(spec)
     gguf, source_key = _source(resolved, progress)
     folder = packed_folder(resolved.name, source_key, recipe)
+    damage = damaged(folder) if is_packed(folder) else None
+    if damage is not None:
+        message = f"the packed copy of {resolved.name} is damaged ({damage}): packing it again"
+        emit(progress, LoadProgress(resolved.name, "kernels", 0, 1, message))
+        shutil.rmtree(folder, ignore_errors=True)
     if not is_packed(folder):
         started = time.monotonic()
         emit(
