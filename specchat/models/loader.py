@@ -164,23 +164,27 @@ def _load_native_pair(
     from specchat.models.packed import PackRecipe, load_native
 
     started = time.monotonic()
-    target_model, tokenizer, target_name = load_native(target, PackRecipe(path.target), progress)
-    draft_model, draft_name = None, None
+    loaded = load_native(target, PackRecipe(path.target), progress)
+    draft_loaded = None
     if draft is not None:
-        draft_model, draft_tokenizer, draft_name = load_native(
-            draft, PackRecipe(path.draft, path.draft_head), progress
+        draft_loaded = load_native(
+            draft, PackRecipe(path.draft, path.draft_head), progress, share_tokenizer=loaded
         )
-        check_tokenizers_compatible(
-            tokenizer, draft_tokenizer, target_name=target_name, draft_name=draft_name
-        )
+        if draft_loaded.tokenizer is not loaded.tokenizer:
+            check_tokenizers_compatible(
+                loaded.tokenizer,
+                draft_loaded.tokenizer,
+                target_name=loaded.name,
+                draft_name=draft_loaded.name,
+            )
     seconds = time.monotonic() - started
     emit(progress, LoadProgress("CPU kernels", "ready", 1, 1, f"CPU kernels: {path} ({seconds:.1f} s)"))
     return DecodingPair(
-        target=target_model,
-        draft=draft_model,
-        tokenizer=tokenizer,
-        target_name=target_name,
-        draft_name=draft_name,
+        target=loaded.model,
+        draft=draft_loaded.model if draft_loaded else None,
+        tokenizer=loaded.tokenizer,
+        target_name=loaded.name,
+        draft_name=draft_loaded.name if draft_loaded else None,
         device=torch.device("cpu"),
         kernels=str(path),
     )

@@ -114,8 +114,11 @@ def damaged(folder: Path) -> str | None:
     return None
 
 
-def load_packed(folder: Path, name: str, progress: ProgressCallback | None = None) -> tuple[Any, Any]:
-    """The native model over the folder's memory-mapped tensors, and its tokenizer."""
+def load_packed(
+    folder: Path, name: str, progress: ProgressCallback | None = None, *, tokenizer: Any = None
+) -> tuple[Any, Any]:
+    """The native model over the folder's memory-mapped tensors, and its tokenizer (``tokenizer``
+    when given: the caller checked the folder's tokenizer files are the same)."""
     from safetensors import safe_open
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
@@ -137,17 +140,52 @@ def load_packed(folder: Path, name: str, progress: ProgressCallback | None = Non
         if (folder / "generation_config.json").is_file()
         else None
     )
-    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    if tokenizer is None:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
     model = native_model(packed, config, generation)
     emit(progress, LoadProgress(name, "load", 1, 1, f"loading {name}: done"))
     return model, tokenizer
 
 
 # ------------------------------------------------------------------------------ packing a model
+@dataclass(frozen=True)
+class NativeModel:
+    model: Any
+    """A :class:`~specchat.kernels.native.NativeCausalLM`."""
+    tokenizer: Any
+    name: str
+    folder: Path
+
+
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+)
+
+
+def same_tokenizer(folder: Path, other: Path) -> bool:
+    """Whether two packed folders hold byte-identical tokenizer files (so one tokenizer serves both)."""
+
+    def read(path: Path) -> bytes | None:
+        return path.read_bytes() if path.is_file() else None
+
+    return all(read(folder / name) == read(other / name) for name in TOKENIZER_FILES)
+
+
 def load_native(
-    spec: str, recipe: PackRecipe, progress: ProgressCallback | None = None
-) -> tuple[Any, Any, str]:
-    """The model ``spec`` names on the CPU kernels, packed on first use: (model, tokenizer, name)."""
+    spec: str,
+    recipe: PackRecipe,
+    progress: ProgressCallback | None = None,
+    *,
+    share_tokenizer: NativeModel | None = None,
+) -> NativeModel:
+    """The model ``spec`` names on the CPU kernels, packed on first use.
+
+    ``share_tokenizer``: another loaded model whose tokenizer is reused when the files are the
+    same (a draft beside its target), saving a second tokenizer load at every start.
+    """
     from specchat.models.resolve import resolve_spec
 
     resolved = resolve_spec(spec)
@@ -173,8 +211,11 @@ def load_native(
             progress,
             LoadProgress(resolved.name, "kernels", 1, 1, f"packed {resolved.name} in {seconds:.0f} s"),
         )
-    model, tokenizer = load_packed(folder, resolved.name, progress)
-    return model, tokenizer, resolved.name
+    shared = None
+    if share_tokenizer is not None and same_tokenizer(folder, share_tokenizer.folder):
+        shared = share_tokenizer.tokenizer
+    model, tokenizer = load_packed(folder, resolved.name, progress, tokenizer=shared)
+    return NativeModel(model, tokenizer, resolved.name, folder)
 
 
 def _source(resolved: Any, progress: ProgressCallback | None) -> tuple[Path | None, str]:
