@@ -9,7 +9,7 @@ start of every round, so a change applies to the next round and never races the 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
@@ -46,7 +46,7 @@ class _PlanReader:
     def __call__(self) -> RoundPlan:
         c = self.controls
         if self._schedule is None or self._schedule_name != c.schedule:
-            self._schedule = make_schedule(c.schedule, lambda: self.controls.gamma)
+            self._schedule = self.engine.schedule(c.schedule, lambda: self.controls.gamma)
             self._schedule_name = c.schedule
         return RoundPlan(self.engine.drafter(c.drafter), self._schedule, c.sampling())
 
@@ -76,6 +76,7 @@ class ChatEngine:
             if drafter is not None or not spec.needs_draft_model:
                 self._drafters[spec.name] = drafter
         self.token_text = lru_cache(maxsize=1 << 16)(self._token_text)
+        self._schedules: dict[str, GammaSchedule] = {}
         self._decoder = SpeculativeDecoder(
             self.target, self._detokenizer, self.stop_ids, self.max_context, self.vocab_width, self.token_text
         )
@@ -94,6 +95,14 @@ class ChatEngine:
             drafters=tuple(self._drafters),
             stepping=True,
         )
+
+    def schedule(self, name: str, gamma: Callable[[], int]) -> GammaSchedule:
+        """The engine's one schedule of that name, told a reply begins (its measurements persist)."""
+        if name not in self._schedules:
+            self._schedules[name] = make_schedule(name, gamma)
+        schedule = self._schedules[name]
+        schedule.begin_reply(gamma)
+        return schedule
 
     def drafter(self, name: str) -> Drafter | None:
         if name not in self._drafters:
