@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +23,8 @@ from specchat.remote.errors import ServerError
 API_KEY_ENV = "SPECCHAT_API_KEY"
 """The only place the API key comes from: never a flag (shell history), never the config file."""
 CONNECT_TIMEOUT = 10.0
+CANCEL_POLL = 0.05
+"""Seconds between looks at the cancel flag while waiting for the server."""
 DEFAULT_TIMEOUT = 120.0
 """Seconds without a byte from the server before a reply fails (a big prompt on a slow server
 may take this long to prefill)."""
@@ -71,14 +74,15 @@ class ServerClient:
         headers = {"Accept": "application/json"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        self._client = httpx.Client(
-            base_url=self.url,
-            headers=headers,
-            timeout=httpx.Timeout(timeout, connect=min(CONNECT_TIMEOUT, timeout)),
-            verify=verify,  # TLS certificates are checked unless the user turns it off
-            transport=transport,
-            follow_redirects=False,
-        )
+        self._options: dict[str, Any] = {
+            "base_url": self.url,
+            "headers": headers,
+            "timeout": httpx.Timeout(timeout, connect=min(CONNECT_TIMEOUT, timeout)),
+            "verify": verify,  # TLS certificates are checked unless the user turns it off
+            "transport": transport,
+            "follow_redirects": False,
+        }
+        self._client = httpx.Client(**self._options)
         self.timeout = timeout
 
     def close(self) -> None:
@@ -109,28 +113,57 @@ class ServerClient:
     ) -> Iterator[dict[str, Any]]:
         """POST ``body`` and yield each server-sent event's JSON, until ``[DONE]`` or the end.
 
-        Returns quietly once ``cancel`` is set (the connection is closed, so the server stops).
-        A stream that ends without a finish reason is the caller's to judge (some servers omit
-        ``[DONE]``); a connection cut mid-body raises ServerError.
+        Returns within a poll interval once ``cancel`` is set, even while the server is still
+        prefilling and sends nothing: the request runs in a reader thread, which closes the
+        connection (so the server stops) as soon as it next hears from it. A stream that ends
+        without a finish reason is the caller's to judge (some servers omit ``[DONE]``); a
+        connection cut mid-body raises ServerError.
         """
+        inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
+        stop = threading.Event()
+
+        def read() -> None:
+            try:
+                for event in self._read_events(path, body, stop):
+                    inbox.put(("event", event))
+                inbox.put(("end", None))
+            except BaseException as err:  # handed to the consumer, which raises it
+                inbox.put(("error", err))
+
+        threading.Thread(target=read, name="specchat-server-stream", daemon=True).start()
+        try:
+            while True:
+                try:
+                    kind, item = inbox.get(timeout=CANCEL_POLL)
+                except queue.Empty:
+                    if cancel is not None and cancel.is_set():
+                        return
+                    continue
+                if cancel is not None and cancel.is_set():
+                    return
+                if kind == "end":
+                    return
+                if kind == "error":
+                    raise item
+                yield item
+        finally:
+            stop.set()
+
+    def _read_events(
+        self, path: str, body: dict[str, Any], stop: threading.Event
+    ) -> Iterator[dict[str, Any]]:
         with self._errors(path), self._client.stream("POST", path, json=body) as response:
             if response.status_code >= 400:
                 response.read()
                 self._raise_for_status(response, path)
-            with _close_on(cancel, response):
-                try:
-                    for line in response.iter_lines():
-                        if cancel is not None and cancel.is_set():
-                            return
-                        event = _parse_sse_line(line)
-                        if event is _DONE:
-                            return
-                        if event is not None:
-                            yield event
-                except (httpx.StreamError, httpx.TransportError):
-                    if cancel is not None and cancel.is_set():
-                        return  # we closed it ourselves
-                    raise
+            for line in response.iter_lines():
+                if stop.is_set():
+                    return  # leaving the block closes the connection: the server stops generating
+                event = _parse_sse_line(line)
+                if event is _DONE:
+                    return
+                if event is not None:
+                    yield event
 
     @contextmanager
     def _errors(self, path: str) -> Iterator[None]:
@@ -210,30 +243,10 @@ def _error_message(response: httpx.Response) -> str:
 
 def _reason(err: Exception) -> str:
     text = str(err).strip()
+    if isinstance(err, httpx.RemoteProtocolError) and "incomplete" in text:
+        return "it closed the connection mid-reply"
     if "refused" in text.lower():
         return "connection refused"
     if "name or service not known" in text.lower() or "nodename nor servname" in text.lower():
         return "unknown host name"
     return text or type(err).__name__
-
-
-@contextmanager
-def _close_on(cancel: threading.Event | None, response: httpx.Response) -> Iterator[None]:
-    """Close ``response`` from a watcher thread once ``cancel`` is set (unblocks a waiting read)."""
-    if cancel is None:
-        yield
-        return
-    finished = threading.Event()
-
-    def watch() -> None:
-        while not finished.is_set():
-            if cancel.wait(0.05):
-                response.close()
-                return
-
-    watcher = threading.Thread(target=watch, name="specchat-cancel-watch", daemon=True)
-    watcher.start()
-    try:
-        yield
-    finally:
-        finished.set()

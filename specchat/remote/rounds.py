@@ -14,7 +14,7 @@ engine's events (:mod:`specchat.engine.events`):
   target tokens (no draft that step, e.g. the first token, sampled right after prefill).
 - :class:`StepRounds` (vLLM): each streamed chunk is one engine step, 1 + accepted drafts
   long; ``usage.completion_tokens`` (continuous usage stats) counts them exactly, γ is the
-  server's ``num_speculative_tokens``.
+  server's ``num_speculative_tokens``. The first step is the prefill's, which verifies nothing.
 - :class:`PlainTokens` (anything else): one uncoloured token per chunk and no rounds at all.
 
 Token ids and probabilities never reach the client: they stay UNKNOWN (see events.py), and a
@@ -131,7 +131,9 @@ class CounterRounds(_Reader):
         self.max_drafted = 0
         """The most drafts any round had (tells whether the server honoured γ)."""
 
-    def feed(self, chunk: Chunk) -> list[Event]:
+    def feed(self, chunk: Chunk, *, hide_last: bool = False) -> list[Event]:
+        """The chunk's tokens and any rounds they close (``hide_last``: the last new token is the
+        stop token, which fills its round's slot but is not shown)."""
         count = self._new_tokens(chunk)
         if count == 0:
             # Text with no new token: held-back text the server releases late. It rides on the
@@ -152,7 +154,7 @@ class CounterRounds(_Reader):
             elif self.open is None or self.open.full:
                 out.extend(self._close_open())
                 self._start(0, 0)
-            out.extend(self._add(text))
+            out.extend(self._add(text, shown=not (hide_last and last)))
         self.tokens_seen += count
         return out
 
@@ -161,13 +163,11 @@ class CounterRounds(_Reader):
         out: list[Event] = []
         if chunk is not None:
             count = self._new_tokens(chunk)
-            stop_token = chunk.finish == "stop" and count > 0
-            if stop_token and not (self.leftover_text or chunk.text):
-                # The stop token: counted by the server, shown by nobody (as in the local engine).
-                self.tokens_seen += count
-                count = 0
-            elif count or chunk.text:
-                out.extend(self.feed(chunk))
+            # The stop token: counted by the server, shown by nobody (as in the local engine),
+            # unless it has to carry text the server released late.
+            stop_token = chunk.finish == "stop" and count > 0 and not (self.leftover_text or chunk.text)
+            if count or chunk.text:
+                out.extend(self.feed(chunk, hide_last=stop_token))
         if self.leftover_text:
             out.extend(self._flush_leftover())
         out.extend(self._close_open())
@@ -189,13 +189,13 @@ class CounterRounds(_Reader):
         self.rounds += 1
         self.max_drafted = max(self.max_drafted, drafted)
 
-    def _add(self, text: str) -> list[Event]:
+    def _add(self, text: str, shown: bool = True) -> list[Event]:
         r = self.open
         assert r is not None
         position = r.got
         kind: TokenKind = "accepted" if position < r.accepted else closing_kind(r.drafted, r.accepted)
         r.got += 1
-        out: list[Event] = [self._token(kind, text, r.number, position)]
+        out: list[Event] = [self._token(kind, text, r.number, position)] if shown else []
         if r.full:
             out.extend(self._close_open())
         return out
@@ -220,14 +220,16 @@ class StepRounds(_Reader):
             self.leftover_text += chunk.text
             return []
         texts = self._texts(chunk, count)
-        accepted = min(count - 1, self.gamma)
+        # The first token comes from the prefill step, which verifies no drafts.
+        gamma = self.gamma if self.rounds else 0
+        accepted = min(count - 1, gamma)
         number = self.rounds
         self.rounds += 1
         out: list[Event] = []
         for position, text in enumerate(texts):
-            kind: TokenKind = "accepted" if position < accepted else closing_kind(self.gamma, accepted)
+            kind: TokenKind = "accepted" if position < accepted else closing_kind(gamma, accepted)
             out.append(self._token(kind, text, number, position))
-        out.append(self._round(number, self.gamma, self.gamma, accepted))
+        out.append(self._round(number, gamma, gamma, accepted))
         self.tokens_seen += count
         return out
 
