@@ -23,8 +23,10 @@ from specchat.engine.registry import DRAFTER_NAMES, DRAFTERS, drafter_spec
 from specchat.errors import InvalidSettingError, SpecchatError
 
 if TYPE_CHECKING:
+    from specchat.backend import Backend
     from specchat.engine.events import Event
     from specchat.engine.session import ChatEngine
+    from specchat.remote import RemoteBackend
 
 F = TypeVar("F", bound=Callable[..., Any])
 INTERRUPTED = 130
@@ -78,6 +80,12 @@ def model_options(func: F) -> F:
         ),
         click.option("--device", help="auto, cpu, cuda or cuda:N."),
         click.option("--dtype", help="auto, float32, bfloat16 or float16."),
+        click.option(
+            "--server",
+            metavar="URL",
+            help="Attach to an OpenAI-compatible server (llama-server, vLLM, …) instead of loading "
+            "models; the API key comes from SPECCHAT_API_KEY.",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -150,13 +158,15 @@ def generate(prompt: str, output_format: str, **options: Any) -> None:
     settings = settings_from(options)
     controls = controls_from(settings)
     controls.validate()
-    engine = load_engine(settings)
+    engine: Backend = connect_server(settings) if settings.server else load_engine(settings)
     messages = [{"role": "system", "content": settings.system_prompt}] if settings.system_prompt else []
     messages.append({"role": "user", "content": prompt})
     cancel = threading.Event()
     with cancel_on_sigint(cancel):
         stream = engine.stream_chat(messages, controls, cancel)
         summary = PRINTERS[output_format](stream)
+    if settings.server and output_format != "jsonl":
+        click.echo(f"specchat: {engine.capabilities.describe()}", err=True)
     if summary is not None and summary.stop == "cancelled":
         sys.exit(INTERRUPTED)
 
@@ -198,6 +208,19 @@ def load_engine(settings: Settings) -> ChatEngine:
             progress=progress,
         )
     return ChatEngine(pair.target, pair.tokenizer, pair.draft)
+
+
+def connect_server(settings: Settings) -> RemoteBackend:
+    """Attach to ``settings.server`` (probing what it is) and say on stderr what it cannot report."""
+    from specchat.remote import connect
+
+    assert settings.server
+    click.echo(f"specchat: connecting to {settings.server}…", err=True)
+    backend = connect(settings.server, timeout=settings.server_timeout, verify=settings.server_verify_tls)
+    click.echo(f"specchat: attached to {backend.label}.", err=True)
+    for note in backend.notes:
+        click.echo(f"specchat: note: {note}", err=True)
+    return backend
 
 
 class cancel_on_sigint:
