@@ -26,6 +26,7 @@ from textual.timer import Timer
 from textual.widgets import Footer, Header, Static
 from textual.worker import Worker, get_current_worker
 
+from specchat.backend import Capabilities
 from specchat.config import Settings, data_dir
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.gamma import GAMMA_MAX, SCHEDULES
@@ -61,6 +62,12 @@ NARROW_WIDTH = 96
 TEMPERATURE_STEP = 0.1
 TEMPERATURE_MAX = 2.0
 THEME_ORDER = ("specchat-dark", "specchat-light", "specchat-projector", "specchat-colorblind")
+
+
+LEGEND_NOTES = {
+    "inferred": "colours inferred from the server's counters",
+    "none": "this server reports no provenance: tokens uncoloured",
+}
 
 
 class LoadCancelled(Exception):
@@ -160,8 +167,9 @@ class SpecchatApp(App[int]):
         if self._given is not None:
             self._use_engine(self._given)
         else:
-            self.sub_title = "loading…"
-            self.loading_screen = LoadingScreen(self.settings.target, self.settings.draft)
+            self.sub_title = "connecting…" if self.settings.server else "loading…"
+            settings = self.settings
+            self.loading_screen = LoadingScreen(settings.target, settings.draft, settings.server)
             self.push_screen(self.loading_screen)
             self._load_models()
 
@@ -235,7 +243,7 @@ class SpecchatApp(App[int]):
         self.prompt.focus()
 
     def on_load_failed(self, message: LoadFailed) -> None:
-        self.sub_title = "models failed to load"
+        self.sub_title = "could not attach to the server" if self.settings.server else "models failed to load"
         if self.loading_screen is not None:
             while self.screen is not self.loading_screen and self.loading_screen in self.screen_stack:
                 self.pop_screen()
@@ -252,7 +260,20 @@ class SpecchatApp(App[int]):
             self.notify(note, severity="warning")
         draft = f"draft {loaded.draft_name}" if loaded.draft_name else "no draft model"
         self.sub_title = " · ".join(p for p in (f"target {loaded.target_name}", draft, loaded.device) if p)
+        if self.capabilities.kind != "local":
+            self.sub_title = f"server {loaded.target_name}"
+            self.live.by_arrival = True  # a server times no rounds: measure tokens as they arrive
+            legend = self.main_screen.query_one(Legend)
+            legend.note = LEGEND_NOTES.get(self.capabilities.provenance, "")
+            legend.redraw()
+        for line in loaded.notes:
+            self.notify(line, severity="warning", timeout=12)
         self.refresh_panels(force=True)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the backend reports, measures and lets the user control (the panels label figures by it)."""
+        return bridge.capabilities_of(self.engine) if self.engine is not None else bridge.LOCAL
 
     # ------------------------------------------------------------- replies
 
@@ -482,14 +503,14 @@ class SpecchatApp(App[int]):
         self._set_gamma(-1)
 
     def _set_gamma(self, step: int) -> None:
-        if self.controls is None:
+        if self.controls is None or not self._server_allows("gamma"):
             return
         # One attribute write: the engine reads γ once at the start of each round.
         self.controls.gamma = max(1, min(GAMMA_MAX, self.controls.gamma + step))
         self.refresh_panels(force=True)
 
     def action_cycle_schedule(self) -> None:
-        if self.controls is None:
+        if self.controls is None or not self._server_allows("schedule"):
             return
         names = list(SCHEDULES)
         current = self.controls.schedule
@@ -497,13 +518,24 @@ class SpecchatApp(App[int]):
         self.refresh_panels(force=True)
 
     def action_cycle_drafter(self) -> None:
-        if self.controls is None or self.engine is None:
+        if self.controls is None or self.engine is None or not self._server_allows("drafter"):
             return
         available = list(self.engine.available_drafters)
         current = self.controls.drafter
         index = available.index(current) if current in available else -1
         self.controls.drafter = available[(index + 1) % len(available)]
         self.refresh_panels(force=True)
+
+    def _server_allows(self, control: str) -> bool:
+        """γ, schedule and drafter belong to a server that fixed them when it started: say so."""
+        caps = self.capabilities
+        if control == "gamma" and caps.gamma_control in ("per-round", "per-request"):
+            return True
+        if control != "gamma" and (caps.kind == "local" or caps.drafters):
+            return True
+        what = {"gamma": "γ", "schedule": "the γ schedule", "drafter": "the drafter"}[control]
+        self.notify(f"The server fixed {what} when it started: it cannot be changed from here.")
+        return False
 
     def action_temperature_up(self) -> None:
         self._set_temperature(+TEMPERATURE_STEP)
@@ -589,7 +621,10 @@ class SpecchatApp(App[int]):
         if c is None:
             return None
         drafters = tuple(self.engine.available_drafters) if self.engine else ()
-        return ControlsView(c.gamma, c.schedule, c.drafter, c.temperature, drafters)
+        caps = self.capabilities
+        if caps.kind == "local":
+            return ControlsView(c.gamma, c.schedule, c.drafter, c.temperature, drafters)
+        return ControlsView(c.gamma, c.schedule, c.drafter, c.temperature, drafters, caps)
 
     @property
     def effective_keys(self) -> dict[str, str]:
