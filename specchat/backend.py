@@ -90,6 +90,8 @@ class Capabilities:
     inferred: frozenset[Figure] = frozenset()
     """Figures reconstructed from coarser counters (say so on screen)."""
     gamma_control: GammaControl = "per-round"
+    gamma: int | None = None
+    """The γ a server fixed when it started, when it says so or shows it (None: unknown or local)."""
     drafters: tuple[str, ...] = ()
     """Drafters the user may switch between (empty: the backend decides)."""
     stepping: bool = False

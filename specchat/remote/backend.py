@@ -98,6 +98,7 @@ class RemoteBackend:
             measured=frozenset(measured),
             inferred=frozenset(inferred),
             gamma_control=gamma_control,
+            gamma=self.server_gamma if gamma_control == "fixed" else None,
             drafters=(),
             stepping=True,
             notes=tuple(self._control_notes()),

@@ -17,3 +17,8 @@ def isolated(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("SPECCHAT_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("SPECCHAT_CONFIG", str(tmp_path / "config" / "config.toml"))
     yield
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"

@@ -90,7 +90,7 @@ def figures(live: LiveStats, controls: ControlsView | None) -> Figures:
     if figs.sources["per_position"] == "unavailable":
         figs.per_position = []
     if server.gamma_control in ("fixed", "none"):
-        figs.gamma = figs.last_gamma
+        figs.gamma = str(server.gamma) if server.gamma else figs.last_gamma
         figs.schedule = figs.drafter = "server's"
     return figs
 
