@@ -344,6 +344,8 @@ class SpecchatApp(App[int]):
         self._drain(reply)  # never drop the last tokens
         if reply.drain_timer is not None:
             reply.drain_timer.stop()
+        if self.capabilities.kind != "local":
+            reply.settings.update(self._server_settings(reply.settings))
         self.reply = None
         self._set_busy(False)
         if message.error and not reply.tokens:
@@ -366,6 +368,16 @@ class SpecchatApp(App[int]):
                 self.notify(message.error, severity="error", timeout=10)
         self._save()
         self.refresh_panels(force=True)
+
+    def _server_settings(self, asked: dict[str, Any]) -> dict[str, Any]:
+        """A server's reply footer: its drafter, and the γ it used where that is known (only
+        after the reply, when a llama-server has shown whether it honours the γ asked for)."""
+        caps = self.capabilities
+        gamma = caps.gamma if caps.gamma_control == "fixed" else asked.get("gamma")
+        if caps.gamma_control == "none":
+            gamma = None
+        schedule = "fixed by the server" if caps.gamma_control == "fixed" else "asked per reply"
+        return {"drafter": f"{caps.kind}'s", "gamma": gamma, "schedule": schedule if gamma else ""}
 
     async def _take_back(self, reply: ActiveReply, error: str) -> None:
         """Nothing was generated: remove the reply and put the message back in the box."""

@@ -89,9 +89,10 @@ def figures(live: LiveStats, controls: ControlsView | None) -> Figures:
         figs.last_gamma = "–"
     if figs.sources["per_position"] == "unavailable":
         figs.per_position = []
+    # The server chose its drafter and any schedule when it started.
+    figs.schedule = figs.drafter = "server's"
     if server.gamma_control in ("fixed", "none"):
         figs.gamma = str(server.gamma) if server.gamma else figs.last_gamma
-        figs.schedule = figs.drafter = "server's"
     return figs
 
 
