@@ -115,14 +115,22 @@ def settings_from(options: dict[str, Any]) -> Settings:
 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="specchat")
+@click.option(
+    "--server",
+    metavar="URL",
+    help="Attach to an OpenAI-compatible server instead of loading models (any command).",
+)
 @click.pass_context
-def main(ctx: click.Context) -> None:
+def main(ctx: click.Context, server: str | None) -> None:
     """Chat with a local LLM and watch speculative decoding work, token by token.
 
-    With no command, opens the chat with the packaged default pair.
+    With no command, opens the chat with the packaged default pair (or attaches to --server).
     """
+    if server:
+        # `specchat --server URL [command]`: the command's own --server defaults to it.
+        ctx.default_map = {name: {"server": server} for name in ("chat", "generate", "bench")}
     if ctx.invoked_subcommand is None:
-        ctx.invoke(chat)
+        ctx.invoke(chat, server=server)
 
 
 @main.command()

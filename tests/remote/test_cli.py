@@ -108,3 +108,9 @@ def test_bench_server_with_a_baseline_server_compares_texts_and_speed() -> None:
 def test_baseline_server_alone_is_a_user_error() -> None:
     result = CliRunner().invoke(main, ["bench", "--baseline-server", "http://127.0.0.1:1"])
     assert result.exit_code == 2 and "--baseline-server needs --server" in result.output
+
+
+def test_server_before_the_command_applies_to_it() -> None:
+    with FakeServer(llama_script()) as server:
+        result = CliRunner().invoke(main, ["--server", server.url, "generate", PROMPT])
+    assert result.exit_code == 0 and result.stdout.startswith("Once upon a time")
