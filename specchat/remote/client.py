@@ -182,7 +182,9 @@ class ServerClient:
                 f"the server at {self.url} sent nothing for {self.timeout:.0f} s: it may be overloaded "
                 "(raise server_timeout in the config, or SPECCHAT_SERVER_TIMEOUT)."
             ) from err
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as err:
+        except httpx.RemoteProtocolError as err:
+            raise ServerError(f"the server at {self.url} closed the connection mid-reply.") from err
+        except (httpx.ReadError, httpx.WriteError) as err:
             raise ServerError(f"the server at {self.url} dropped the connection ({_reason(err)}).") from err
         except httpx.HTTPError as err:
             raise ServerError(f"talking to {self.url} failed: {_reason(err)}.") from err
@@ -243,8 +245,6 @@ def _error_message(response: httpx.Response) -> str:
 
 def _reason(err: Exception) -> str:
     text = str(err).strip()
-    if isinstance(err, httpx.RemoteProtocolError) and "incomplete" in text:
-        return "it closed the connection mid-reply"
     if "refused" in text.lower():
         return "connection refused"
     if "name or service not known" in text.lower() or "nodename nor servname" in text.lower():

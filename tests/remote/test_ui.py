@@ -99,7 +99,8 @@ async def test_chat_with_llama_server_colours_tokens_and_labels_every_figure(
             assert "not reported round timings, token probabilities" in text
             # We asked for γ = 2; the server drafted 3 a round: the panel says γ is the server's.
             assert "controls · γ fixed by the server" in text and "ignores the per-request" in text
-            assert shown.gamma == "3"
+            assert shown.gamma == "3" and shown.schedule == shown.drafter == "server's"
+            assert turn.settings["drafter"] == "llama-server's" and turn.settings["gamma"] == 3
 
             await pilot.press("f3")  # γ + 1: refused with a line, the γ shown does not move
             await pilot.pause()
