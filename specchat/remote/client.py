@@ -179,7 +179,7 @@ class ServerClient:
             ) from err
         except httpx.TimeoutException as err:
             raise ServerError(
-                f"the server at {self.url} sent nothing for {self.timeout:.0f} s: it may be overloaded "
+                f"the server at {self.url} sent nothing for {self.timeout:g} s: it may be overloaded "
                 "(raise server_timeout in the config, or SPECCHAT_SERVER_TIMEOUT)."
             ) from err
         except httpx.RemoteProtocolError as err:
@@ -247,6 +247,8 @@ def _reason(err: Exception) -> str:
     text = str(err).strip()
     if "refused" in text.lower():
         return "connection refused"
+    if "CERTIFICATE_VERIFY_FAILED" in text:
+        return "its TLS certificate is not trusted (server_verify_tls = false skips the check)"
     if "name or service not known" in text.lower() or "nodename nor servname" in text.lower():
         return "unknown host name"
     return text or type(err).__name__
