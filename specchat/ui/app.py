@@ -208,7 +208,8 @@ class SpecchatApp(App[int]):
             self.post_message(LoadFailed(str(err), err.exit_code))
             return
         except Exception as err:  # shown as one line, never a traceback
-            self.post_message(LoadFailed(f"could not load the models: {type(err).__name__}: {err}", 1))
+            what = "attach to the server" if self.settings.server else "load the models"
+            self.post_message(LoadFailed(f"could not {what}: {type(err).__name__}: {err}", 1))
             return
         self.post_message(EngineLoaded(loaded))
 
