@@ -90,6 +90,8 @@ class Capabilities:
     inferred: frozenset[Figure] = frozenset()
     """Figures reconstructed from coarser counters (say so on screen)."""
     gamma_control: GammaControl = "per-round"
+    gamma: int | None = None
+    """The γ a server fixed when it started, when it says so or shows it (None: unknown or local)."""
     drafters: tuple[str, ...] = ()
     """Drafters the user may switch between (empty: the backend decides)."""
     stepping: bool = False
@@ -99,6 +101,34 @@ class Capabilities:
 
     def reports(self, figure: Figure) -> bool:
         return figure in self.measured or figure in self.inferred
+
+    def source(self, figure: Figure) -> FigureSource:
+        """How the figure on screen was obtained: front ends label it with this word."""
+        if figure in self.measured:
+            return "measured"
+        if figure in self.inferred:
+            return "inferred"
+        return "unavailable"
+
+    def describe(self) -> str:
+        """One line for the user: which figures are measured, inferred, or not reported."""
+        groups: dict[FigureSource, list[str]] = {"measured": [], "inferred": [], "unavailable": []}
+        for figure, name in FIGURE_LABELS.items():
+            groups[self.source(figure)].append(name)
+        parts = [f"{source}: {', '.join(names)}" for source, names in groups.items() if names]
+        return " · ".join(parts).replace("unavailable:", "not reported:")
+
+
+FigureSource = Literal["measured", "inferred", "unavailable"]
+FIGURE_LABELS: dict[Figure, str] = {
+    "alpha": "α",
+    "tau": "τ",
+    "per_position": "per-position acceptance",
+    "tokens_per_s": "tok/s",
+    "timings": "round timings",
+    "trace": "token probabilities",
+}
+"""Short names of the figures, in the order front ends list them."""
 
 
 class Reply(Protocol):

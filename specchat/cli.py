@@ -23,8 +23,10 @@ from specchat.engine.registry import DRAFTER_NAMES, DRAFTERS, drafter_spec
 from specchat.errors import InvalidSettingError, SpecchatError
 
 if TYPE_CHECKING:
+    from specchat.backend import Backend
     from specchat.engine.events import Event
     from specchat.engine.session import ChatEngine
+    from specchat.remote import RemoteBackend
 
 F = TypeVar("F", bound=Callable[..., Any])
 INTERRUPTED = 130
@@ -78,6 +80,12 @@ def model_options(func: F) -> F:
         ),
         click.option("--device", help="auto, cpu, cuda or cuda:N."),
         click.option("--dtype", help="auto, float32, bfloat16 or float16."),
+        click.option(
+            "--server",
+            metavar="URL",
+            help="Attach to an OpenAI-compatible server (llama-server, vLLM, …) instead of loading "
+            "models; the API key comes from SPECCHAT_API_KEY.",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -107,14 +115,22 @@ def settings_from(options: dict[str, Any]) -> Settings:
 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="specchat")
+@click.option(
+    "--server",
+    metavar="URL",
+    help="Attach to an OpenAI-compatible server instead of loading models (any command).",
+)
 @click.pass_context
-def main(ctx: click.Context) -> None:
+def main(ctx: click.Context, server: str | None) -> None:
     """Chat with a local LLM and watch speculative decoding work, token by token.
 
-    With no command, opens the chat with the packaged default pair.
+    With no command, opens the chat with the packaged default pair (or attaches to --server).
     """
+    if server:
+        # `specchat --server URL [command]`: the command's own --server defaults to it.
+        ctx.default_map = {name: {"server": server} for name in ("chat", "generate", "bench")}
     if ctx.invoked_subcommand is None:
-        ctx.invoke(chat)
+        ctx.invoke(chat, server=server)
 
 
 @main.command()
@@ -150,13 +166,15 @@ def generate(prompt: str, output_format: str, **options: Any) -> None:
     settings = settings_from(options)
     controls = controls_from(settings)
     controls.validate()
-    engine = load_engine(settings)
+    engine: Backend = connect_server(settings) if settings.server else load_engine(settings)
     messages = [{"role": "system", "content": settings.system_prompt}] if settings.system_prompt else []
     messages.append({"role": "user", "content": prompt})
     cancel = threading.Event()
     with cancel_on_sigint(cancel):
         stream = engine.stream_chat(messages, controls, cancel)
         summary = PRINTERS[output_format](stream)
+    if settings.server and output_format != "jsonl":
+        click.echo(f"specchat: {engine.capabilities.describe()}", err=True)
     if summary is not None and summary.stop == "cancelled":
         sys.exit(INTERRUPTED)
 
@@ -198,6 +216,19 @@ def load_engine(settings: Settings) -> ChatEngine:
             progress=progress,
         )
     return ChatEngine(pair.target, pair.tokenizer, pair.draft)
+
+
+def connect_server(settings: Settings) -> RemoteBackend:
+    """Attach to ``settings.server`` (probing what it is) and say on stderr what it cannot report."""
+    from specchat.remote import connect
+
+    assert settings.server
+    click.echo(f"specchat: connecting to {settings.server}…", err=True)
+    backend = connect(settings.server, timeout=settings.server_timeout, verify=settings.server_verify_tls)
+    click.echo(f"specchat: attached to {backend.label}.", err=True)
+    for note in backend.notes:
+        click.echo(f"specchat: note: {note}", err=True)
+    return backend
 
 
 class cancel_on_sigint:

@@ -44,6 +44,13 @@ class Settings(BaseModel):
     quant: Literal["4bit", "8bit"] | None = None
     cpu_path: str = "auto"
     """CPU kernels (specchat.models.cpu_quant): auto, none (stock fp32) or TARGET/DRAFT[+headN]."""
+    server: str | None = None
+    """URL of an OpenAI-compatible server to attach to instead of loading models (--server).
+    Conversations go to it only when this is set; the API key comes only from SPECCHAT_API_KEY."""
+    server_timeout: float = Field(120.0, gt=0)
+    """Seconds without a byte from the server before a reply fails."""
+    server_verify_tls: bool = True
+    """Check the server's TLS certificate (https); turn off only for a self-signed test server."""
     theme: str = "specchat-dark"
     keys: dict[str, str] = Field(default_factory=dict)
     """Binding id → key(s), e.g. {"gamma_up": "ctrl+up"}; see `specchat --help` keys."""

@@ -89,9 +89,23 @@ def machine_load() -> dict[str, Any]:
     help="Run everything this many times; figures use the fastest run of each (prompt, method).",
 )
 @click.option("--detail", is_flag=True, help="Also print every (method, category) row.")
+@click.option(
+    "--server",
+    metavar="URL",
+    default=None,
+    help="Benchmark a speculative-decoding server instead (its own decoding, and drafting off where "
+    "it allows that per request); see README.",
+)
+@click.option(
+    "--baseline-server", metavar="URL", default=None, help="With --server: the same model without drafting."
+)
 def bench(**options: Any) -> None:
     """Benchmark plain, speculative and Hugging Face assisted decoding side by side."""
+    server, baseline = options.pop("server"), options.pop("baseline_server")
     try:
+        if server or baseline:
+            _bench_server(server, baseline, options)
+            return
         _bench(**options)
     except SpecchatError as err:
         click.echo(f"error: {err}", err=True)
@@ -99,6 +113,41 @@ def bench(**options: Any) -> None:
     except KeyboardInterrupt:
         click.echo("bench cancelled.", err=True)
         sys.exit(130)
+
+
+def _bench_server(server: str | None, baseline: str | None, options: dict[str, Any]) -> None:
+    """``bench --server``: prompts and sampling from the usual options; models options do not apply."""
+    from specchat.backend import Controls
+    from specchat.bench.prompts import load_prompts
+    from specchat.config import load_settings
+    from specchat.remote.bench import bench_server
+
+    if not server:
+        raise BenchError("--baseline-server needs --server (the speculative server to compare with it).")
+    quick = options["quick"]
+    categories = options["categories"] or ""
+    wanted = [c.strip() for c in categories.split(",") if c.strip()] or None
+    prompts = load_prompts(quick=quick, only=wanted, per_category=options["per_category"])
+    controls = Controls(
+        gamma=options["start_gamma"],
+        temperature=options["temperature"],
+        top_k=options["top_k"],
+        top_p=options["top_p"],
+        max_new_tokens=options["max_new_tokens"] or (64 if quick else 128),
+        seed=options["seed"],
+    )
+    controls.validate()
+    settings = load_settings()
+    bench_server(
+        server,
+        baseline,
+        prompts,
+        controls,
+        timeout=settings.server_timeout,
+        verify=settings.server_verify_tls,
+        json_path=options["json_path"],
+        echo=lambda line: click.echo(line),
+    )
 
 
 def _bench(

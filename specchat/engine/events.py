@@ -17,11 +17,18 @@ probability min(1, p_target/p_draft), the uniform draw and the verdict (rejected
 included), and each closing :class:`TokenEvent` carries the top of the distribution it was
 drawn from (the residual after a rejection at T > 0, the target otherwise).
 
+Backends that cannot know a figure (a remote server reports no token ids, no probabilities and
+no per-round timings) say so with the "unknown" values below, never with an invented number:
+``UNKNOWN_ID`` for token ids and counts, ``UNKNOWN`` (NaN) for probabilities and milliseconds.
+``to_json`` writes both as ``null`` and ``from_json`` reads ``null`` back as them. The local
+engine never produces them, so its output is unchanged.
+
 This module imports nothing heavy: the UI may import it without loading torch.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -41,6 +48,40 @@ plain target tokens, and every closing token at T = 0), or the residual norm(max
 CONTRACT_VERSION = 2
 TOP_K_TRACE = 5
 """How many of the most likely tokens a trace lists."""
+UNKNOWN_ID = -1
+"""A token id (or count) the backend cannot report; real ids are never negative."""
+UNKNOWN = math.nan
+"""A probability or duration the backend cannot report (test with :func:`known`)."""
+
+
+def known(value: float | None) -> bool:
+    """Whether a figure was reported: not None, not UNKNOWN (NaN)."""
+    return value is not None and not math.isnan(value)
+
+
+def _json_float(value: float | None) -> float | None:
+    """UNKNOWN becomes null (JSON has no NaN)."""
+    return value if known(value) else None
+
+
+def _read_float(value: Any) -> float:
+    """null (an unknown figure) reads back as UNKNOWN."""
+    return UNKNOWN if value is None else float(value)
+
+
+def _json_id(value: int) -> int | None:
+    return None if value == UNKNOWN_ID else value
+
+
+def _read_id(value: Any) -> int:
+    return UNKNOWN_ID if value is None else int(value)
+
+
+def _read_p_draft(value: Any, kind: str) -> float | None:
+    """null is "nobody drafted this token", except on an accepted draft: there it is UNKNOWN."""
+    if value is None:
+        return UNKNOWN if kind == "accepted" else None
+    return float(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,9 +156,11 @@ class TokenEvent:
     position: int
     """0-based position within its round: accepted drafts are 0..k-1, the closing token is k."""
     p_target: float
-    """Probability of this token under the target's (shaped) distribution at its position."""
+    """Probability of this token under the target's (shaped) distribution at its position
+    (UNKNOWN when the backend does not report it)."""
     p_draft: float | None
-    """Probability the drafter gave this token (None for tokens nobody drafted)."""
+    """Probability the drafter gave this token (None for tokens nobody drafted; UNKNOWN when a
+    draft existed but the backend does not report its probability)."""
     drawn_from: DrawnFrom = "target"
     top: tuple[Candidate, ...] = ()
     """Closing tokens (v2): the most likely tokens of the distribution this one was drawn from."""
@@ -126,12 +169,12 @@ class TokenEvent:
         data: dict[str, object] = {
             "type": "token",
             "kind": self.kind,
-            "id": self.token_id,
+            "id": _json_id(self.token_id),
             "text": self.text,
             "round": self.round,
             "position": self.position,
-            "p_target": self.p_target,
-            "p_draft": self.p_draft,
+            "p_target": _json_float(self.p_target),
+            "p_draft": _json_float(self.p_draft),
             "drawn_from": self.drawn_from,
         }
         if self.top:
@@ -150,12 +193,12 @@ class TokenEvent:
             raise ValueError(f"unknown distribution {drawn_from!r}")
         return cls(
             kind,  # type: ignore[arg-type]
-            int(data["id"]),
+            _read_id(data["id"]),
             str(data["text"]),
             int(data["round"]),
             int(data["position"]),
-            float(data["p_target"]),
-            None if p_draft is None else float(p_draft),
+            _read_float(data["p_target"]),
+            _read_p_draft(p_draft, kind),
             drawn_from,  # type: ignore[arg-type]
             tuple(Candidate.from_json(c) for c in data.get("top") or ()),
         )
@@ -175,6 +218,7 @@ class RoundEvent:
     stop ends the reply inside the accepted run)."""
     draft_ms: float
     verify_ms: float
+    """Milliseconds drafting and verifying (UNKNOWN when the backend does not time rounds)."""
     drafter: str
     """Name of the drafter that proposed this round: "model", "ngram" or "none"."""
     drafts: tuple[DraftTrace, ...] = ()
@@ -192,8 +236,8 @@ class RoundEvent:
             "gamma": self.gamma,
             "drafted": self.drafted,
             "accepted": self.accepted,
-            "draft_ms": round(self.draft_ms, 3),
-            "verify_ms": round(self.verify_ms, 3),
+            "draft_ms": _json_float(round(self.draft_ms, 3)),
+            "verify_ms": _json_float(round(self.verify_ms, 3)),
             "drafter": self.drafter,
             "drafts": [d.to_json() for d in self.drafts],
         }
@@ -205,8 +249,8 @@ class RoundEvent:
             int(data["gamma"]),
             int(data["drafted"]),
             int(data["accepted"]),
-            float(data["draft_ms"]),
-            float(data["verify_ms"]),
+            _read_float(data["draft_ms"]),
+            _read_float(data["verify_ms"]),
             str(data["drafter"]),
             tuple(DraftTrace.from_json(d) for d in data.get("drafts") or ()),
         )

@@ -26,6 +26,7 @@ from textual.timer import Timer
 from textual.widgets import Footer, Header, Static
 from textual.worker import Worker, get_current_worker
 
+from specchat.backend import Capabilities
 from specchat.config import Settings, data_dir
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.gamma import GAMMA_MAX, SCHEDULES
@@ -61,6 +62,12 @@ NARROW_WIDTH = 96
 TEMPERATURE_STEP = 0.1
 TEMPERATURE_MAX = 2.0
 THEME_ORDER = ("specchat-dark", "specchat-light", "specchat-projector", "specchat-colorblind")
+
+
+LEGEND_NOTES = {
+    "inferred": "colours inferred from the server's counters",
+    "none": "this server reports no provenance: tokens uncoloured",
+}
 
 
 class LoadCancelled(Exception):
@@ -160,8 +167,9 @@ class SpecchatApp(App[int]):
         if self._given is not None:
             self._use_engine(self._given)
         else:
-            self.sub_title = "loading…"
-            self.loading_screen = LoadingScreen(self.settings.target, self.settings.draft)
+            self.sub_title = "connecting…" if self.settings.server else "loading…"
+            settings = self.settings
+            self.loading_screen = LoadingScreen(settings.target, settings.draft, settings.server)
             self.push_screen(self.loading_screen)
             self._load_models()
 
@@ -200,7 +208,8 @@ class SpecchatApp(App[int]):
             self.post_message(LoadFailed(str(err), err.exit_code))
             return
         except Exception as err:  # shown as one line, never a traceback
-            self.post_message(LoadFailed(f"could not load the models: {type(err).__name__}: {err}", 1))
+            what = "attach to the server" if self.settings.server else "load the models"
+            self.post_message(LoadFailed(f"could not {what}: {type(err).__name__}: {err}", 1))
             return
         self.post_message(EngineLoaded(loaded))
 
@@ -235,7 +244,7 @@ class SpecchatApp(App[int]):
         self.prompt.focus()
 
     def on_load_failed(self, message: LoadFailed) -> None:
-        self.sub_title = "models failed to load"
+        self.sub_title = "could not attach to the server" if self.settings.server else "models failed to load"
         if self.loading_screen is not None:
             while self.screen is not self.loading_screen and self.loading_screen in self.screen_stack:
                 self.pop_screen()
@@ -252,7 +261,20 @@ class SpecchatApp(App[int]):
             self.notify(note, severity="warning")
         draft = f"draft {loaded.draft_name}" if loaded.draft_name else "no draft model"
         self.sub_title = " · ".join(p for p in (f"target {loaded.target_name}", draft, loaded.device) if p)
+        if self.capabilities.kind != "local":
+            self.sub_title = f"server {loaded.target_name}"
+            self.live.by_arrival = True  # a server times no rounds: measure tokens as they arrive
+            legend = self.main_screen.query_one(Legend)
+            legend.note = LEGEND_NOTES.get(self.capabilities.provenance, "")
+            legend.redraw()
+        for line in loaded.notes:
+            self.notify(line, severity="warning", timeout=12)
         self.refresh_panels(force=True)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the backend reports, measures and lets the user control (the panels label figures by it)."""
+        return bridge.capabilities_of(self.engine) if self.engine is not None else bridge.LOCAL
 
     # ------------------------------------------------------------- replies
 
@@ -323,6 +345,8 @@ class SpecchatApp(App[int]):
         self._drain(reply)  # never drop the last tokens
         if reply.drain_timer is not None:
             reply.drain_timer.stop()
+        if self.capabilities.kind != "local":
+            reply.settings.update(self._server_settings(reply.settings))
         self.reply = None
         self._set_busy(False)
         if message.error and not reply.tokens:
@@ -345,6 +369,16 @@ class SpecchatApp(App[int]):
                 self.notify(message.error, severity="error", timeout=10)
         self._save()
         self.refresh_panels(force=True)
+
+    def _server_settings(self, asked: dict[str, Any]) -> dict[str, Any]:
+        """A server's reply footer: its drafter, and the γ it used where that is known (only
+        after the reply, when a llama-server has shown whether it honours the γ asked for)."""
+        caps = self.capabilities
+        gamma = caps.gamma if caps.gamma_control == "fixed" else asked.get("gamma")
+        if caps.gamma_control == "none":
+            gamma = None
+        schedule = "fixed by the server" if caps.gamma_control == "fixed" else "asked per reply"
+        return {"drafter": f"{caps.kind}'s", "gamma": gamma, "schedule": schedule if gamma else ""}
 
     async def _take_back(self, reply: ActiveReply, error: str) -> None:
         """Nothing was generated: remove the reply and put the message back in the box."""
@@ -482,14 +516,14 @@ class SpecchatApp(App[int]):
         self._set_gamma(-1)
 
     def _set_gamma(self, step: int) -> None:
-        if self.controls is None:
+        if self.controls is None or not self._server_allows("gamma"):
             return
         # One attribute write: the engine reads γ once at the start of each round.
         self.controls.gamma = max(1, min(GAMMA_MAX, self.controls.gamma + step))
         self.refresh_panels(force=True)
 
     def action_cycle_schedule(self) -> None:
-        if self.controls is None:
+        if self.controls is None or not self._server_allows("schedule"):
             return
         names = list(SCHEDULES)
         current = self.controls.schedule
@@ -497,13 +531,24 @@ class SpecchatApp(App[int]):
         self.refresh_panels(force=True)
 
     def action_cycle_drafter(self) -> None:
-        if self.controls is None or self.engine is None:
+        if self.controls is None or self.engine is None or not self._server_allows("drafter"):
             return
         available = list(self.engine.available_drafters)
         current = self.controls.drafter
         index = available.index(current) if current in available else -1
         self.controls.drafter = available[(index + 1) % len(available)]
         self.refresh_panels(force=True)
+
+    def _server_allows(self, control: str) -> bool:
+        """γ, schedule and drafter belong to a server that fixed them when it started: say so."""
+        caps = self.capabilities
+        if control == "gamma" and caps.gamma_control in ("per-round", "per-request"):
+            return True
+        if control != "gamma" and (caps.kind == "local" or caps.drafters):
+            return True
+        what = {"gamma": "γ", "schedule": "the γ schedule", "drafter": "the drafter"}[control]
+        self.notify(f"The server fixed {what} when it started: it cannot be changed from here.")
+        return False
 
     def action_temperature_up(self) -> None:
         self._set_temperature(+TEMPERATURE_STEP)
@@ -589,7 +634,10 @@ class SpecchatApp(App[int]):
         if c is None:
             return None
         drafters = tuple(self.engine.available_drafters) if self.engine else ()
-        return ControlsView(c.gamma, c.schedule, c.drafter, c.temperature, drafters)
+        caps = self.capabilities
+        if caps.kind == "local":
+            return ControlsView(c.gamma, c.schedule, c.drafter, c.temperature, drafters)
+        return ControlsView(c.gamma, c.schedule, c.drafter, c.temperature, drafters, caps)
 
     @property
     def effective_keys(self) -> dict[str, str]:
