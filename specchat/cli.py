@@ -246,6 +246,9 @@ class LoadProgressPrinter:
         self.progress.stop()
 
     def __call__(self, event: Any) -> None:
+        if event.stage == "notice":  # worth keeping (a damaged cache rebuilt): above the bar, every one
+            self.console.print(f"specchat: {event.message}", markup=False, highlight=False, soft_wrap=True)
+            return
         if not self.console.is_terminal:  # a log, not a bar: one line per stage of each model
             step = f"{event.model}:{event.stage}"
             if step != self.last_step:

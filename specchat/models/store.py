@@ -61,9 +61,10 @@ class EntryBusy(Exception):
     """Another process holds the entry's lock (only raised when asked not to wait)."""
 
     def __init__(self, entry: Path, holder: str) -> None:
-        super().__init__(f"{entry.name} is in use by {holder}")
+        super().__init__(holder)
         self.entry = entry
         self.holder = holder
+        """"another specchat (pid 123) is converting qwen-coder-1.5b", as far as is known."""
 
 
 def lock_path(entry: Path) -> Path:
@@ -125,11 +126,11 @@ def _acquire(
         lock.acquire(timeout=0)
         return
     except Timeout:
-        holder = _holder(Path(lock.lock_file))
+        holder = _holder(Path(lock.lock_file), entry)
     if not wait:
         raise EntryBusy(entry, holder)
     if notify is not None:
-        notify(f"waiting for {holder} to finish; {doing} continues when it is done")
+        notify(f"{holder}; waiting until it is done")
     while True:
         if heartbeat is not None:
             heartbeat()
@@ -150,13 +151,13 @@ def _write_owner(lock: Path, doing: str) -> None:
         _owner_path(lock).write_text(f"{os.getpid()}\t{doing}\n")
 
 
-def _holder(lock: Path) -> str:
-    """"another specchat (pid 123, converting qwen-coder-1.5b)", as well as the note tells."""
+def _holder(lock: Path, entry: Path) -> str:
+    """"another specchat (pid 123) is converting qwen-coder-1.5b", as well as its note tells."""
     try:
         pid, doing = _owner_path(lock).read_text().strip().split("\t", 1)
     except (OSError, ValueError):
-        return "another specchat"
-    return f"another specchat (pid {pid}, {doing})"
+        return f"another specchat is using {entry.name}"
+    return f"another specchat (pid {pid}) is {doing}"
 
 
 def set_doing(entry: Path, doing: str) -> None:
