@@ -105,8 +105,9 @@ def cache_write_error(err: OSError, path: Path, *, need: int | None = None) -> C
     if err.errno in _FULL:
         wanted = f" with {human_bytes(need)} free" if need else ""
         return CacheError(
-            f"the disk holding the model cache ({cache_dir()}) is full; free some space, run "
-            f"`specchat models --clear`, or set {CACHE_ENV} to a folder on a disk{wanted}"
+            f"the disk holding the model cache ({cache_dir()}) is full ({err.strerror or 'no space'}); "
+            f"free some space, see what `specchat models` can clear, or set {CACHE_ENV} to a folder "
+            f"on a disk{wanted}"
         )
     return CacheError(f"cannot write {path} ({err.strerror or err}); {fix}")
 

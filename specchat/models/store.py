@@ -93,6 +93,7 @@ def entry_lock(
         yield
         return
     path = lock_path(entry)
+    ensure_dir(entry.parent)  # a file in the way says so here, before anything is read or written
     ensure_dir(path.parent)
     lock = FileLock(str(path))
     try:
