@@ -66,7 +66,7 @@ def full_problem(folder: Path, files: object) -> str | None:
         if expected[2] is None:
             continue
         if _digests(folder / name)[1] != expected[2]:
-            return f"{name} has changed (its sha256 differs from the one recorded at conversion)"
+            return f"{name} has changed since it was written: its sha256 differs"
     return None
 
 
