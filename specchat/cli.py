@@ -455,7 +455,7 @@ def _clear_cache(name: str, kinds: tuple[str, ...], yes: bool) -> int:
 
 def _verify_cache(name: str, kinds: tuple[str, ...]) -> int:
     from specchat.models.store import EntryBusy, entry_lock
-    from specchat.models.usage import NOT_CHECKED, clear, verifiable, verify
+    from specchat.models.usage import LAYOUT_ONLY, NOT_CHECKED, clear, verifiable, verify
 
     damaged = 0
     for item in verifiable(_chosen_items(name, kinds)):
@@ -467,7 +467,7 @@ def _verify_cache(name: str, kinds: tuple[str, ...]) -> int:
             continue
         if problem is None:
             click.echo(f"{item.owner} ({item.kind}): ok")
-        elif problem == NOT_CHECKED:
+        elif problem in (NOT_CHECKED, LAYOUT_ONLY):
             click.echo(f"{item.owner} ({item.kind}): {problem}")
         else:
             damaged += 1

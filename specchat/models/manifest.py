@@ -111,10 +111,10 @@ def _safetensors_layout(path: Path) -> str | None:
     with path.open("rb") as handle:
         prefix = handle.read(8)
         if len(prefix) < 8:
-            return f"is truncated ({size} bytes)"
+            return f"has only {size} bytes"
         (length,) = struct.unpack("<Q", prefix)
         if length > min(size - 8, _SAFETENSORS_MAX_HEADER):
-            return f"is truncated or damaged (its header claims {length:,} bytes of {size:,})"
+            return f"has a header claiming {length:,} bytes of a {size:,}-byte file"
         try:
             header = json.loads(handle.read(length))
         except (UnicodeDecodeError, ValueError):
@@ -126,5 +126,5 @@ def _safetensors_layout(path: Path) -> str | None:
     except (AttributeError, KeyError, IndexError, TypeError, ValueError):
         return "has a damaged header"
     if 8 + length + end != size:
-        return f"is truncated or damaged ({size:,} bytes, its header describes {8 + length + end:,})"
+        return f"has {size:,} bytes where its header describes {8 + length + end:,}"
     return None

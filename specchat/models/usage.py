@@ -191,6 +191,7 @@ def _delete(path: Path) -> None:
 
 
 NOT_CHECKED = "nothing recorded to check it against"
+LAYOUT_ONLY = "its layout is sound; no checksums were recorded when it was written (an older specchat)"
 
 
 def verify(item: CachedItem, progress: Callable[[str], None] | None = None) -> str | None:
@@ -215,7 +216,7 @@ def verify(item: CachedItem, progress: Callable[[str], None] | None = None) -> s
     except (OSError, UnicodeDecodeError, ValueError):
         return f"its record {CONVERTED_MARKER} is unreadable"
     if not isinstance(meta, dict) or "files" not in meta:
-        return safetensors_problem(item.path) or NOT_CHECKED
+        return safetensors_problem(item.path) or LAYOUT_ONLY
     return full_problem(item.path, meta["files"])
 
 

@@ -161,3 +161,27 @@ def test_record_lists_every_file_with_its_size_and_checksums(tiny_packaged: Pack
     on_disk = {p.name: p.stat().st_size for p in folder.iterdir() if p.name != CONVERTED_MARKER}
     assert {name: entry["size"] for name, entry in record["files"].items()} == on_disk
     assert all(len(entry["sha256"]) == 64 and len(entry["head"]) == 64 for entry in record["files"].values())
+
+
+def _drop_record_of_files(folder: Path) -> None:
+    """As a conversion written before sizes and checksums were recorded."""
+    record = json.loads((folder / CONVERTED_MARKER).read_text())
+    del record["files"]
+    (folder / CONVERTED_MARKER).write_text(json.dumps(record))
+
+
+def test_an_older_conversion_is_kept_when_sound_and_rebuilt_when_cut(tiny_packaged: PackagedModel) -> None:
+    reference = logits_of(tiny_packaged.name)
+    folder = converted_folder(tiny_packaged)
+    _drop_record_of_files(folder)
+    quiet: list[LoadProgress] = []
+    logits_of(tiny_packaged.name, quiet)
+    assert notices(quiet) == [] and "convert" not in {e.stage for e in quiet}  # no needless minutes
+
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    events: list[LoadProgress] = []
+    torch.testing.assert_close(logits_of(tiny_packaged.name, events), reference, rtol=0, atol=0)
+    said = notices(events)
+    assert len(said) == 1 and "model.safetensors has" in said[0] and "where its header describes" in said[0]
+    assert "files" in json.loads((folder / CONVERTED_MARKER).read_text())  # recorded this time
