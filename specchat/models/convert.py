@@ -189,7 +189,8 @@ def _save_atomically(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dest: Path, meta: dict[str, object]
 ) -> None:
     """Write a staged folder, record what it holds, then rename it into place (see store.staged)."""
-    need = sum(p.numel() * p.element_size() for p in model.parameters())
+    # What save_pretrained writes, roughly: tied tensors may be counted twice, which errs on the safe side.
+    need = sum(t.numel() * t.element_size() for t in model.state_dict().values())
     try:
         with staged(dest, folder=True) as tmp:
             _forget_gguf(model)
