@@ -459,21 +459,22 @@ def _verify_cache(name: str, kinds: tuple[str, ...]) -> int:
 
     damaged = 0
     for item in verifiable(_chosen_items(name, kinds)):
+        click.echo(f"{item.owner} ({item.kind}): ", nl=False)  # the verdict follows once hashed
         try:
             with entry_lock(item.guard, "verifying the cache", wait=False):
                 problem = verify(item)
         except EntryBusy as busy:
-            click.echo(f"{item.owner} ({item.kind}): not checked, {busy.holder}")
+            click.echo(f"not checked, {busy.holder}")
             continue
         if problem is None:
-            click.echo(f"{item.owner} ({item.kind}): ok")
+            click.echo("ok")
         elif problem in (NOT_CHECKED, LAYOUT_ONLY):
-            click.echo(f"{item.owner} ({item.kind}): {problem}")
+            click.echo(problem)
         else:
             damaged += 1
             removed = not clear([item]).skipped
             outcome = "removed, the next start rebuilds it" if removed else "could not remove it"
-            click.echo(f"{item.owner} ({item.kind}): damaged ({problem}); {outcome}")
+            click.echo(f"damaged ({problem}); {outcome}")
     return 1 if damaged else 0
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from specchat.errors import ModelLoadError
+from specchat.errors import ModelLoadError, ModelNotFoundError
 from specchat.models.assemble import packaged_gguf
 from specchat.models.cache import CONVERTED_MARKER, MISSING, CacheError
 from specchat.models.compat import check_tokenizers_compatible
@@ -221,6 +221,8 @@ def _locked_for_reading(plan: ConversionPlan, progress: ProgressCallback | None)
 def _rebuild(plan: ConversionPlan, problem: str, progress: ProgressCallback | None) -> None:
     """Convert for the first time (`problem` is MISSING), or again, saying why."""
     if plan.packaged is None and plan.gguf is None:
+        if problem == MISSING:  # cleared since it was resolved
+            raise ModelNotFoundError(f"{plan.name} is no longer in the model cache; run `specchat models`")
         raise ModelLoadError(
             f"the cached conversion {plan.name} is damaged ({problem}) and the GGUF it was made from "
             f"({plan.origin or 'unknown'}) is gone or has changed; remove it with "

@@ -185,3 +185,26 @@ def test_an_older_conversion_is_kept_when_sound_and_rebuilt_when_cut(tiny_packag
     said = notices(events)
     assert len(said) == 1 and "model.safetensors has" in said[0] and "where its header describes" in said[0]
     assert "files" in json.loads((folder / CONVERTED_MARKER).read_text())  # recorded this time
+
+
+def test_a_conversion_named_directly_is_rebuilt_while_its_gguf_is_there(
+    tiny_gguf: Path, tmp_path: Path
+) -> None:
+    from specchat.errors import ModelLoadError
+
+    gguf = tmp_path / "mine.gguf"
+    shutil.copy(tiny_gguf, gguf)
+    folder = Path(load_model(str(gguf), device="cpu").source)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:500])
+    events: list[LoadProgress] = []
+    load_model(folder.name, device="cpu", progress=events.append)  # the name `specchat models` lists
+    assert any(f"rebuilding it from {gguf.resolve()}" in m for m in notices(events))
+
+    weights.write_bytes(weights.read_bytes()[:500])
+    gguf.unlink()
+    with pytest.raises(ModelLoadError) as err:
+        load_model(folder.name, device="cpu")
+    message = str(err.value)
+    assert f"`specchat models --clear {folder.name}`" in message and "is gone or has changed" in message
+    assert "\n" not in message
