@@ -150,6 +150,12 @@ def local_folder(resolved: Resolved, progress: ProgressCallback | None = None) -
         yield plan.dest
 
 
+def hf_folder(resolved: Resolved, progress: ProgressCallback | None = None) -> Path:
+    """:func:`local_folder`, released at once: for callers that only need the path."""
+    with local_folder(resolved, progress) as folder:
+        return folder
+
+
 @dataclass(frozen=True)
 class ConversionPlan:
     """Where a GGUF model's conversion lives, and how to (re)make it."""
