@@ -140,11 +140,17 @@ def test_users_own_gguf_conversion_is_rebuilt_from_it(tiny_gguf: Path, tmp_path:
     assert any(f"rebuilding it from {gguf.resolve()}" in m for m in notices(events))
 
 
-def test_damaged_chunk_is_one_line_naming_the_reinstall(tiny_packaged: PackagedModel, tmp_path: Path) -> None:
+@pytest.mark.parametrize("damage", ["altered", "truncated"])
+def test_damaged_chunk_is_one_line_naming_the_reinstall(
+    tiny_packaged: PackagedModel, tmp_path: Path, damage: str
+) -> None:
     from specchat.errors import ModelLoadError
 
     chunk = tmp_path / "site-packages" / "tiny_packaged_part2" / "data" / "part02.bin"
-    flip_byte(chunk, 10)
+    if damage == "altered":
+        flip_byte(chunk, 10)
+    else:
+        chunk.write_bytes(chunk.read_bytes()[:-1])
     with pytest.raises(ModelLoadError) as err:
         load_model(tiny_packaged.name, device="cpu")
     message = str(err.value)
