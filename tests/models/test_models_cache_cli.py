@@ -215,3 +215,14 @@ def test_verify_finds_a_flipped_byte_and_removes_the_entry(
     rebuilt = load_model(tiny_packaged.name, device="cpu", progress=events.append)
     with torch.no_grad():
         torch.testing.assert_close(rebuilt.model(IDS).logits, reference, rtol=0, atol=0)
+
+
+def test_listing_when_the_cache_folder_is_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "cache-file"
+    blocker.write_text("x")
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(blocker))
+    code, out, err = run()
+    assert code == 0 and "Traceback" not in err
+    assert f"cache: {blocker} is a file, not a folder; move it away or set SPECCHAT_CACHE_DIR" in out
+    code, _, err = run("--clear", "all", "--yes")
+    assert code == 0 and blocker.read_text() == "x"
