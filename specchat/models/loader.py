@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from specchat.errors import InvalidSettingError
+from specchat.errors import InvalidSettingError, ModelLoadError, ModelNotFoundError
 from specchat.models.assemble import packaged_gguf
-from specchat.models.cache import is_converted
+from specchat.models.cache import CONVERTED_MARKER, MISSING, CacheError
 from specchat.models.compat import check_tokenizers_compatible
-from specchat.models.convert import converted_folder, ensure_converted, file_key, sync_eos_ids
+from specchat.models.convert import convert, converted_folder, converted_problem, file_key, sync_eos_ids
 from specchat.models.cpu_quant import CpuPath
 from specchat.models.device import resolve_device, resolve_dtype
 from specchat.models.errors_util import as_load_error, memory_guard, quiet_library_bars
@@ -25,9 +29,13 @@ from specchat.models.records import (
     LoadProgress,
     ProgressCallback,
     Stage,
+    Waiter,
     emit,
+    notice,
 )
+from specchat.models.registry import PACKAGED, PackagedModel
 from specchat.models.resolve import Resolved, resolve_spec
+from specchat.models.store import entry_lock, set_doing, sweep_partials
 
 
 def load_model(
@@ -45,8 +53,8 @@ def load_model(
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     resolved = resolve_spec(spec)
-    folder = hf_folder(resolved, progress)
-    model, tokenizer = _load_folder(folder, resolved.name, torch_device, torch_dtype, quant, progress)
+    with local_folder(resolved, progress) as folder:
+        model, tokenizer = _load_folder(folder, resolved.name, torch_device, torch_dtype, quant, progress)
     sync_eos_ids(model, tokenizer, from_gguf=resolved.kind in {"packaged", "gguf", "cached"})
     source = resolved.location if resolved.kind == "hub" else str(folder)
     seconds = time.monotonic() - started
@@ -190,25 +198,126 @@ def _load_native_pair(
     )
 
 
+@contextlib.contextmanager
+def local_folder(resolved: Resolved, progress: ProgressCallback | None = None) -> Iterator[Path]:
+    """A Hugging Face format folder for `resolved`, assembling and converting GGUF on first use.
+
+    A cache entry is checked (cheaply) on every start, rebuilt if damaged, and stays locked until
+    the caller has read it, so another specchat never converts it twice nor clears it mid-load.
+    """
+    if resolved.kind == "hub":
+        yield hub_folder(resolved.location, progress)
+        return
+    if resolved.kind == "folder":
+        yield Path(resolved.location)
+        return
+    sweep_partials(lambda message: notice(progress, resolved.name, message))
+    plan = conversion_plan(resolved)
+    with _locked_for_reading(plan, progress):
+        problem = converted_problem(plan.dest)
+        if problem is not None:
+            _rebuild(plan, problem, progress)
+        yield plan.dest
+
+
 def hf_folder(resolved: Resolved, progress: ProgressCallback | None = None) -> Path:
-    """A Hugging Face format folder for `resolved`, assembling and converting GGUF on first use."""
+    """:func:`local_folder`, released at once: for callers that only need the path."""
+    with local_folder(resolved, progress) as folder:
+        return folder
+
+
+@dataclass(frozen=True)
+class ConversionPlan:
+    """Where a GGUF model's conversion lives, and how to (re)make it."""
+
+    name: str
+    dest: Path
+    origin: str
+    """Recorded in the conversion: `packaged:<name>` or the GGUF's path."""
+    packaged: PackagedModel | None = None
+    gguf: Path | None = None
+    """The user's GGUF file; None for packaged models, and when it is gone."""
+
+    @property
+    def source(self) -> str:
+        return "the verified chunks" if self.packaged is not None else str(self.gguf)
+
+
+def conversion_plan(resolved: Resolved) -> ConversionPlan:
     if resolved.kind == "packaged":
         assert resolved.packaged is not None
-        packaged = resolved.packaged
-        dest = converted_folder(packaged.name, packaged.key)
-        if is_converted(dest):  # the warm path: no chunks are read or hashed
-            return dest
-        gguf = packaged_gguf(packaged, progress)
-        return ensure_converted(
-            gguf, dest, name=packaged.name, origin=f"packaged:{packaged.name}", progress=progress
-        )
+        model = resolved.packaged
+        dest = converted_folder(model.name, model.key)
+        return ConversionPlan(model.name, dest, f"packaged:{model.name}", packaged=model)
     if resolved.kind == "gguf":
         gguf = Path(resolved.location)
         dest = converted_folder(resolved.name, file_key(gguf))
-        return ensure_converted(gguf, dest, name=resolved.name, origin=str(gguf), progress=progress)
-    if resolved.kind == "hub":
-        return hub_folder(resolved.location, progress)
-    return Path(resolved.location)  # a local folder or a converted-cache entry
+        return ConversionPlan(resolved.name, dest, str(gguf), gguf=gguf)
+    return _plan_for_cached(resolved)
+
+
+def _plan_for_cached(resolved: Resolved) -> ConversionPlan:
+    """A conversion named directly (as `specchat models` lists it): rebuildable while its GGUF is
+    still the file it was made from."""
+    dest = Path(resolved.location)
+    origin = str(_read_origin(dest))
+    packaged = PACKAGED.get(origin.removeprefix("packaged:")) if origin.startswith("packaged:") else None
+    if packaged is not None and converted_folder(packaged.name, packaged.key) == dest:
+        return ConversionPlan(resolved.name, dest, origin, packaged=packaged)
+    gguf = Path(origin)
+    if origin and gguf.is_file() and converted_folder(gguf.stem, file_key(gguf)) == dest:
+        return ConversionPlan(resolved.name, dest, origin, gguf=gguf)
+    return ConversionPlan(resolved.name, dest, origin)
+
+
+def _read_origin(dest: Path) -> object:
+    try:
+        meta = json.loads((dest / CONVERTED_MARKER).read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return ""
+    return meta.get("origin", "") if isinstance(meta, dict) else ""
+
+
+@contextlib.contextmanager
+def _locked_for_reading(plan: ConversionPlan, progress: ProgressCallback | None) -> Iterator[None]:
+    waiter = Waiter(plan.name, progress)
+    with contextlib.ExitStack() as stack:
+        try:
+            lock = entry_lock(
+                plan.dest, f"loading {plan.name}", notify=waiter.notify, heartbeat=waiter.heartbeat
+            )
+            stack.enter_context(lock)
+        except CacheError:
+            # A cache this process may not write to (read-only, shared) is fine if it has it all.
+            if converted_problem(plan.dest) is not None:
+                raise
+        yield
+
+
+def _rebuild(plan: ConversionPlan, problem: str, progress: ProgressCallback | None) -> None:
+    """Convert for the first time (`problem` is MISSING), or again, saying why."""
+    if plan.packaged is None and plan.gguf is None:
+        if problem == MISSING:  # cleared since it was resolved
+            raise ModelNotFoundError(f"{plan.name} is no longer in the model cache; run `specchat models`")
+        raise ModelLoadError(
+            f"the cached conversion {plan.name} is damaged ({problem}) and the GGUF it was made from "
+            f"({plan.origin or 'unknown'}) is gone or has changed; remove it with "
+            f"`specchat models --clear {plan.name}` and load the GGUF file again"
+        )
+    if problem != MISSING:
+        notice(
+            progress,
+            plan.name,
+            f"the cached conversion of {plan.name} is damaged ({problem}); rebuilding it from {plan.source}",
+        )
+    set_doing(plan.dest, f"converting {plan.name}")
+    if plan.packaged is not None:
+        waiter = Waiter(plan.name, progress)
+        gguf = packaged_gguf(plan.packaged, progress, verify=True, wait=waiter)
+    else:
+        assert plan.gguf is not None
+        gguf = plan.gguf
+    convert(gguf, plan.dest, name=plan.name, origin=plan.origin, progress=progress)
 
 
 def _load_folder(
