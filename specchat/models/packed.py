@@ -3,27 +3,26 @@
 A GGUF model is packed straight from its quantized blocks (no float copy of the weights is ever
 made); any other model is loaded once in float and quantized. The folder holds the packed tensors
 (safetensors, memory-mapped on load, so a warm start reads only what decoding touches), the
-config, the generation config and the tokenizer, and a marker written last: a folder without it
-is an unfinished write and is never loaded.
+config, the generation config and the tokenizer, and a record of every file written (checked
+cheaply at every start, every byte by `specchat models --verify`). Writes follow the cache's
+rules (specchat.models.store): one writer per entry, staged and renamed into place, so a killed
+or interrupted packing never leaves a folder that passes for a finished one.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specchat.errors import ModelLoadError
-from specchat.models.cache import cache_dir, public_mode
-from specchat.models.records import LoadProgress, ProgressCallback, emit
+from specchat.models.cache import CONVERTED_MARKER, MISSING, cache_dir, cache_write_error
+from specchat.models.manifest import quick_problem, record_files
+from specchat.models.records import LoadProgress, ProgressCallback, Waiter, emit, notice
+from specchat.models.store import entry_lock, set_doing, staged
 
-PACKED_MARKER = "specchat-packed.json"
 WEIGHTS = "weights.safetensors"
 FORMAT_VERSION = 1
 """Bumped whenever the packed layout changes, so older folders are packed anew."""
@@ -52,66 +51,50 @@ def packed_folder(name: str, source_key: str, recipe: PackRecipe) -> Path:
 
 
 def is_packed(folder: Path) -> bool:
-    return (folder / PACKED_MARKER).is_file()
+    return (folder / CONVERTED_MARKER).is_file()
 
 
 def save_packed(
     folder: Path, packed: Any, *, config: Any, generation_config: Any, tokenizer: Any, origin: str
 ) -> None:
-    """Write ``packed`` (a :class:`~specchat.kernels.native.PackedModel`) and its companions atomically."""
+    """Write ``packed`` (a :class:`~specchat.kernels.native.PackedModel`) and its companions.
+
+    The caller holds ``folder``'s entry lock; everything is written into a staged temporary that
+    replaces the folder only once complete, with the record of its files written last.
+    """
     from safetensors.torch import save_file
 
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
-    os.chmod(tmp, public_mode(0o777))  # mkdtemp makes it private; the cache is ordinary user data
     try:
-        tensors = {name: t.contiguous() for name, t in packed.tensors.items()}
-        save_file(tensors, str(tmp / WEIGHTS), metadata={"specchat": json.dumps(packed.meta())})
-        config.save_pretrained(tmp)
-        if generation_config is not None:
-            generation_config.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        marker = {
-            "origin": origin,
-            "format": FORMAT_VERSION,
-            "bytes": (tmp / WEIGHTS).stat().st_size,
-            "packed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        }
-        (tmp / PACKED_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
-        if folder.exists() and not is_packed(folder):
-            shutil.rmtree(folder)  # left by an older, unfinished run
-        try:
-            os.rename(tmp, folder)
-        except OSError:
-            if not is_packed(folder):  # another process finishing first is fine
-                raise
+        with staged(folder, folder=True) as tmp:
+            tensors = {name: t.contiguous() for name, t in packed.tensors.items()}
+            save_file(tensors, str(tmp / WEIGHTS), metadata={"specchat": json.dumps(packed.meta())})
+            config.save_pretrained(tmp)
+            if generation_config is not None:
+                generation_config.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            record = {
+                "origin": origin,
+                "format": FORMAT_VERSION,
+                "packed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "files": record_files(tmp),
+            }
+            (tmp / CONVERTED_MARKER).write_text(json.dumps(record, indent=2) + "\n")
     except OSError as err:
-        raise ModelLoadError(
-            f"could not write the packed model to {folder.parent} ({err.strerror or err}); "
-            "free disk space or set SPECCHAT_CACHE_DIR to a larger disk"
-        ) from err
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        raise cache_write_error(err, folder.parent) from err
 
 
 def damaged(folder: Path) -> str | None:
-    """Why a finished packed folder cannot be trusted (None: it can). Cheap: sizes and headers only."""
+    """Why a finished packed folder cannot be trusted (None: it can).
+
+    Cheap enough for every start: sizes, first MiBs and the weights' header (see manifest).
+    """
     try:
-        marker = json.loads((folder / PACKED_MARKER).read_text())
-        size = (folder / WEIGHTS).stat().st_size
-    except (OSError, ValueError) as err:
-        return f"unreadable: {err}"
-    if marker.get("format") != FORMAT_VERSION:
-        return "written by another version"
-    if size != marker.get("bytes"):
-        return f"weights are {size} bytes, {marker.get('bytes')} were written"
-    try:
-        with (folder / WEIGHTS).open("rb") as handle:
-            header = int.from_bytes(handle.read(8), "little")
-            json.loads(handle.read(header))
-    except (OSError, ValueError) as err:
-        return f"the weights' header is broken: {err}"
-    return None
+        record = json.loads((folder / CONVERTED_MARKER).read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        return f"its record is unreadable: {err}"
+    if not isinstance(record, dict) or record.get("format") != FORMAT_VERSION:
+        return "it was written by another version of specchat"
+    return quick_problem(folder, record.get("files"))
 
 
 def load_packed(
@@ -125,11 +108,6 @@ def load_packed(
     from specchat.kernels.native import PackedModel, native_model
 
     emit(progress, LoadProgress(name, "load", 0, 1, f"loading {name} (packed CPU kernels)"))
-    damage = damaged(folder)
-    if damage is not None:
-        raise ModelLoadError(
-            f"the packed copy of {name} in {folder} is damaged ({damage}); delete it to repack"
-        )
     with safe_open(str(folder / WEIGHTS), framework="pt") as handle:
         meta = json.loads(handle.metadata()["specchat"])
         tensors = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 - not a dict
@@ -189,51 +167,72 @@ def load_native(
     from specchat.models.resolve import resolve_spec
 
     resolved = resolve_spec(spec)
-    gguf, source_key = _source(resolved, progress)
-    folder = packed_folder(resolved.name, source_key, recipe)
-    damage = damaged(folder) if is_packed(folder) else None
-    if damage is not None:
-        message = f"the packed copy of {resolved.name} is damaged ({damage}): packing it again"
-        emit(progress, LoadProgress(resolved.name, "kernels", 0, 1, message))
-        shutil.rmtree(folder, ignore_errors=True)
-    if not is_packed(folder):
-        started = time.monotonic()
-        emit(
-            progress,
-            LoadProgress(resolved.name, "kernels", 0, 1, f"packing {resolved.name} ({recipe.label}), once"),
-        )
-        if gguf is not None:
-            _pack_gguf(gguf, resolved.name, recipe, folder)
-        else:
-            _pack_float(spec, resolved.name, recipe, folder, progress)
-        seconds = time.monotonic() - started
-        emit(
-            progress,
-            LoadProgress(resolved.name, "kernels", 1, 1, f"packed {resolved.name} in {seconds:.0f} s"),
-        )
-    shared = None
-    if share_tokenizer is not None and same_tokenizer(folder, share_tokenizer.folder):
-        shared = share_tokenizer.tokenizer
-    model, tokenizer = load_packed(folder, resolved.name, progress, tokenizer=shared)
+    folder = packed_folder(resolved.name, _source_key(resolved), recipe)
+    waiter = Waiter(resolved.name, progress)
+    with entry_lock(folder, f"packing {resolved.name}", notify=waiter.notify, heartbeat=waiter.heartbeat):
+        problem = damaged(folder) if is_packed(folder) else MISSING
+        if problem is not None:
+            _pack(spec, resolved, recipe, folder, problem, progress)
+        shared = None
+        if share_tokenizer is not None and same_tokenizer(folder, share_tokenizer.folder):
+            shared = share_tokenizer.tokenizer
+        model, tokenizer = load_packed(folder, resolved.name, progress, tokenizer=shared)
     return NativeModel(model, tokenizer, resolved.name, folder)
 
 
-def _source(resolved: Any, progress: ProgressCallback | None) -> tuple[Path | None, str]:
-    """The GGUF file to pack from (None: a float model) and a key that changes with the source."""
-    from specchat.models.assemble import packaged_gguf
+def _pack(
+    spec: str,
+    resolved: Any,
+    recipe: PackRecipe,
+    folder: Path,
+    problem: str,
+    progress: ProgressCallback | None,
+) -> None:
+    """Pack for the first time (``problem`` is MISSING), or again, saying why."""
+    name = resolved.name
+    if problem != MISSING:
+        notice(progress, name, f"the packed copy of {name} is damaged ({problem}): packing it again")
+    set_doing(folder, f"packing {name}")
+    started = time.monotonic()
+    emit(progress, LoadProgress(name, "kernels", 0, 1, f"packing {name} ({recipe.label}), once"))
+    gguf = _source_gguf(resolved, progress)
+    if gguf is not None:
+        _pack_gguf(gguf, name, recipe, folder)
+    else:
+        _pack_float(spec, name, recipe, folder, progress)
+    seconds = time.monotonic() - started
+    emit(progress, LoadProgress(name, "kernels", 1, 1, f"packed {name} in {seconds:.0f} s"))
+
+
+def _source_key(resolved: Any) -> str:
+    """Changes whenever the source does, without reading it (a warm start touches no GGUF)."""
     from specchat.models.convert import file_key
 
     if resolved.kind == "packaged":
-        return packaged_gguf(resolved.packaged, progress), f"packaged:{resolved.packaged.key}"
+        return f"packaged:{resolved.packaged.key}"
     if resolved.kind == "gguf":
-        path = Path(resolved.location)
-        return path, f"gguf:{file_key(path)}"
+        return f"gguf:{file_key(Path(resolved.location))}"
     if resolved.kind == "hub":
-        return None, f"hub:{resolved.location}"
+        return f"hub:{resolved.location}"
     path = Path(resolved.location)
     config = path / "config.json"
     stamp = config.stat().st_mtime_ns if config.exists() else 0
-    return None, f"folder:{path.resolve()}:{stamp}"
+    return f"folder:{path.resolve()}:{stamp}"
+
+
+def _source_gguf(resolved: Any, progress: ProgressCallback | None) -> Path | None:
+    """The GGUF to pack from, checksummed first (packing damaged blocks would cache them for good);
+    None for a float model."""
+    from specchat.models.assemble import packaged_gguf
+    from specchat.models.gguf_check import check_gguf
+
+    if resolved.kind == "packaged":
+        return packaged_gguf(resolved.packaged, progress, verify=True, wait=Waiter(resolved.name, progress))
+    if resolved.kind == "gguf":
+        path = Path(resolved.location)
+        check_gguf(path)
+        return path
+    return None
 
 
 def _pack_gguf(gguf: Path, name: str, recipe: PackRecipe, folder: Path) -> None:
