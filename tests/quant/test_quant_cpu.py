@@ -19,21 +19,17 @@ from click.testing import CliRunner
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
 from specchat.cli import main
-from specchat.engine.events import SummaryEvent, TokenEvent
-from specchat.engine.kv import CachedLM
-from specchat.engine.sampling import SamplingParams, shape_probs
+from specchat.engine.events import SummaryEvent
 from specchat.engine.session import ChatEngine, Controls
 from specchat.errors import InvalidSettingError
 from specchat.models import load_for_decoding, load_model
 from specchat.models.quant import CPU_NOTE, batched_rows_are_exact
 from specchat.models.records import LoadedModel, LoadProgress
 from tests.engine.test_exactness import ALPHA_LEVEL, chi_square_p_value, sample_two_tokens
+from tests.quant.checks import CONTEXT, WIDTHS, exact_by_one_token_passes, row_mismatch, token_ids
 
 QUANTS = ["4bit", "8bit"]
 LAYER_TYPES = {"4bit": bnb.nn.Linear4bit, "8bit": bnb.nn.Linear8bitLt}
-WIDTHS = range(1, 10)  # a verify pass scores γ+1 positions; γ up to 8 here
-CONTEXT = [1, *[3 + (i * 7) % 40 for i in range(40)]]
-
 _loaded: dict[tuple[str, str], LoadedModel] = {}
 
 
@@ -43,16 +39,6 @@ def quantized(folder: Path, quant: str) -> LoadedModel:
     if key not in _loaded:
         _loaded[key] = load_model(str(folder), device="cpu", quant=quant)
     return _loaded[key]
-
-
-def row_mismatch(model: torch.nn.Module, ids: list[int], width: int) -> float:
-    """Largest difference between a verify pass over ``width`` positions and one-token passes."""
-    lm = CachedLM(model)
-    context, tail = ids[:-width], ids[-width:]
-    lm.logits_after(context, 1)
-    together = lm.logits_after(ids, width).clone()
-    singles = torch.stack([lm.logits_after(context + tail[: i + 1], 1)[0].clone() for i in range(width)])
-    return float((together - singles).abs().max())
 
 
 # ------------------------------------------------------------------------------------------ loading
@@ -140,10 +126,6 @@ def test_only_the_cpu_4bit_kernel_stays_batched_and_its_rows_are_independent(
 
 
 # ------------------------------------------------------------------------------ greedy equality
-def token_ids(events: object) -> list[int]:
-    return [e.token_id for e in events if isinstance(e, TokenEvent)]  # type: ignore[attr-defined]
-
-
 @pytest.mark.parametrize("quant", QUANTS)
 @pytest.mark.parametrize("drafter", ["model", "hybrid", "ngram"])
 def test_greedy_speculative_equals_plain_on_the_quantized_target(
@@ -194,19 +176,6 @@ CASES = {
     "4bit": Controls(drafter="hybrid", gamma=2, temperature=0.7, top_p=0.8, max_new_tokens=8),
 }
 PROMPT = [1, 3, 4, 3, 4, 3]  # <s> a b a b a
-
-
-def exact_by_one_token_passes(
-    model: torch.nn.Module, prompt: list[int], params: SamplingParams
-) -> torch.Tensor:
-    """The quantized target's exact two-token distribution, computed as plain decoding computes it."""
-    lm = CachedLM(model)
-    lm.prefill(prompt)
-    first = shape_probs(lm.logits_after(prompt, 1), params)[0]
-    second = torch.stack(
-        [shape_probs(lm.logits_after([*prompt, t], 1), params)[0] for t in range(first.shape[0])]
-    )
-    return first[:, None] * second
 
 
 @pytest.mark.parametrize("quant", QUANTS)
