@@ -105,11 +105,15 @@ Forward = Callable[[torch.Tensor], torch.Tensor]
 
 
 def one_row_at_a_time(batched: Forward) -> Forward:
-    """``batched`` for long passes and batches; one call per row for a short single-sequence pass."""
-    from specchat.models.cpu_quant import ROW_LIMIT
+    """``batched`` for long passes and batches; one call per row for a verify-sized pass.
+
+    Only verify passes (at most γ_max + 1 positions) must match one-token passes; prefills are
+    the same call in plain and speculative decoding, so they keep the faster batched product.
+    """
+    from specchat.engine.gamma import GAMMA_MAX
 
     def forward(x: torch.Tensor) -> torch.Tensor:
-        if x.dim() != 3 or x.shape[0] != 1 or not 1 < x.shape[1] <= ROW_LIMIT:
+        if x.dim() != 3 or x.shape[0] != 1 or not 1 < x.shape[1] <= GAMMA_MAX + 1:
             return batched(x)
         # A fresh tensor per row: kernels may pick their code path by the input's alignment,
         # and a one-token pass always hands them a fresh allocation.
