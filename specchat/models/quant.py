@@ -34,7 +34,7 @@ from transformers import BitsAndBytesConfig
 from specchat.errors import InvalidSettingError
 
 QUANT_CHOICES = ("4bit", "8bit")
-INSTALL_HINT = "pip install 'specchat[gpu]' (the extra is named for GPUs, but works on a CPU too)"
+INSTALL_HINT = "pip install 'specchat[gpu]' (it runs on a CPU too)"
 CPU_NOTE = "bitsandbytes on a CPU: slower than the default CPU path, see README"
 """Said while a quantized target loads on a CPU (README's Performance section has the figures)."""
 
@@ -60,7 +60,7 @@ def check_quant(quant: str | None) -> str | None:
         raise InvalidSettingError(f"unknown quantization {quant!r}; use 4bit or 8bit, or leave --quant out")
     if not bitsandbytes_available():
         raise InvalidSettingError(
-            f"--quant {text} needs bitsandbytes, which is not installed; install it with: {INSTALL_HINT}"
+            f"--quant {text} needs bitsandbytes, which is not installed: {INSTALL_HINT}"
         )
     return text
 
