@@ -2,7 +2,7 @@
 
 Exactness needs a verify pass over several positions to compute each row bit for bit as a
 one-token pass computes it. bitsandbytes' layers do not all do that (checked on 0.50.2 at 1–9
-rows; tests/models/test_quant_cpu.py keeps checking):
+rows; tests/quant keeps checking):
 
 - LLM.int8 (``8bit``) picks its outlier columns from the whole batch: when any row has an
   activation above the threshold, that column leaves the int8 product for every row, so a row
@@ -13,12 +13,13 @@ rows; tests/models/test_quant_cpu.py keeps checking):
 - layers bitsandbytes leaves alone (the output head) and the attention have the same problem as
   in any stock model.
 
-:func:`compute_rows_alone` therefore makes every short pass of a quantized target run each of
-those layers once per row, and its attention row by row (as the CPU paths do, see
-:func:`specchat.models.cpu_quant.row_attention_forward`). Each row is then, by construction,
-the very computation a one-token pass makes. The one layer kept batched is the 4-bit kernel of
-bitsandbytes' own CPU library (AVX512-BF16): it accumulates each row in its own registers,
-in the same order, whatever the number of rows (the tests check this too).
+:func:`compute_rows_alone` therefore makes every verify-sized pass (up to γ_max + 1 positions)
+of a quantized target run each of those layers once per row, and its attention row by row (as
+the CPU paths do, see :func:`specchat.models.cpu_quant.row_attention_forward`). Each row is
+then, by construction, the very computation a one-token pass makes. The one kind of layer kept
+batched is the 4-bit kernel of bitsandbytes' own CPU library (AVX512-BF16): it accumulates each
+row in its own registers, in the same order, whatever the number of rows (the tests check this
+too).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def quant_config(quant: str, device: torch.device, dtype: torch.dtype) -> BitsAn
 
 # ---------------------------------------------------------------------------------- exactness
 def compute_rows_alone(model: nn.Module) -> list[str]:
-    """Make every short pass of ``model`` compute each row as a one-token pass would (in place).
+    """Make every verify pass of ``model`` compute each row as a one-token pass would (in place).
 
     Returns the names of the linear layers that now run once per row. Their types, names and
     weights are unchanged (transformers' and bitsandbytes' own code keeps recognising them):
