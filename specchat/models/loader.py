@@ -22,7 +22,7 @@ from specchat.models.cpu_quant import CpuPath
 from specchat.models.device import resolve_device, resolve_dtype
 from specchat.models.errors_util import as_load_error, memory_guard, quiet_library_bars
 from specchat.models.hub import hub_folder
-from specchat.models.quant import check_quant, quant_config
+from specchat.models.quant import check_quant, compute_rows_alone, quant_config, quant_note
 from specchat.models.records import (
     DecodingPair,
     LoadedModel,
@@ -56,6 +56,9 @@ def load_model(
     with local_folder(resolved, progress) as folder:
         model, tokenizer = _load_folder(folder, resolved.name, torch_device, torch_dtype, quant, progress)
     sync_eos_ids(model, tokenizer, from_gguf=resolved.kind in {"packaged", "gguf", "cached"})
+    if quant is not None:
+        # bitsandbytes' kernels compute a row differently in a batch: keep verification exact.
+        compute_rows_alone(model)
     source = resolved.location if resolved.kind == "hub" else str(folder)
     seconds = time.monotonic() - started
     message = f"{resolved.name} ready on {torch_device} ({_dtype_name(torch_dtype)}, {seconds:.1f} s)"
@@ -128,7 +131,7 @@ def load_for_decoding(
         target_name=target_lm.name,
         draft_name=draft_lm.name if draft_lm else None,
         device=target_lm.device,
-        kernels=pair.path,
+        kernels=pair.path if target_lm.quant is None else f"bitsandbytes {target_lm.quant}",
     )
 
 
@@ -336,7 +339,8 @@ def _load_folder(
         kwargs["device_map"] = {"": device}
     stage: Stage = "quantize" if quant else "load"
     verb = f"loading {name} and quantizing it to {quant}" if quant else f"loading {name}"
-    emit(progress, LoadProgress(name, stage, 0, 1, f"{verb} on {device}"))
+    note = quant_note(device) if quant else ""
+    emit(progress, LoadProgress(name, stage, 0, 1, f"{verb} on {device}{note}"))
     with (
         memory_guard(name, device),
         as_load_error(f"cannot load {name} from {folder}"),

@@ -97,16 +97,6 @@ def test_running_out_of_memory_gives_a_hint(
     assert "smaller model" in str(err.value)
 
 
-def test_quant_8bit_on_cpu_warns_and_quantizes(tiny_folders: tuple[Path, Path]) -> None:
-    pytest.importorskip("bitsandbytes")
-    with pytest.warns(UserWarning, match="slower"):
-        loaded = load_model(str(tiny_folders[0]), device="cpu", quant="8bit")
-    assert loaded.quant == "8bit"
-    assert type(loaded.model.model.layers[0].mlp.up_proj).__name__ == "Linear8bitLt"
-    with torch.no_grad():
-        assert loaded.model(IDS).logits.shape == (1, IDS.shape[1], len(loaded.tokenizer))
-
-
 @pytest.mark.parametrize("cpu_path", ["auto", "int8/dyn8+head32768"])
 def test_load_for_decoding_prepares_cpu_kernels(tiny_folders: tuple[Path, Path], cpu_path: str) -> None:
     from specchat.models.cpu_quant import auto_cpu_path
