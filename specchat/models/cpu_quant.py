@@ -392,6 +392,11 @@ def prepare_cpu_pair(
         path = "none"  # bitsandbytes layers already: leave them alone
     chosen = path if isinstance(path, CpuPath) else parse_cpu_path(path, device)
     if str(chosen) == "none":
+        if device.type == "cpu" and not quantized:
+            # MKL's fp32 GEMM sums a row differently in a batch: verify rows alone, as plain steps do.
+            from specchat.models.quant import compute_rows_alone
+
+            compute_rows_alone(target)
         return CpuPair(target, draft, target, draft, "none", False)
     if device.type != "cpu":
         raise InvalidSettingError(f"--cpu-path {chosen} is for CPU models; this one is on {device}.")
