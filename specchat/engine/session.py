@@ -13,10 +13,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from specchat.backend import Capabilities, Controls, Message
 from specchat.engine.baseline import plain_decode
@@ -28,6 +27,10 @@ from specchat.engine.kv import CachedLM
 from specchat.engine.registry import DRAFTERS, DrafterKit, drafter_spec
 from specchat.engine.speculative import Generation, RoundPlan, SpeculativeDecoder
 from specchat.errors import ContextTooLongError, InvalidSettingError, OutOfMemoryError
+
+if TYPE_CHECKING:
+    # Types only: importing transformers' modeling code costs seconds at every start.
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["ChatEngine", "Controls", "Message"]
 

@@ -17,17 +17,9 @@ import re
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
-import transformers
-from transformers import (
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    GgufConfig,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-)
 
 from specchat.errors import ModelLoadError, SpecchatError
 from specchat.models.cache import CONVERTED_MARKER, MISSING, cache_write_error, converted_dir
@@ -40,6 +32,10 @@ from specchat.models.store import staged
 CPU = torch.device("cpu")
 T = TypeVar("T")
 END_OF_TEXT = "<|endoftext|>"
+
+if TYPE_CHECKING:
+    # Types only: transformers' modeling code costs seconds to import; it is loaded when converting.
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 def converted_folder(name: str, key: str) -> Path:
@@ -85,7 +81,7 @@ def convert(
         "name": name,
         "origin": origin,
         "gguf": str(gguf),
-        "transformers": transformers.__version__,
+        "transformers": _transformers_version(),
         "converted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "seconds": round(time.monotonic() - started, 1),
     }
@@ -143,6 +139,8 @@ def _read_gguf(
         # fp32 keeps the dequantized values exact; a smaller dtype is chosen when loading the copy.
         # dequantize=True: with the optional `kernels` package installed, transformers would
         # otherwise keep the weights in packed GGUF blocks, which save_pretrained cannot write.
+        from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
         model = AutoModelForCausalLM.from_pretrained(
             str(gguf.parent),
             gguf_file=gguf.name,
@@ -230,3 +228,9 @@ def _forget_gguf(model: PreTrainedModel) -> None:
     model.hf_quantizer = None  # type: ignore[assignment]  # nn.Module's __setattr__ confuses mypy
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
+
+
+def _transformers_version() -> str:
+    import transformers
+
+    return str(transformers.__version__)

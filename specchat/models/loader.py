@@ -8,10 +8,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from specchat.errors import InvalidSettingError, ModelLoadError, ModelNotFoundError
 from specchat.models.assemble import packaged_gguf
@@ -36,6 +35,11 @@ from specchat.models.records import (
 from specchat.models.registry import PACKAGED, PackagedModel
 from specchat.models.resolve import Resolved, resolve_spec
 from specchat.models.store import entry_lock, set_doing, sweep_partials
+
+if TYPE_CHECKING:
+    # Types only: transformers' modeling code costs seconds to import, and the packed CPU path
+    # never needs it.
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 def load_model(
@@ -346,6 +350,8 @@ def _load_folder(
         as_load_error(f"cannot load {name} from {folder}"),
         quiet_library_bars(progress is not None),
     ):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
         model = AutoModelForCausalLM.from_pretrained(str(folder), **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(str(folder))
         if "device_map" not in kwargs:

@@ -135,21 +135,19 @@ class NativeModel:
     folder: Path
 
 
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "chat_template.jinja",
-)
+VOCABULARY_FILES = ("tokenizer.json", "special_tokens_map.json")
+"""Where a tokenizer keeps its vocabulary, merges and special tokens (not its chat template)."""
 
 
-def same_tokenizer(folder: Path, other: Path) -> bool:
-    """Whether two packed folders hold byte-identical tokenizer files (so one tokenizer serves both)."""
+def same_vocabulary(folder: Path, other: Path) -> bool:
+    """Whether two packed folders hold byte-identical vocabularies, so that one tokenizer can
+    stand for both (the engine encodes and decodes with the target's alone; a draft only needs
+    the same ids, which is what the compatibility check would otherwise load it to compare)."""
 
     def read(path: Path) -> bytes | None:
         return path.read_bytes() if path.is_file() else None
 
-    return all(read(folder / name) == read(other / name) for name in TOKENIZER_FILES)
+    return all(read(folder / name) == read(other / name) for name in VOCABULARY_FILES)
 
 
 def load_native(
@@ -161,8 +159,8 @@ def load_native(
 ) -> NativeModel:
     """The model ``spec`` names on the CPU kernels, packed on first use.
 
-    ``share_tokenizer``: another loaded model whose tokenizer is reused when the files are the
-    same (a draft beside its target), saving a second tokenizer load at every start.
+    ``share_tokenizer``: another loaded model whose tokenizer is reused when the vocabularies are
+    the same (a draft beside its target), saving a second tokenizer load at every start.
     """
     from specchat.models.resolve import resolve_spec
 
@@ -174,7 +172,7 @@ def load_native(
         if problem is not None:
             _pack(spec, resolved, recipe, folder, problem, progress)
         shared = None
-        if share_tokenizer is not None and same_tokenizer(folder, share_tokenizer.folder):
+        if share_tokenizer is not None and same_vocabulary(folder, share_tokenizer.folder):
             shared = share_tokenizer.tokenizer
         model, tokenizer = load_packed(folder, resolved.name, progress, tokenizer=shared)
     return NativeModel(model, tokenizer, resolved.name, folder)

@@ -27,10 +27,10 @@ from __future__ import annotations
 import importlib.util
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
-from transformers import BitsAndBytesConfig
 
 from specchat.errors import InvalidSettingError
 
@@ -46,6 +46,9 @@ for _name in ("bitsandbytes.autograd._functions", "bitsandbytes.backends.cpu.ops
     logging.getLogger(_name).setLevel(logging.ERROR)
 
 ROWS_ALONE_FLAG = "_specchat_rows_alone"
+
+if TYPE_CHECKING:
+    from transformers import BitsAndBytesConfig
 
 
 def bitsandbytes_available() -> bool:
@@ -72,6 +75,8 @@ def quant_note(device: torch.device) -> str:
 
 
 def quant_config(quant: str, device: torch.device, dtype: torch.dtype) -> BitsAndBytesConfig:
+    from transformers import BitsAndBytesConfig
+
     if quant == "8bit":
         return BitsAndBytesConfig(load_in_8bit=True)
     compute = dtype
