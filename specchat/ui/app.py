@@ -144,7 +144,7 @@ class SpecchatApp(App[int]):
                 yield Transcript(SystemNote(self.conversation.system_prompt), id="transcript")
                 yield Legend(id="legend")
                 yield Static(id="compact-figures", markup=False)
-                yield PromptInput(id="prompt")
+                yield PromptInput(self.settings.keys, id="prompt")
             yield SidePanel(id="side")
         yield Footer()
 
@@ -157,6 +157,7 @@ class SpecchatApp(App[int]):
         for note in self._notes:
             self.notify(note, severity="warning", timeout=8)
         self.prompt.focus()
+        self._hold_prompt()
         if self._given is not None:
             self._use_engine(self._given)
         else:
@@ -252,22 +253,33 @@ class SpecchatApp(App[int]):
             self.notify(note, severity="warning")
         draft = f"draft {loaded.draft_name}" if loaded.draft_name else "no draft model"
         self.sub_title = " · ".join(p for p in (f"target {loaded.target_name}", draft, loaded.device) if p)
+        self._hold_prompt()
         self.refresh_panels(force=True)
 
     # ------------------------------------------------------------- replies
 
     @on(PromptInput.Submitted)
     def _on_submitted(self, message: PromptInput.Submitted) -> None:
-        if self.engine is None or self.controls is None:
-            self.notify("The models are still loading.", severity="warning")
+        # The box refuses to send while it holds a reason (see _hold_prompt); this catches a
+        # message already on its way when a reply started, and gives its text back.
+        reason = self._why_not_send()
+        if reason is not None:
+            message.prompt.give_back(message.text)
+            self.notify(reason, severity="warning")
             return
-        if self.reply is not None:
-            self.notify("A reply is streaming: Esc stops it.", severity="warning")
-            return
-        message.prompt.clear()
         self.conversation.turns.append(Turn("user", message.text))
         self.transcript.mount(UserMessage(message.text))
         self._start_reply()
+
+    def _why_not_send(self) -> str | None:
+        if self.engine is None or self.controls is None:
+            return "The models are still loading: your message stays in the box."
+        if self.reply is not None:
+            return "A reply is streaming: Esc stops it. Your message stays in the box."
+        return None
+
+    def _hold_prompt(self) -> None:
+        self.prompt.hold = self._why_not_send()
 
     def send_prompt(self) -> None:
         """Send what the message box holds (the palette's "Send")."""
@@ -355,15 +367,14 @@ class SpecchatApp(App[int]):
             users = list(self.transcript.query_children(UserMessage).results(UserMessage))
             if users:
                 await users[-1].remove()
-            prompt = self.prompt
-            if not prompt.text.strip():
-                prompt.text = text
+            self.prompt.give_back(text)
         await self.transcript.mount(Notice(f"error: {error}"))
         self.notify(error, severity="error", timeout=10)
         self.live.load(self.conversation.turns)
 
     def _set_busy(self, busy: bool) -> None:
         prompt = self.prompt
+        self._hold_prompt()
         prompt.set_class(busy, "-busy")
         prompt.border_title = "streaming · Esc stops" if busy else ""
         self.refresh_bindings()

@@ -12,10 +12,12 @@ show the keys actually in force.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from textual.binding import Binding, BindingType
+from textual.keys import KEY_NAME_REPLACEMENTS
 
 from specchat.engine.gamma import SCHEDULES
 
@@ -120,6 +122,31 @@ def bindings(specs: Iterable[KeySpec], *, priority: bool = False) -> list[Bindin
         )
         for spec in specs
     ]
+
+
+def key_list(keys: str) -> list[str]:
+    """ "ctrl+r, F3,?" -> ["ctrl+r", "f3", "question_mark"]: Textual's names for each key."""
+    return [normalize_key(key) for key in keys.split(",") if key.strip()]
+
+
+def normalize_key(key: str) -> str:
+    """A key as Textual names it in its events: one character by its name, the rest lower case."""
+    key = key.strip()
+    if len(key) == 1:
+        return _character_key(key)
+    *modifiers, name = key.split("+")
+    name = name if len(name) == 1 else name.lower()
+    return "+".join([*(m.lower() for m in modifiers), name])
+
+
+def _character_key(character: str) -> str:
+    if character.isalnum():
+        return character
+    try:
+        name = unicodedata.name(character).lower().replace("-", "_").replace(" ", "_")
+    except ValueError:
+        return character
+    return KEY_NAME_REPLACEMENTS.get(name, name)
 
 
 def effective_key(spec: KeySpec, keymap: Mapping[str, str]) -> str:
