@@ -11,6 +11,9 @@ Live panels redraw on a timer from :class:`~specchat.ui.live.LiveStats`, never p
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import signal
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -24,7 +27,7 @@ from textual.screen import Screen
 from textual.theme import Theme
 from textual.timer import Timer
 from textual.widgets import Footer, Header, Static
-from textual.worker import Worker, get_current_worker
+from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState, get_current_worker
 
 from specchat.config import Settings, data_dir
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
@@ -60,6 +63,8 @@ NARROW_WIDTH = 96
 """Below this many columns the side panel hides and a one-line summary shows instead."""
 TEMPERATURE_STEP = 0.1
 TEMPERATURE_MAX = 2.0
+QUIT_GRACE = 5.0
+"""Seconds quitting waits for the streaming reply's current round, so its summary is saved."""
 THEME_ORDER = ("specchat-dark", "specchat-light", "specchat-projector", "specchat-colorblind")
 
 
@@ -78,7 +83,7 @@ class ActiveReply:
     tokens: list[TokenEvent] = field(default_factory=list)
     rounds: list[RoundEvent] = field(default_factory=list)
     summary: SummaryEvent | None = None
-    worker: Worker[None] | None = None
+    worker: Worker[str | None] | None = None
     drain_timer: Timer | None = None
     stopping: bool = False
 
@@ -96,9 +101,12 @@ class SpecchatApp(App[int]):
         target_name: str | None = None,
         draft_name: str | None = None,
         device: str = "",
+        handle_signals: bool = False,
     ) -> None:
         super().__init__()
         self.settings = settings
+        self.handle_signals = handle_signals
+        """Quit cleanly on SIGTERM/SIGHUP/SIGINT (the real terminal; tests leave them alone)."""
         self.engine: bridge.Engine | None = None
         self.controls: Controls | None = None
         self._given = (
@@ -115,6 +123,7 @@ class SpecchatApp(App[int]):
         self.reply: ActiveReply | None = None
         self.loading_screen: LoadingScreen | None = None
         self._reply_seq = 0
+        self._exit_status = 0
         self._panel_key: object = None
         self._notes: list[str] = []
         self._styles_for: tuple[str, dict[str, Style]] = ("", {})
@@ -150,6 +159,8 @@ class SpecchatApp(App[int]):
 
     def on_mount(self) -> None:
         self.main_screen: Screen[Any] = self.screen
+        if self.handle_signals:
+            self._quit_on_signals()
         self.theme_changed_signal.subscribe(self, self._on_theme_changed)
         self.set_interval(PANEL_INTERVAL, self.refresh_panels)
         self._update_legend()
@@ -165,6 +176,16 @@ class SpecchatApp(App[int]):
             self.loading_screen = LoadingScreen(self.settings.target, self.settings.draft)
             self.push_screen(self.loading_screen)
             self._load_models()
+
+    def _quit_on_signals(self) -> None:
+        """SIGTERM, SIGHUP and SIGINT quit as Ctrl+Q does: the reply is kept, the terminal restored.
+
+        Python's default for SIGTERM ends the process at once, leaving the terminal in the
+        alternate screen with mouse tracking on and the streaming reply unsaved.
+        """
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            loop.add_signal_handler(signum, self.request_quit, 128 + signum)
 
     def on_resize(self, event: events.Resize) -> None:
         # Narrow terminals give the transcript the whole width; one line of figures remains.
@@ -213,7 +234,7 @@ class SpecchatApp(App[int]):
         messages: list[dict[str, str]],
         controls: Controls,
         buffer: bridge.EventBuffer,
-    ) -> None:
+    ) -> str | None:
         # The worker's cancelled event is the engine's stop flag: Esc sets it, and Textual
         # sets it for every worker when the app quits.
         cancel = get_current_worker().cancelled_event
@@ -221,6 +242,7 @@ class SpecchatApp(App[int]):
             engine, messages, controls, cancel, buffer, lambda: self.post_message(ReplyEvents(reply_id))
         )
         self.post_message(ReplyClosed(reply_id, error))
+        return error
 
     def on_load_progressed(self, message: LoadProgressed) -> None:
         if self.loading_screen is not None:
@@ -332,31 +354,32 @@ class SpecchatApp(App[int]):
         reply = self.reply
         if reply is None or message.reply_id != reply.id:
             return
+        if message.error and not reply.tokens:
+            self._close_reply(reply)
+            await self._take_back(reply, message.error)
+            self._save()
+        else:
+            self._keep_reply(reply, message.error)
+            if message.error:
+                self.notify(message.error, severity="error", timeout=10)
+        self.refresh_panels(force=True)
+
+    def _close_reply(self, reply: ActiveReply) -> None:
         self._drain(reply)  # never drop the last tokens
         if reply.drain_timer is not None:
             reply.drain_timer.stop()
         self.reply = None
         self._set_busy(False)
-        if message.error and not reply.tokens:
-            await self._take_back(reply, message.error)
-        else:
-            text = "".join(t.text for t in reply.tokens)
-            self.conversation.turns.append(
-                Turn(
-                    "assistant",
-                    text,
-                    reply.tokens,
-                    reply.rounds,
-                    reply.summary,
-                    reply.settings,
-                    message.error,
-                )
-            )
-            reply.widget.finish(reply.summary, reply.settings, message.error)
-            if message.error:
-                self.notify(message.error, severity="error", timeout=10)
+
+    def _keep_reply(self, reply: ActiveReply, error: str | None) -> None:
+        """Close the reply and add what it generated to the conversation, saved at once."""
+        self._close_reply(reply)
+        text = "".join(t.text for t in reply.tokens)
+        self.conversation.turns.append(
+            Turn("assistant", text, reply.tokens, reply.rounds, reply.summary, reply.settings, error)
+        )
+        reply.widget.finish(reply.summary, reply.settings, error)
         self._save()
-        self.refresh_panels(force=True)
 
     async def _take_back(self, reply: ActiveReply, error: str) -> None:
         """Nothing was generated: remove the reply and put the message back in the box."""
@@ -378,6 +401,36 @@ class SpecchatApp(App[int]):
         prompt.set_class(busy, "-busy")
         prompt.border_title = "streaming · Esc stops" if busy else ""
         self.refresh_bindings()
+
+    # ------------------------------------------------------------ quitting
+
+    async def action_quit(self) -> None:
+        """Ctrl+Q, the palette's Quit, SIGTERM: keep the reply that is streaming, then exit."""
+        await self._keep_reply_before_exit()
+        self.exit(return_code=self._exit_status)
+
+    def request_quit(self, exit_status: int) -> None:
+        """Quit as Ctrl+Q does, from a signal handler (runs on the app's event loop)."""
+        self._exit_status = exit_status
+        self.call_later(self.action_quit)
+
+    async def _keep_reply_before_exit(self) -> None:
+        reply = self.reply
+        if reply is None or reply.worker is None:
+            return
+        reply.stopping = True
+        reply.worker.cancelled_event.set()
+        self.prompt.border_title = "saving the reply…"
+        # The engine stops at the next round boundary and sends its summary (stop
+        # "cancelled"): a round is short, so wait for it rather than lose the figures.
+        with contextlib.suppress(TimeoutError, WorkerCancelled, WorkerFailed):
+            await asyncio.wait_for(reply.worker.wait(), QUIT_GRACE)
+        error = None
+        if reply.worker.state != WorkerState.SUCCESS:
+            error = "specchat quit while this reply was still being generated"
+        elif isinstance(reply.worker.result, str):
+            error = reply.worker.result
+        self._keep_reply(reply, error)
 
     # ------------------------------------------------------------ actions
 
@@ -662,6 +715,6 @@ class SpecchatApp(App[int]):
 
 def run_chat(settings: Settings) -> int:
     """Open the chat: load the models behind a loading screen, then chat. Returns an exit code."""
-    app = SpecchatApp(settings)
+    app = SpecchatApp(settings, handle_signals=True)
     app.run()
     return app.return_code or 0
