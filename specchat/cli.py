@@ -1,12 +1,14 @@
 """The `specchat` command: chat (default), generate, models, bench.
 
 Heavy imports (torch, transformers, textual) happen inside the commands, so `specchat --help`
-is instant. Every SpecchatError becomes one line on stderr and exit status 2; Ctrl+C stops
-generation at the next round boundary, prints what was generated and exits with 130.
+is instant. Every SpecchatError becomes one line on stderr and exit status 2; Ctrl+C (or
+SIGTERM) stops generation at the next round boundary, prints what was generated and exits
+with 130 (143).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import signal
@@ -27,6 +29,9 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 INTERRUPTED = 130
+"""Exit status after Ctrl+C (128 + SIGINT)."""
+TERMINATED = 143
+"""Exit status after SIGTERM (128 + SIGTERM)."""
 
 # Colours of the four token kinds in --format ansi (the TUI takes them from its theme).
 KIND_STYLES = {
@@ -82,21 +87,47 @@ def model_options(func: F) -> F:
     return func
 
 
+class Terminated(Exception):
+    """SIGTERM arrived where nothing could stop gracefully (loading, or a second signal)."""
+
+
 def reports_errors(func: F) -> F:
     """Turn user errors into one clear line and an exit status, never a traceback."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return func(*args, **kwargs)
+            with terminate_raises():
+                return func(*args, **kwargs)
         except SpecchatError as err:
             click.secho(f"specchat: {err}", fg="red", err=True)
             sys.exit(err.exit_code)
         except KeyboardInterrupt:
             click.echo("\nspecchat: interrupted.", err=True)
             sys.exit(INTERRUPTED)
+        except Terminated:
+            click.echo("\nspecchat: stopped by SIGTERM.", err=True)
+            sys.exit(TERMINATED)
 
     return wrapper  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def terminate_raises() -> Iterator[None]:
+    """SIGTERM raises Terminated, as Ctrl+C raises KeyboardInterrupt: the command unwinds (files
+    in progress are cleaned up), prints one line and exits 143, instead of dying mid-write."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Terminated
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def settings_from(options: dict[str, Any]) -> Settings:
@@ -152,11 +183,11 @@ def generate(prompt: str, output_format: str, **options: Any) -> None:
     messages = [{"role": "system", "content": settings.system_prompt}] if settings.system_prompt else []
     messages.append({"role": "user", "content": prompt})
     cancel = threading.Event()
-    with cancel_on_sigint(cancel):
+    with stop_on_signals(cancel) as signals:
         stream = engine.stream_chat(messages, controls, cancel)
         summary = PRINTERS[output_format](stream)
     if summary is not None and summary.stop == "cancelled":
-        sys.exit(INTERRUPTED)
+        sys.exit(signals.exit_status)
 
 
 def controls_from(settings: Settings) -> Any:
@@ -198,24 +229,34 @@ def load_engine(settings: Settings) -> ChatEngine:
     return ChatEngine(pair.target, pair.tokenizer, pair.draft)
 
 
-class cancel_on_sigint:
-    """First Ctrl+C asks the engine to stop after the current round; a second one aborts."""
+class stop_on_signals:
+    """While a reply streams, the first Ctrl+C or SIGTERM asks the engine to stop after the
+    current round: what was generated is printed, with its summary. A second one aborts."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self, cancel: threading.Event) -> None:
         self.cancel = cancel
-        self.previous: Any = None
+        self.received: int | None = None
+        self.previous: dict[int, Any] = {}
 
     def _handler(self, signum: int, frame: Any) -> None:
         if self.cancel.is_set():
-            raise KeyboardInterrupt
+            raise KeyboardInterrupt if signum == signal.SIGINT else Terminated
+        self.received = signum
         self.cancel.set()
 
-    def __enter__(self) -> cancel_on_sigint:
-        self.previous = signal.signal(signal.SIGINT, self._handler)
+    @property
+    def exit_status(self) -> int:
+        return TERMINATED if self.received == signal.SIGTERM else INTERRUPTED
+
+    def __enter__(self) -> stop_on_signals:
+        self.previous = {signum: signal.signal(signum, self._handler) for signum in self.SIGNALS}
         return self
 
     def __exit__(self, *exc: object) -> None:
-        signal.signal(signal.SIGINT, self.previous)
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
 
 
 class LoadProgressPrinter:
