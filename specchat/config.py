@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-import tomli_w
+import tomlkit
+import tomlkit.exceptions
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specchat.errors import InvalidSettingError
@@ -70,19 +71,20 @@ def _from_env() -> dict[str, Any]:
     return values
 
 
-def _read_file(path: Path) -> dict[str, Any]:
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The config file's values ({} when there is none); one clear line when it is unreadable."""
     if not path.exists():
         return {}
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as err:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise InvalidSettingError(f"cannot read config file {path}: {err}") from err
 
 
 def load_settings(overrides: dict[str, Any] | None = None, path: Path | None = None) -> Settings:
     """File, then environment, then ``overrides`` (CLI flags; None values are ignored)."""
     path = path or config_path()
-    merged = {**_read_file(path), **_from_env()}
+    merged = {**read_config_file(path), **_from_env()}
     merged.update({k: v for k, v in (overrides or {}).items() if v is not None})
     try:
         return Settings(**merged)
@@ -95,11 +97,42 @@ def load_settings(overrides: dict[str, Any] | None = None, path: Path | None = N
 
 
 def save_settings(settings: Settings, path: Path | None = None) -> Path:
-    """Write atomically, so a crash never leaves half a config file."""
+    """Write every setting into the config file, keeping its comments and layout."""
+    return update_config_file(settings.model_dump(exclude_none=True), path)
+
+
+def update_config_file(changes: dict[str, Any], path: Path | None = None) -> Path:
+    """Set ``changes`` in the config file and leave everything else as the user wrote it.
+
+    tomlkit edits the parsed document in place, so comments, blank lines and key order
+    survive. Written atomically (temporary file, then rename): a crash never leaves half a
+    file. Raises InvalidSettingError with one line when the file cannot be read or written.
+    """
     path = path or config_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = settings.model_dump(exclude_none=True)
-    tmp = path.with_suffix(".toml.tmp")
-    tmp.write_text(tomli_w.dumps(data), encoding="utf-8")
-    os.replace(tmp, path)
+    document = _read_document(path)
+    for name, value in changes.items():
+        current = document.get(name)
+        if isinstance(value, dict) and isinstance(current, dict):
+            for key in [k for k in current if k not in value]:
+                del current[key]
+            for key, item in value.items():
+                current[key] = item
+        else:
+            document[name] = value
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(tomlkit.dumps(document), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as err:
+        raise InvalidSettingError(f"cannot write the config file {path}: {err.strerror or err}.") from err
     return path
+
+
+def _read_document(path: Path) -> tomlkit.TOMLDocument:
+    if not path.exists():
+        return tomlkit.document()
+    try:
+        return tomlkit.parse(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomlkit.exceptions.TOMLKitError) as err:
+        raise InvalidSettingError(f"cannot update the config file {path}: {err}") from err

@@ -58,7 +58,9 @@ def test_text_keeps_the_partial_reply_and_its_final_newline(
 
 
 @pytest.mark.parametrize("how", list(SIGNALS))
-def test_ansi_prints_its_summary(tiny_folders: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+def test_ansi_prints_its_summary(
+    tiny_folders: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
     signum, status = SIGNALS[how]
     signal_after_tokens(monkeypatch, signum)
     code, out, _ = generate(tiny_folders, "--format", "ansi", "--max-new-tokens", "200", "--gamma", "1")
