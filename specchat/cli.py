@@ -32,6 +32,10 @@ INTERRUPTED = 130
 """Exit status after Ctrl+C (128 + SIGINT)."""
 TERMINATED = 143
 """Exit status after SIGTERM (128 + SIGTERM)."""
+UNEXPECTED = 1
+"""Exit status after an unexpected error (its traceback is in the log file)."""
+USER_ERROR = 2
+"""Exit status after a bad flag, setting or input (click uses 2 for usage errors too)."""
 
 # Colours of the four token kinds in --format ansi (the TUI takes them from its theme).
 KIND_STYLES = {
@@ -108,8 +112,20 @@ def reports_errors(func: F) -> F:
         except Terminated:
             click.echo("\nspecchat: stopped by SIGTERM.", err=True)
             sys.exit(TERMINATED)
+        except Exception as err:  # a bug or the environment: one line here, details in the log
+            report_unexpected(err)
+            sys.exit(UNEXPECTED)
 
     return wrapper  # type: ignore[return-value]
+
+
+def report_unexpected(err: BaseException) -> None:
+    from specchat import logs
+
+    line = logs.log_unexpected("unexpected error", err)
+    if logs.debug_enabled():
+        click.echo(logs.format_traceback(err), err=True)
+    click.secho(f"specchat: {line}", fg="red", err=True)
 
 
 @contextlib.contextmanager
@@ -134,8 +150,74 @@ def settings_from(options: dict[str, Any]) -> Settings:
     return load_settings({k: v for k, v in options.items() if v is not None})
 
 
-@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+class SpecchatGroup(click.Group):
+    """The `specchat` group: usage errors in one line, and where settings live in --help."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            result = super().main(*args, **kwargs)
+        except click.exceptions.Exit as done:  # --help, --version
+            sys.exit(done.exit_code)
+        except click.ClickException as err:
+            sys.exit(usage_error(err))
+        except click.exceptions.Abort:
+            click.echo("\nspecchat: interrupted.", err=True)
+            sys.exit(INTERRUPTED)
+        return result
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from specchat.config import config_path, data_dir
+
+        with formatter.section("Files"):
+            formatter.write_dl(
+                [
+                    ("settings", f"{config_path()} (SPECCHAT_CONFIG names another file)"),
+                    ("conversations", f"{data_dir() / 'conversations'} (SPECCHAT_DATA_DIR moves the folder)"),
+                    ("log", f"{data_dir() / 'logs' / 'specchat.log'} (tracebacks of unexpected errors)"),
+                ]
+            )
+        formatter.write_paragraph()
+        formatter.write_text(
+            "Every option of chat and generate can be set in the settings file or as "
+            "SPECCHAT_<NAME>; flags win. Exit status: 0 done, 1 unexpected error, 2 bad input, "
+            "130 Ctrl+C, 143 SIGTERM."
+        )
+
+
+def usage_error(err: click.ClickException) -> int:
+    """A click error (unknown option, wrong type, bad choice) as one line; returns its status."""
+    message = err.format_message().replace("\n", " ")
+    ctx = getattr(err, "ctx", None)
+    hint = f" See '{ctx.command_path} --help'." if ctx is not None else ""
+    click.secho(f"specchat: {message}{hint}", fg="red", err=True)
+    return err.exit_code if err.exit_code else USER_ERROR
+
+
+def debug_option(func: F) -> F:
+    def enable(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+        if value:
+            from specchat import logs
+
+            logs.set_debug(True)
+
+    return click.option(
+        "--debug",
+        is_flag=True,
+        expose_value=False,
+        is_eager=True,
+        callback=enable,
+        help="Also print the traceback of an unexpected error (it is always in the log file).",
+    )(func)
+
+
+@click.group(
+    cls=SpecchatGroup,
+    invoke_without_command=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(__version__, prog_name="specchat")
+@debug_option
 @click.pass_context
 def main(ctx: click.Context) -> None:
     """Chat with a local LLM and watch speculative decoding work, token by token.
@@ -149,17 +231,26 @@ def main(ctx: click.Context) -> None:
 @main.command()
 @model_options
 @click.option("--theme", help="Theme name (see themes/).")
+@debug_option
 @reports_errors
 def chat(**options: Any) -> None:
     """Open the chat (the default command)."""
     settings = settings_from(options)
     from specchat.ui.app import run_chat
+    from specchat.ui.themes import check_theme_name
 
+    if options.get("theme") is not None:
+        check_theme_name(options["theme"])
     sys.exit(run_chat(settings))
 
 
 @main.command()
-@click.argument("prompt")
+@click.argument("prompt", required=False)
+@click.option(
+    "--prompt-file",
+    metavar="FILE",
+    help="Read the prompt from FILE (UTF-8 text; '-' is standard input) instead of PROMPT.",
+)
 @model_options
 @click.option(
     "--format",
@@ -169,13 +260,11 @@ def chat(**options: Any) -> None:
     show_default=True,
     help="text: the reply; ansi: coloured by token kind, with legend and summary; jsonl: the event stream.",
 )
+@debug_option
 @reports_errors
-def generate(prompt: str, output_format: str, **options: Any) -> None:
+def generate(prompt: str | None, prompt_file: str | None, output_format: str, **options: Any) -> None:
     """Generate one reply to PROMPT headlessly ('-' reads the prompt from stdin)."""
-    if prompt == "-":
-        prompt = sys.stdin.read()
-    if not prompt.strip():
-        raise InvalidSettingError("the prompt is empty: pass some text, or '-' to read it from stdin.")
+    prompt = read_prompt(prompt, prompt_file)
     settings = settings_from(options)
     controls = controls_from(settings)
     controls.validate()
@@ -188,6 +277,65 @@ def generate(prompt: str, output_format: str, **options: Any) -> None:
         summary = PRINTERS[output_format](stream)
     if summary is not None and summary.stop == "cancelled":
         sys.exit(signals.exit_status)
+
+
+def read_prompt(prompt: str | None, prompt_file: str | None) -> str:
+    """The prompt as text, checked before any model loads: one clear line when it is unusable."""
+    if prompt is not None and prompt_file is not None:
+        raise InvalidSettingError("give the prompt once: either PROMPT or --prompt-file, not both.")
+    if prompt_file is not None:
+        text = decode_prompt(read_prompt_file(prompt_file), f"the prompt file {prompt_file}")
+    elif prompt == "-":
+        text = decode_prompt(sys.stdin.buffer.read(), "standard input")
+    elif prompt is not None:
+        text = check_prompt_argument(prompt)
+    else:
+        raise InvalidSettingError(
+            "no prompt: pass PROMPT, '-' to read standard input, or --prompt-file FILE."
+        )
+    if not text.strip():
+        raise InvalidSettingError("the prompt is empty: pass some text, or '-' to read it from stdin.")
+    return text
+
+
+def read_prompt_file(name: str) -> bytes:
+    if name == "-":
+        return sys.stdin.buffer.read()
+    try:
+        with open(name, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError as err:
+        raise InvalidSettingError(f"the prompt file {name} does not exist.") from err
+    except IsADirectoryError as err:
+        raise InvalidSettingError(f"the prompt file {name} is a folder: name a text file.") from err
+    except OSError as err:
+        raise InvalidSettingError(f"cannot read the prompt file {name}: {err.strerror or err}.") from err
+
+
+def decode_prompt(data: bytes, where: str) -> str:
+    if b"\x00" in data:
+        raise InvalidSettingError(f"{where} looks binary (it holds NUL bytes): the prompt must be text.")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InvalidSettingError(
+            f"{where} is not UTF-8 text (byte {data[err.start]:#04x} at offset {err.start}): "
+            "convert it first, e.g. with iconv -t UTF-8."
+        ) from err
+
+
+def check_prompt_argument(prompt: str) -> str:
+    """Bytes that are not UTF-8 reach argv as lone surrogates: refuse them before loading."""
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as err:
+        byte = ord(prompt[err.start]) - 0xDC00 if 0xDC80 <= ord(prompt[err.start]) <= 0xDCFF else None
+        what = f"byte {byte:#04x}" if byte is not None else f"character {prompt[err.start]!r}"
+        raise InvalidSettingError(
+            f"the prompt argument is not UTF-8 text ({what} at position {err.start}): "
+            "check your terminal's encoding, or pass the text with --prompt-file."
+        ) from err
+    return prompt
 
 
 def controls_from(settings: Settings) -> Any:
