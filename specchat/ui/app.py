@@ -138,11 +138,11 @@ class SpecchatApp(App[int]):
             self._notes.append(f"unknown theme {wanted!r}: using {themes.DEFAULT_THEME}.")
             wanted = themes.DEFAULT_THEME if themes.DEFAULT_THEME in self.available_themes else "textual-dark"
         self.theme = wanted
-        unknown = keys.unknown_ids(settings.keys)
-        if unknown:
-            known = ", ".join(sorted(keys.BINDING_IDS))
-            self._notes.append(f"unknown key ids in [keys]: {', '.join(unknown)} (known: {known}).")
-        self.set_keymap({k: v for k, v in settings.keys.items() if k in keys.BINDING_IDS})
+        # Remaps that collide, or name keys no terminal sends, are dropped with a warning: the
+        # action keeps its default key rather than silently losing it.
+        self.keymap, warnings = keys.check_keymap(settings.keys)
+        self._notes.extend(warnings)
+        self.set_keymap(self.keymap)
 
     # ----------------------------------------------------------------- layout
 
@@ -153,7 +153,7 @@ class SpecchatApp(App[int]):
                 yield Transcript(SystemNote(self.conversation.system_prompt), id="transcript")
                 yield Legend(id="legend")
                 yield Static(id="compact-figures", markup=False)
-                yield PromptInput(self.settings.keys, id="prompt")
+                yield PromptInput(self.keymap, id="prompt")
             yield SidePanel(id="side")
         yield Footer()
 
@@ -513,7 +513,7 @@ class SpecchatApp(App[int]):
         if isinstance(self.screen, HelpScreen):
             self.screen.dismiss()
         else:
-            self.push_screen(HelpScreen(self.settings.keys))
+            self.push_screen(HelpScreen(self.keymap))
 
     def action_edit_system_prompt(self) -> None:
         if isinstance(self.screen, SystemPromptScreen):
@@ -657,7 +657,7 @@ class SpecchatApp(App[int]):
 
     @property
     def effective_keys(self) -> dict[str, str]:
-        return {spec.id: keys.effective_key(spec, self.settings.keys) for spec in keys.ALL_KEYS}
+        return {spec.id: keys.effective_key(spec, self.keymap) for spec in keys.ALL_KEYS}
 
     def _update_legend(self) -> None:
         legend = self.main_screen.query_one(Legend) if hasattr(self, "main_screen") else None
