@@ -29,6 +29,7 @@ _logger = logging.getLogger("specchat")
 _handler: RotatingFileHandler | None = None
 _handler_for: Path | None = None
 _debug = False
+_tracebacks: list[str] = []
 
 
 def log_path() -> Path:
@@ -83,8 +84,19 @@ def log_unexpected(what: str, err: BaseException) -> str:
             handler.flush()
         except Exception:  # logging must never turn one error into two
             handler = None
+    if debug_enabled():
+        with _lock:
+            _tracebacks.append(format_traceback(err))
     where = f"details in {log_path()}" if handler is not None else "no log could be written"
     return f"{what}: {gist} ({where}; --debug prints them)."
+
+
+def debug_tracebacks() -> list[str]:
+    """With --debug, the tracebacks logged so far (the TUI prints them once the screen is back)."""
+    with _lock:
+        taken = list(_tracebacks)
+        _tracebacks.clear()
+    return taken
 
 
 def format_traceback(err: BaseException) -> str:

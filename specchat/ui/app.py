@@ -14,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.style import Style
+from rich.text import Text
 from textual import events, on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import BindingType
@@ -29,6 +31,7 @@ from textual.timer import Timer
 from textual.widgets import Footer, Header, Static
 from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState, get_current_worker
 
+from specchat import logs
 from specchat.config import Settings, data_dir
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.gamma import GAMMA_MAX, SCHEDULES
@@ -124,6 +127,7 @@ class SpecchatApp(App[int]):
         self.loading_screen: LoadingScreen | None = None
         self._reply_seq = 0
         self._exit_status = 0
+        self._save_failed = False
         self._panel_key: object = None
         self._notes: list[str] = []
         self._styles_for: tuple[str, dict[str, Style]] = ("", {})
@@ -221,8 +225,8 @@ class SpecchatApp(App[int]):
         except SpecchatError as err:
             self.post_message(LoadFailed(str(err), err.exit_code))
             return
-        except Exception as err:  # shown as one line, never a traceback
-            self.post_message(LoadFailed(f"could not load the models: {type(err).__name__}: {err}", 1))
+        except Exception as err:  # shown as one line; the traceback goes to the log file
+            self.post_message(LoadFailed(logs.log_unexpected("could not load the models", err), 1))
             return
         self.post_message(EngineLoaded(loaded))
 
@@ -431,6 +435,35 @@ class SpecchatApp(App[int]):
         elif isinstance(reply.worker.result, str):
             error = reply.worker.result
         self._keep_reply(reply, error)
+
+    def _handle_exception(self, error: Exception) -> None:
+        """A bug: save what can be saved, log the traceback, and leave one line on exit.
+
+        Textual exits the app after any unhandled exception and prints the traceback; the
+        conversation (and the reply streaming) is saved first, and the traceback goes to the
+        log file instead (printed as well with --debug).
+        """
+        line = logs.log_unexpected("specchat stopped on an unexpected error", error)
+        with contextlib.suppress(Exception):
+            self._save_after_crash()
+        super()._handle_exception(error)
+        if not logs.debug_enabled():
+            self._exit_renderables[:] = [Text(f"specchat: {line}", style="red")]
+
+    def _save_after_crash(self) -> None:
+        reply = self.reply
+        if reply is not None:
+            self.reply = None
+            if reply.worker is not None:
+                reply.worker.cancelled_event.set()
+            tokens = reply.tokens + [e for e in reply.buffer.drain() if isinstance(e, TokenEvent)]
+            text = "".join(t.text for t in tokens)
+            error = "specchat stopped on an unexpected error while this reply streamed"
+            self.conversation.turns.append(
+                Turn("assistant", text, tokens, reply.rounds, None, reply.settings, error)
+            )
+        if self.conversation.turns:
+            self.store.save(self.conversation)
 
     # ------------------------------------------------------------ actions
 
@@ -704,17 +737,36 @@ class SpecchatApp(App[int]):
         transcript.restart()
 
     def _save(self) -> None:
-        """Auto-save (atomically) once the conversation has a message."""
-        if not self.conversation.turns:
-            return
+        """Auto-save (atomically). A conversation left with no message has no file.
+
+        A failed save (read-only or full disk) changes nothing on screen: the user is told,
+        and the next change tries again.
+        """
         try:
-            self.store.save(self.conversation)
+            if self.conversation.turns:
+                self.store.save(self.conversation)
+            else:
+                self.store.delete(self.conversation.id)
         except OSError as err:
-            self.notify(f"cannot save the conversation: {err}", severity="error")
+            self._save_failed = True
+            reason = err.strerror or str(err)
+            self.notify(
+                f"The conversation was NOT saved ({reason}: {self.store.folder}). It stays on screen; "
+                "free some space or fix the folder's permissions, and the next message saves it.",
+                title="not saved",
+                severity="error",
+                timeout=20,
+            )
+            return
+        if self._save_failed:
+            self._save_failed = False
+            self.notify("The conversation is saved again.", title="saved")
 
 
 def run_chat(settings: Settings) -> int:
     """Open the chat: load the models behind a loading screen, then chat. Returns an exit code."""
     app = SpecchatApp(settings, handle_signals=True)
     app.run()
+    for traceback in logs.debug_tracebacks():
+        print(traceback, file=sys.stderr)
     return app.return_code or 0
