@@ -71,8 +71,12 @@ QUIT_GRACE = 5.0
 THEME_ORDER = ("specchat-dark", "specchat-light", "specchat-projector", "specchat-colorblind")
 
 
-class LoadCancelled(Exception):
-    """Raised from the progress callback to abandon loading when the app quits."""
+class LoadCancelled(BaseException):
+    """Raised from the progress callback to abandon loading when the app quits.
+
+    A BaseException, like KeyboardInterrupt: it is not an error, and the loader's handlers
+    that turn library errors into one-line messages must let it through.
+    """
 
 
 @dataclass
