@@ -268,6 +268,7 @@ def generate(prompt: str | None, prompt_file: str | None, output_format: str, **
     settings = settings_from(options)
     controls = controls_from(settings)
     controls.validate()
+    check_draft_model(settings)
     engine = load_engine(settings)
     messages = [{"role": "system", "content": settings.system_prompt}] if settings.system_prompt else []
     messages.append({"role": "user", "content": prompt})
@@ -351,6 +352,14 @@ def controls_from(settings: Settings) -> Any:
         max_new_tokens=settings.max_new_tokens,
         seed=settings.seed,
     )
+
+
+def check_draft_model(settings: Settings) -> None:
+    """Before loading anything: a drafter that needs the draft model needs one named."""
+    if settings.drafter in ("model", "hybrid") and not settings.draft:
+        raise InvalidSettingError(
+            f"--drafter {settings.drafter} needs a draft model: pass --draft, or use --drafter ngram."
+        )
 
 
 def load_engine(settings: Settings) -> ChatEngine:

@@ -25,6 +25,7 @@ from textual import events, on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.theme import Theme
 from textual.timer import Timer
@@ -133,23 +134,24 @@ class SpecchatApp(App[int]):
         self._exit_status = 0
         self._save_failed = False
         self._panel_key: object = None
-        self._notes: list[str] = []
+        self.startup_notes: list[str] = []
+        """Warnings about the settings (themes, keys), shown when the app opens."""
         self._styles_for: tuple[str, dict[str, Style]] = ("", {})
 
         specs, errors = themes.discover()
-        self._notes.extend(errors)
+        self.startup_notes.extend(errors)
         self.theme_specs = specs
         for spec in specs.values():
             self.register_theme(spec.theme)
         wanted = settings.theme
         if wanted not in self.available_themes:
-            self._notes.append(f"unknown theme {wanted!r}: using {themes.DEFAULT_THEME}.")
+            self.startup_notes.append(f"unknown theme {wanted!r}: using {themes.DEFAULT_THEME}.")
             wanted = themes.DEFAULT_THEME if themes.DEFAULT_THEME in self.available_themes else "textual-dark"
         self.theme = wanted
         # Remaps that collide, or name keys no terminal sends, are dropped with a warning: the
         # action keeps its default key rather than silently losing it.
         self.keymap, warnings = keys.check_keymap(settings.keys)
-        self._notes.extend(warnings)
+        self.startup_notes.extend(warnings)
         self.set_keymap(self.keymap)
 
     # ----------------------------------------------------------------- layout
@@ -173,7 +175,7 @@ class SpecchatApp(App[int]):
         self.set_interval(PANEL_INTERVAL, self.refresh_panels)
         self._update_legend()
         self.refresh_panels(force=True)
-        for note in self._notes:
+        for note in self.startup_notes:
             self.notify(note, severity="warning", timeout=8)
         self.prompt.focus()
         self._hold_prompt()
@@ -674,8 +676,12 @@ class SpecchatApp(App[int]):
             return
         self._panel_key = key
         figs = figures(self.live, view)
-        self.main_screen.query_one(SidePanel).show(figs, self.effective_keys)
-        self.main_screen.query_one("#compact-figures", Static).update(
+        try:
+            self.main_screen.query_one(SidePanel).show(figs, self.effective_keys)
+            compact = self.main_screen.query_one("#compact-figures", Static)
+        except NoMatches:  # the app is closing and its panels are already gone
+            return
+        compact.update(
             f"α {figs.alpha} (rolling {figs.alpha_rolling}) · τ {figs.tau} · {figs.tokens_per_s} tok/s · "
             f"γ {figs.gamma} {figs.schedule} · drafter {figs.drafter} · T {figs.temperature}"
         )

@@ -183,7 +183,9 @@ class ConversationStore:
     def save(self, conversation: Conversation) -> Path:
         conversation.updated = _now()
         path = self.path_for(conversation.id)
-        _write_atomic(path, json.dumps(conversation.to_json(), ensure_ascii=False, indent=1))
+        # Compact: json's fast C encoder only runs without indent, and this runs on the UI thread
+        # twice per reply, over the whole conversation (every token of every reply).
+        _write_atomic(path, json.dumps(conversation.to_json(), ensure_ascii=False, separators=(",", ":")))
         return path
 
     def load(self, conversation_id: str) -> Conversation:
@@ -353,6 +355,8 @@ def _list(data: dict[str, Any], key: str) -> list[Any]:
 
 def _check_figures(summary: SummaryEvent) -> None:
     """Figures are drawn with format specs: a string where a number belongs would crash the view."""
+    if summary.stop not in STOP_WORDS:
+        raise ValueError(f"stats.stop {summary.stop!r} is not a stop reason")
     for name in ("alpha", "tau"):
         value = getattr(summary, name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from textual import events, on
 from textual.binding import Binding, BindingType
 from textual.message import Message
+from textual.strip import Strip
 from textual.widgets import TextArea
 
 from specchat.ui.keys import PROMPT_KEYS, bindings, key_list
@@ -65,6 +66,13 @@ class PromptInput(TextArea, inherit_bindings=False):
         self.hold: str | None = None
         """Why a message cannot be sent now (models loading, a reply streaming), or None."""
         self._pending_enter: float | None = None
+
+    def render_line(self, y: int) -> Strip:
+        # While a resize is laid out the box can be drawn once at zero width; TextArea would
+        # then wrap its placeholder at width 0 and raise.
+        if self.content_size.width <= 0:
+            return Strip.blank(self.size.width)
+        return super().render_line(y)
 
     def on_mount(self) -> None:
         # A blinking cursor would make screenshots and snapshots differ from run to run.
