@@ -752,9 +752,18 @@ class SpecchatApp(App[int]):
         A failed save (read-only or full disk) changes nothing on screen: the user is told,
         and the next change tries again.
         """
+        before = self.conversation.id
         try:
             if self.conversation.turns:
-                self.store.save(self.conversation)
+                path = self.store.save(self.conversation)
+                if self.conversation.id != before:
+                    self.notify(
+                        f"This conversation was changed by another specchat meanwhile: its version "
+                        f"is kept, and this one is now saved as {path.name}.",
+                        title="saved as a copy",
+                        severity="warning",
+                        timeout=20,
+                    )
             else:
                 self.store.delete(self.conversation.id)
         except OSError as err:

@@ -102,8 +102,7 @@ class Conversation:
     @classmethod
     def new(cls, system_prompt: str, target: str, draft: str | None) -> Conversation:
         now = _now()
-        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-        return cls(f"{stamp}-{secrets.token_hex(3)}", system_prompt, target, draft, [], now, now)
+        return cls(new_id(), system_prompt, target, draft, [], now, now)
 
     @property
     def title(self) -> str:
@@ -176,20 +175,38 @@ class ConversationStore:
         self.root = root
         self.folder = root / "conversations"
         self.exports = root / "exports"
+        self._seen: dict[str, tuple[int, int, int]] = {}
+        """Each file as this store last read or wrote it (inode, size, mtime)."""
 
     def path_for(self, conversation_id: str) -> Path:
         return self.folder / f"{conversation_id}.json"
 
     def save(self, conversation: Conversation) -> Path:
+        """Write the conversation atomically. If its file changed since this store read or
+        wrote it (another specchat has it open too), that version is kept and this one gets
+        a new id and file: two copies never overwrite each other's messages."""
         conversation.updated = _now()
         path = self.path_for(conversation.id)
+        current = _stamp(path)
+        if current is not None and current != self._seen.get(conversation.id):
+            conversation.id = new_id()
+            path = self.path_for(conversation.id)
         # Compact: json's fast C encoder only runs without indent, and this runs on the UI thread
         # twice per reply, over the whole conversation (every token of every reply).
         _write_atomic(path, json.dumps(conversation.to_json(), ensure_ascii=False, separators=(",", ":")))
+        self._remember(conversation.id, path)
         return path
 
     def load(self, conversation_id: str) -> Conversation:
-        return self.load_path(self.path_for(conversation_id))
+        path = self.path_for(conversation_id)
+        conversation = self.load_path(path)
+        self._remember(conversation.id, path)
+        return conversation
+
+    def _remember(self, conversation_id: str, path: Path) -> None:
+        stamp = _stamp(path)
+        if stamp is not None:
+            self._seen[conversation_id] = stamp
 
     def delete(self, conversation_id: str) -> None:
         """Remove a conversation's file (one that ended up empty); missing is fine."""
@@ -370,6 +387,19 @@ def _reason(err: BaseException) -> str:
     if isinstance(err, KeyError):
         return f"it lacks {err.args[0]!r}"
     return str(err) or type(err).__name__
+
+
+def new_id() -> str:
+    """A conversation id: when it started, and random digits so two copies never pick the same."""
+    return f"{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_ino, info.st_size, info.st_mtime_ns
 
 
 def _now() -> str:

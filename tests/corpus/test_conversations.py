@@ -142,6 +142,28 @@ async def test_a_file_renamed_by_hand_opens_and_saves_to_itself(
     assert [m["content"] for m in saved["messages"]][:3] == ["hi", "hello", "more"]
 
 
+async def test_two_copies_with_the_same_conversation_open_never_overwrite_each_other(
+    engine: PausingEngine, already_saved: AlreadySaved
+) -> None:
+    first, second = make_app(engine), make_app(engine)
+    shown = record_notifications(second)
+    async with first.run_test(size=TERMINAL) as one, second.run_test(size=TERMINAL) as two:
+        for pilot in (one, two):
+            await pilot.press("ctrl+o")
+            await pilot.pause()
+            await pilot.press("enter")
+            await pilot.pause()
+        assert first.conversation.id == second.conversation.id == SAVED_CONVERSATION["id"]
+        await send(one, first, "from the first copy")
+        await send(two, second, "from the second copy")
+        assert second.conversation.id != SAVED_CONVERSATION["id"]
+        assert any("changed by another specchat" in n for n in shown), shown
+    original = json.loads(already_saved.conversation.read_text())["messages"]
+    copy_ = json.loads(second.store.path_for(second.conversation.id).read_text())["messages"]
+    assert [m["content"] for m in original][:3] == ["hi", "hello", "from the first copy"]
+    assert [m["content"] for m in copy_][:3] == ["hi", "hello", "from the second copy"]
+
+
 def _failing_write(err: OSError) -> Any:
     def write(path: Path, text: str) -> None:
         raise err
@@ -216,5 +238,5 @@ async def test_a_message_over_the_context_leaves_no_file(
     already_saved.assert_untouched()
 
 
-SIZE = len(BROKEN) + len(UNWRITABLE) + 4
+SIZE = len(BROKEN) + len(UNWRITABLE) + 5
 """Cases this file adds to the corpus."""
