@@ -133,6 +133,7 @@ class SpecchatApp(App[int]):
         self._reply_seq = 0
         self._exit_status = 0
         self._save_failed = False
+        self._unsaved_told_at = 0
         self._panel_key: object = None
         self.startup_notes: list[str] = []
         """Warnings about the settings (themes, keys), shown when the app opens."""
@@ -767,7 +768,11 @@ class SpecchatApp(App[int]):
             else:
                 self.store.delete(self.conversation.id)
         except OSError as err:
-            self._save_failed = True
+            # Say it once per message, not at each of the saves a reply makes.
+            turns = len(self.conversation.turns)
+            if self._save_failed and turns - self._unsaved_told_at < 2:
+                return
+            self._save_failed, self._unsaved_told_at = True, turns
             reason = err.strerror or str(err)
             self.notify(
                 f"The conversation was NOT saved ({reason}: {self.store.folder}). It stays on screen; "

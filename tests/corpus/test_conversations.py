@@ -191,7 +191,8 @@ async def test_an_unwritable_folder_keeps_the_reply_on_screen_and_says_so(
         reply = app.conversation.turns[-1]
         assert reply.role == "assistant" and reply.content
         assert app.transcript.replies()[-1].text == reply.content, "the reply stays on screen"
-        assert any("NOT saved" in n and err.strerror in n for n in shown), shown
+        told = [n for n in shown if "NOT saved" in n]
+        assert len(told) == 1 and err.strerror in told[0], shown
         assert not app.store.path_for(app.conversation.id).exists()
         # Once the folder can be written again, the next message saves everything.
         monkeypatch.undo()
