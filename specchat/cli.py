@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import signal
 import sys
 import threading
@@ -36,6 +37,8 @@ UNEXPECTED = 1
 """Exit status after an unexpected error (its traceback is in the log file)."""
 USER_ERROR = 2
 """Exit status after a bad flag, setting or input (click uses 2 for usage errors too)."""
+PIPE_CLOSED = 141
+"""Exit status when stdout's reader closed the pipe early (128 + SIGPIPE, as the shell reports)."""
 
 # Colours of the four token kinds in --format ansi (the TUI takes them from its theme).
 KIND_STYLES = {
@@ -112,6 +115,11 @@ def reports_errors(func: F) -> F:
         except Terminated:
             click.echo("\nspecchat: stopped by SIGTERM.", err=True)
             sys.exit(TERMINATED)
+        except BrokenPipeError:
+            # The reader went away (`specchat generate … | head`): nothing to say, and
+            # nothing more may be written to stdout, not even at exit.
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives until exit
+            sys.exit(PIPE_CLOSED)
         except Exception as err:  # a bug or the environment: one line here, details in the log
             report_unexpected(err)
             sys.exit(UNEXPECTED)
@@ -181,7 +189,7 @@ class SpecchatGroup(click.Group):
         formatter.write_text(
             "Every option of chat and generate can be set in the settings file or as "
             "SPECCHAT_<NAME>; flags win. Exit status: 0 done, 1 unexpected error, 2 bad input, "
-            "130 Ctrl+C, 143 SIGTERM."
+            "130 Ctrl+C, 141 output pipe closed, 143 SIGTERM."
         )
 
 

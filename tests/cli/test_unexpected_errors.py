@@ -77,3 +77,21 @@ def test_an_unwritable_log_still_gives_the_line(monkeypatch: pytest.MonkeyPatch,
     code, _, err = run("generate", "hello", "--drafter", "ngram")
     assert code == 1
     assert "RuntimeError: the disk controller said no (no log could be written" in err
+
+
+def test_a_closed_output_pipe_ends_quietly(tiny_folders: tuple[Path, Path], tmp_path: Path) -> None:
+    """`specchat generate … | head -1`: the reader goes away; no error, no traceback."""
+    import os
+    import subprocess
+    import sys
+
+    target, draft = tiny_folders
+    command = [sys.executable, "-m", "specchat", "generate", "abc abc", "--target", str(target)]
+    command += ["--draft", str(draft), "--max-new-tokens", "200", "--format", "jsonl", "--cpu-path", "none"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy())
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.readline()
+    process.stdout.close()
+    err = process.stderr.read().decode()
+    assert process.wait(60) == 141
+    assert "Traceback" not in err and "error" not in err, err
