@@ -68,9 +68,10 @@ BROKEN: dict[str, tuple[bytes, str]] = {
     "a message as a number": (variant(messages=[1]), "a message should be a JSON object"),
     "an unknown role": (_message_changes(role="robot"), "unknown role"),
     "a message without content": (variant(messages=[{"role": "user"}]), "lacks 'content'"),
-    "stats.alpha as a word": (with_stats(alpha="high"), "stats.alpha should be a number"),
-    "stats.per_position as words": (with_stats(per_position=["all"]), "per_position"),
-    "an unknown stop reason": (with_stats(stop="bored"), "not a stop reason"),
+    # The reasons name the bad value; their wording is the event parser's.
+    "stats.alpha as a word": (with_stats(alpha="high"), "'high'"),
+    "stats.per_position as words": (with_stats(per_position=["all"]), "'all'"),
+    "an unknown stop reason": (with_stats(stop="bored"), "'bored'"),
     "a newer format version": (variant(version=99), "newer specchat"),
     "a version that is not a number": (variant(version="two"), "format version"),
     "not a specchat conversation": (variant(format="something-else"), "not a specchat conversation"),
