@@ -95,3 +95,14 @@ def test_a_closed_output_pipe_ends_quietly(tiny_folders: tuple[Path, Path], tmp_
     err = process.stderr.read().decode()
     assert process.wait(60) == 141
     assert "Traceback" not in err and "error" not in err, err
+
+
+def test_debug_keeps_tracebacks_for_the_chat_to_print_after_it_closes() -> None:
+    logs.set_debug(True)
+    try:
+        raise OSError("no such device")
+    except OSError as err:
+        logs.log_unexpected("the reply failed", err)
+    kept = logs.debug_tracebacks()
+    assert len(kept) == 1 and "OSError: no such device" in kept[0] and "Traceback" in kept[0]
+    assert logs.debug_tracebacks() == [], "printed once"
