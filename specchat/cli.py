@@ -131,8 +131,8 @@ def report_unexpected(err: BaseException) -> None:
     from specchat import logs
 
     line = logs.log_unexpected("unexpected error", err)
-    if logs.debug_enabled():
-        click.echo(logs.format_traceback(err), err=True)
+    for traceback in logs.debug_tracebacks():  # with --debug
+        click.echo(traceback, err=True)
     click.secho(f"specchat: {line}", fg="red", err=True)
 
 

@@ -98,6 +98,7 @@ def test_a_closed_output_pipe_ends_quietly(tiny_folders: tuple[Path, Path], tmp_
 
 
 def test_debug_keeps_tracebacks_for_the_chat_to_print_after_it_closes() -> None:
+    logs.debug_tracebacks()
     logs.set_debug(True)
     try:
         raise OSError("no such device")
