@@ -138,3 +138,14 @@ async def test_enter_while_a_reply_streams_keeps_the_text(engine: PausingEngine)
         await wait_for(pilot, lambda: len(app.conversation.turns) == 4, timeout=10)
         await wait_idle(pilot, app)
         assert [t.content for t in app.conversation.turns if t.role == "user"] == ["first", "second"]
+
+
+async def test_enter_then_escape_in_one_burst_still_sends(engine: PausingEngine) -> None:
+    """Only text continues a paste: a key like Esc right after Enter leaves the Enter a send."""
+    app = make_app(engine, max_new_tokens=4)
+    async with app.run_test(size=SIZE) as pilot:
+        burst(app, [*typed("quick one"), "enter", "escape"])
+        await wait_for(pilot, lambda: bool(app.conversation.turns), timeout=10)
+        await wait_idle(pilot, app)
+        assert app.conversation.turns[0].content == "quick one"
+        assert app.query_one(PromptInput).text == ""

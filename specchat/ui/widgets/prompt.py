@@ -83,7 +83,10 @@ class PromptInput(TextArea, inherit_bindings=False):
         # Runs before TextArea's own handler (earlier in the MRO); preventing the default
         # keeps TextArea from inserting a new line for the keys handled here.
         if self._pending_enter is not None:
-            self._settle_enter(as_line_break=event.time - self._pending_enter <= PASTE_GAP)
+            # Only text (and more lines) continues a paste; Esc or an arrow right after Enter
+            # is a person's next key, and the Enter before it was a send.
+            text_like = event.is_printable or event.key in self.send_keys | self.newline_keys
+            self._settle_enter(as_line_break=text_like and event.time - self._pending_enter <= PASTE_GAP)
         if event.key in self.send_keys:
             event.stop()
             event.prevent_default()
