@@ -94,8 +94,12 @@ def model_options(func: F) -> F:
     return func
 
 
-class Terminated(Exception):
-    """SIGTERM arrived where nothing could stop gracefully (loading, or a second signal)."""
+class Terminated(BaseException):
+    """SIGTERM arrived where nothing could stop gracefully (loading, or a second signal).
+
+    A BaseException, like KeyboardInterrupt: code that turns library errors into one-line
+    messages (``except Exception``) must let it through, and every ``finally`` still runs.
+    """
 
 
 def reports_errors(func: F) -> F:
