@@ -1,14 +1,17 @@
 """The `specchat` command: chat (default), generate, models, bench.
 
 Heavy imports (torch, transformers, textual) happen inside the commands, so `specchat --help`
-is instant. Every SpecchatError becomes one line on stderr and exit status 2; Ctrl+C stops
-generation at the next round boundary, prints what was generated and exits with 130.
+is instant. Every SpecchatError becomes one line on stderr and exit status 2; Ctrl+C (or
+SIGTERM) stops generation at the next round boundary, prints what was generated and exits
+with 130 (143).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import os
 import signal
 import sys
 import threading
@@ -19,14 +22,26 @@ import click
 
 from specchat import __version__
 from specchat.config import Settings, load_settings
+from specchat.engine.registry import DRAFTER_NAMES, DRAFTERS, drafter_spec
 from specchat.errors import InvalidSettingError, SpecchatError
 
 if TYPE_CHECKING:
+    from specchat.backend import Backend
     from specchat.engine.events import Event
     from specchat.engine.session import ChatEngine
+    from specchat.remote import RemoteBackend
 
 F = TypeVar("F", bound=Callable[..., Any])
 INTERRUPTED = 130
+"""Exit status after Ctrl+C (128 + SIGINT)."""
+TERMINATED = 143
+"""Exit status after SIGTERM (128 + SIGTERM)."""
+UNEXPECTED = 1
+"""Exit status after an unexpected error (its traceback is in the log file)."""
+USER_ERROR = 2
+"""Exit status after a bad flag, setting or input (click uses 2 for usage errors too)."""
+PIPE_CLOSED = 141
+"""Exit status when stdout's reader closed the pipe early (128 + SIGPIPE, as the shell reports)."""
 
 # Colours of the four token kinds in --format ansi (the TUI takes them from its theme).
 KIND_STYLES = {
@@ -50,9 +65,10 @@ def model_options(func: F) -> F:
         click.option("--draft", help="Draft model sharing the target's tokenizer (same forms as --target)."),
         click.option(
             "--drafter",
-            type=click.Choice(["model", "hybrid", "ngram", "none"]),
-            help="Who proposes tokens: the draft model; hybrid (lookup when the text repeats, "
-            "else the model); n-gram lookup alone; nobody.",
+            type=click.Choice(DRAFTER_NAMES),
+            help="Who proposes tokens: "
+            + "; ".join(f"{spec.name} ({spec.summary})" for spec in DRAFTERS)
+            + ".",
         ),
         click.option("--gamma", type=int, help="Tokens drafted per round (γ ≥ 1)."),
         click.option(
@@ -76,10 +92,24 @@ def model_options(func: F) -> F:
         ),
         click.option("--device", help="auto, cpu, cuda or cuda:N."),
         click.option("--dtype", help="auto, float32, bfloat16 or float16."),
+        click.option(
+            "--server",
+            metavar="URL",
+            help="Attach to an OpenAI-compatible server (llama-server, vLLM, …) instead of loading "
+            "models; the API key comes from SPECCHAT_API_KEY.",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
     return func
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived where nothing could stop gracefully (loading, or a second signal).
+
+    A BaseException, like KeyboardInterrupt: code that turns library errors into one-line
+    messages (``except Exception``) must let it through, and every ``finally`` still runs.
+    """
 
 
 def reports_errors(func: F) -> F:
@@ -88,47 +118,169 @@ def reports_errors(func: F) -> F:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return func(*args, **kwargs)
+            with terminate_raises():
+                return func(*args, **kwargs)
         except SpecchatError as err:
             click.secho(f"specchat: {err}", fg="red", err=True)
             sys.exit(err.exit_code)
         except KeyboardInterrupt:
             click.echo("\nspecchat: interrupted.", err=True)
             sys.exit(INTERRUPTED)
+        except Terminated:
+            click.echo("\nspecchat: stopped by SIGTERM.", err=True)
+            sys.exit(TERMINATED)
+        except BrokenPipeError:
+            # The reader went away (`specchat generate … | head`): nothing to say, and
+            # nothing more may be written to stdout, not even at exit.
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives until exit
+            sys.exit(PIPE_CLOSED)
+        except Exception as err:  # a bug or the environment: one line here, details in the log
+            report_unexpected(err)
+            sys.exit(UNEXPECTED)
 
     return wrapper  # type: ignore[return-value]
+
+
+def report_unexpected(err: BaseException) -> None:
+    from specchat import logs
+
+    line = logs.log_unexpected("unexpected error", err)
+    for traceback in logs.debug_tracebacks():  # with --debug
+        click.echo(traceback, err=True)
+    click.secho(f"specchat: {line}", fg="red", err=True)
+
+
+@contextlib.contextmanager
+def terminate_raises() -> Iterator[None]:
+    """SIGTERM raises Terminated, as Ctrl+C raises KeyboardInterrupt: the command unwinds (files
+    in progress are cleaned up), prints one line and exits 143, instead of dying mid-write."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Terminated
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def settings_from(options: dict[str, Any]) -> Settings:
     return load_settings({k: v for k, v in options.items() if v is not None})
 
 
-@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+class SpecchatGroup(click.Group):
+    """The `specchat` group: usage errors in one line, and where settings live in --help."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            result = super().main(*args, **kwargs)
+        except click.exceptions.Exit as done:  # --help, --version
+            sys.exit(done.exit_code)
+        except click.ClickException as err:
+            sys.exit(usage_error(err))
+        except click.exceptions.Abort:
+            click.echo("\nspecchat: interrupted.", err=True)
+            sys.exit(INTERRUPTED)
+        return result
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from specchat.config import config_path, data_dir
+
+        with formatter.section("Files"):
+            formatter.write_dl(
+                [
+                    ("settings", f"{config_path()} (SPECCHAT_CONFIG names another file)"),
+                    ("conversations", f"{data_dir() / 'conversations'} (SPECCHAT_DATA_DIR moves the folder)"),
+                    ("log", f"{data_dir() / 'logs' / 'specchat.log'} (tracebacks of unexpected errors)"),
+                ]
+            )
+        formatter.write_paragraph()
+        formatter.write_text(
+            "Every option of chat and generate can be set in the settings file or as "
+            "SPECCHAT_<NAME>; flags win. Exit status: 0 done, 1 unexpected error, 2 bad input, "
+            "130 Ctrl+C, 141 output pipe closed, 143 SIGTERM."
+        )
+
+
+def usage_error(err: click.ClickException) -> int:
+    """A click error (unknown option, wrong type, bad choice) as one line; returns its status."""
+    message = err.format_message().replace("\n", " ")
+    ctx = getattr(err, "ctx", None)
+    hint = f" See '{ctx.command_path} --help'." if ctx is not None else ""
+    click.secho(f"specchat: {message}{hint}", fg="red", err=True)
+    return err.exit_code if err.exit_code else USER_ERROR
+
+
+def debug_option(func: F) -> F:
+    def enable(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+        if value:
+            from specchat import logs
+
+            logs.set_debug(True)
+
+    return click.option(
+        "--debug",
+        is_flag=True,
+        expose_value=False,
+        is_eager=True,
+        callback=enable,
+        help="Also print the traceback of an unexpected error (it is always in the log file).",
+    )(func)
+
+
+@click.group(
+    cls=SpecchatGroup,
+    invoke_without_command=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(__version__, prog_name="specchat")
+@click.option(
+    "--server",
+    metavar="URL",
+    help="Attach to an OpenAI-compatible server instead of loading models (any command).",
+)
+@debug_option
 @click.pass_context
-def main(ctx: click.Context) -> None:
+def main(ctx: click.Context, server: str | None) -> None:
     """Chat with a local LLM and watch speculative decoding work, token by token.
 
-    With no command, opens the chat with the packaged default pair.
+    With no command, opens the chat with the packaged default pair (or attaches to --server).
     """
+    if server:
+        # `specchat --server URL [command]`: the command's own --server defaults to it.
+        ctx.default_map = {name: {"server": server} for name in ("chat", "generate", "bench")}
     if ctx.invoked_subcommand is None:
-        ctx.invoke(chat)
+        ctx.invoke(chat, server=server)
 
 
 @main.command()
 @model_options
 @click.option("--theme", help="Theme name (see themes/).")
+@debug_option
 @reports_errors
 def chat(**options: Any) -> None:
     """Open the chat (the default command)."""
     settings = settings_from(options)
     from specchat.ui.app import run_chat
+    from specchat.ui.themes import check_theme_name
 
+    if options.get("theme") is not None:
+        check_theme_name(options["theme"])
     sys.exit(run_chat(settings))
 
 
 @main.command()
-@click.argument("prompt")
+@click.argument("prompt", required=False)
+@click.option(
+    "--prompt-file",
+    metavar="FILE",
+    help="Read the prompt from FILE (UTF-8 text; '-' is standard input) instead of PROMPT.",
+)
 @model_options
 @click.option(
     "--format",
@@ -138,25 +290,89 @@ def chat(**options: Any) -> None:
     show_default=True,
     help="text: the reply; ansi: coloured by token kind, with legend and summary; jsonl: the event stream.",
 )
+@debug_option
 @reports_errors
-def generate(prompt: str, output_format: str, **options: Any) -> None:
+def generate(prompt: str | None, prompt_file: str | None, output_format: str, **options: Any) -> None:
     """Generate one reply to PROMPT headlessly ('-' reads the prompt from stdin)."""
-    if prompt == "-":
-        prompt = sys.stdin.read()
-    if not prompt.strip():
-        raise InvalidSettingError("the prompt is empty: pass some text, or '-' to read it from stdin.")
+    prompt = read_prompt(prompt, prompt_file)
     settings = settings_from(options)
     controls = controls_from(settings)
     controls.validate()
-    engine = load_engine(settings)
+    engine: Backend
+    if settings.server:
+        engine = connect_server(settings)
+    else:
+        check_draft_model(settings)
+        engine = load_engine(settings)
     messages = [{"role": "system", "content": settings.system_prompt}] if settings.system_prompt else []
     messages.append({"role": "user", "content": prompt})
     cancel = threading.Event()
-    with cancel_on_sigint(cancel):
+    with stop_on_signals(cancel) as signals:
         stream = engine.stream_chat(messages, controls, cancel)
         summary = PRINTERS[output_format](stream)
+    if settings.server and output_format != "jsonl":
+        click.echo(f"specchat: {engine.capabilities.describe()}", err=True)
     if summary is not None and summary.stop == "cancelled":
-        sys.exit(INTERRUPTED)
+        sys.exit(signals.exit_status)
+
+
+def read_prompt(prompt: str | None, prompt_file: str | None) -> str:
+    """The prompt as text, checked before any model loads: one clear line when it is unusable."""
+    if prompt is not None and prompt_file is not None:
+        raise InvalidSettingError("give the prompt once: either PROMPT or --prompt-file, not both.")
+    if prompt_file is not None:
+        text = decode_prompt(read_prompt_file(prompt_file), f"the prompt file {prompt_file}")
+    elif prompt == "-":
+        text = decode_prompt(sys.stdin.buffer.read(), "standard input")
+    elif prompt is not None:
+        text = check_prompt_argument(prompt)
+    else:
+        raise InvalidSettingError(
+            "no prompt: pass PROMPT, '-' to read standard input, or --prompt-file FILE."
+        )
+    if not text.strip():
+        raise InvalidSettingError("the prompt is empty: pass some text, or '-' to read it from stdin.")
+    return text
+
+
+def read_prompt_file(name: str) -> bytes:
+    if name == "-":
+        return sys.stdin.buffer.read()
+    try:
+        with open(name, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError as err:
+        raise InvalidSettingError(f"the prompt file {name} does not exist.") from err
+    except IsADirectoryError as err:
+        raise InvalidSettingError(f"the prompt file {name} is a folder: name a text file.") from err
+    except OSError as err:
+        raise InvalidSettingError(f"cannot read the prompt file {name}: {err.strerror or err}.") from err
+
+
+def decode_prompt(data: bytes, where: str) -> str:
+    if b"\x00" in data:
+        raise InvalidSettingError(f"{where} looks binary (it holds NUL bytes): the prompt must be text.")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InvalidSettingError(
+            f"{where} is not UTF-8 text (byte {data[err.start]:#04x} at offset {err.start}): "
+            "convert it first, e.g. with iconv -t UTF-8."
+        ) from err
+
+
+def check_prompt_argument(prompt: str) -> str:
+    """Bytes that are not UTF-8 reach argv as lone surrogates: refuse them before loading."""
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as err:
+        byte = ord(prompt[err.start]) - 0xDC00 if 0xDC80 <= ord(prompt[err.start]) <= 0xDCFF else None
+        what = f"byte {byte:#04x}" if byte is not None else f"character {prompt[err.start]!r}"
+        raise InvalidSettingError(
+            f"the prompt argument is not UTF-8 text ({what} at position {err.start}): "
+            "check your terminal's encoding, or pass the text with --prompt-file."
+        ) from err
+    return prompt
 
 
 def controls_from(settings: Settings) -> Any:
@@ -174,12 +390,20 @@ def controls_from(settings: Settings) -> Any:
     )
 
 
+def check_draft_model(settings: Settings) -> None:
+    """Before loading anything: a drafter that needs the draft model needs one named."""
+    if drafter_spec(settings.drafter).needs_draft_model and not settings.draft:
+        raise InvalidSettingError(
+            f"--drafter {settings.drafter} needs a draft model: pass --draft, or use --drafter ngram."
+        )
+
+
 def load_engine(settings: Settings) -> ChatEngine:
     """Load the target (and the draft, only for the model and hybrid drafters), on the chosen kernels."""
     from specchat.engine.session import ChatEngine
     from specchat.models import load_for_decoding
 
-    needs_draft = settings.drafter in ("model", "hybrid")
+    needs_draft = drafter_spec(settings.drafter).needs_draft_model
     draft = settings.draft if needs_draft else None
     if needs_draft and not draft:
         raise InvalidSettingError(
@@ -198,24 +422,47 @@ def load_engine(settings: Settings) -> ChatEngine:
     return ChatEngine(pair.target, pair.tokenizer, pair.draft)
 
 
-class cancel_on_sigint:
-    """First Ctrl+C asks the engine to stop after the current round; a second one aborts."""
+def connect_server(settings: Settings) -> RemoteBackend:
+    """Attach to ``settings.server`` (probing what it is) and say on stderr what it cannot report."""
+    from specchat.remote import connect
+
+    assert settings.server
+    click.echo(f"specchat: connecting to {settings.server}…", err=True)
+    backend = connect(settings.server, timeout=settings.server_timeout, verify=settings.server_verify_tls)
+    click.echo(f"specchat: attached to {backend.label}.", err=True)
+    for note in backend.notes:
+        click.echo(f"specchat: note: {note}", err=True)
+    return backend
+
+
+class stop_on_signals:
+    """While a reply streams, the first Ctrl+C or SIGTERM asks the engine to stop after the
+    current round: what was generated is printed, with its summary. A second one aborts."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self, cancel: threading.Event) -> None:
         self.cancel = cancel
-        self.previous: Any = None
+        self.received: int | None = None
+        self.previous: dict[int, Any] = {}
 
     def _handler(self, signum: int, frame: Any) -> None:
         if self.cancel.is_set():
-            raise KeyboardInterrupt
+            raise KeyboardInterrupt if signum == signal.SIGINT else Terminated
+        self.received = signum
         self.cancel.set()
 
-    def __enter__(self) -> cancel_on_sigint:
-        self.previous = signal.signal(signal.SIGINT, self._handler)
+    @property
+    def exit_status(self) -> int:
+        return TERMINATED if self.received == signal.SIGTERM else INTERRUPTED
+
+    def __enter__(self) -> stop_on_signals:
+        self.previous = {signum: signal.signal(signum, self._handler) for signum in self.SIGNALS}
         return self
 
     def __exit__(self, *exc: object) -> None:
-        signal.signal(signal.SIGINT, self.previous)
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
 
 
 class LoadProgressPrinter:
@@ -246,6 +493,9 @@ class LoadProgressPrinter:
         self.progress.stop()
 
     def __call__(self, event: Any) -> None:
+        if event.stage == "notice":  # worth keeping (a damaged cache rebuilt): above the bar, every one
+            self.console.print(f"specchat: {event.message}", markup=False, highlight=False, soft_wrap=True)
+            return
         if not self.console.is_terminal:  # a log, not a bar: one line per stage of each model
             step = f"{event.model}:{event.stage}"
             if step != self.last_step:
@@ -325,20 +575,154 @@ PRINTERS: dict[str, Callable[[Iterator[Any]], Any]] = {
 
 
 @main.command()
+@click.option(
+    "--clear",
+    "clear_name",
+    metavar="NAME|all",
+    help="Delete what the cache holds for NAME (every kind of file), or all of it; asks first.",
+)
+@click.option(
+    "--verify",
+    "verify_name",
+    metavar="[NAME]",
+    is_flag=False,
+    flag_value="all",
+    help="Hash every cached file against its record (seconds per GB); damaged ones are removed, "
+    "so the next start rebuilds them.",
+)
+@click.option(
+    "--kind", "kinds", multiple=True, metavar="KIND", help="With --clear or --verify: only this kind."
+)
+@click.option("--yes", "-y", is_flag=True, help="Clear without asking.")
 @reports_errors
-def models() -> None:
-    """List the packaged models and what is already converted in the cache."""
-    from specchat.models import cache_dir, list_models
+def models(clear_name: str | None, verify_name: str | None, kinds: tuple[str, ...], yes: bool) -> None:
+    """List the packaged models and what the cache holds for each; clear or verify the cache.
 
-    rows = list_models()
-    click.echo(f"{'name':<20} {'kind':<9} {'role':<7} {'installed':<9} {'cached':<6} size")
-    for info in rows:
-        size = f"{info.size_bytes / 1e6:,.0f} MB" if info.size_bytes else "–"
+    Exit status: 0 done; 1 nothing deleted (declined), something skipped (another specchat is
+    using it) or something found damaged; 2 a bad name or kind.
+    """
+    from specchat.models import list_models
+    from specchat.models.cache import human_bytes
+
+    if kinds and not (clear_name or verify_name):
+        raise InvalidSettingError("--kind goes with --clear or --verify (e.g. --clear all --kind converted).")
+    if clear_name:
+        sys.exit(_clear_cache(clear_name, kinds, yes))
+    if verify_name:
+        sys.exit(_verify_cache(verify_name, kinds))
+    infos = list_models()
+    width = max(20, *(len(info.name) + 1 for info in infos))
+    click.echo(f"{'name':<{width}} {'kind':<9} {'role':<7} {'installed':<9} {'cached':<6} {'size':<8} about")
+    for info in infos:
+        size = human_bytes(info.size_bytes) if info.size_bytes else "–"
         click.echo(
-            f"{info.name:<20} {info.kind:<9} {info.role:<7} {'yes' if info.installed else 'no':<9} "
-            f"{'yes' if info.cached else 'no':<6} {size}  {info.description}"
+            f"{info.name:<{width}} {info.kind:<9} {info.role:<7} {'yes' if info.installed else 'no':<9} "
+            f"{'yes' if info.cached else 'no':<6} {size:<8} {info.description}"
         )
-    click.echo(f"\ncache: {cache_dir()}")
+    click.echo()
+    _print_cache_usage()
+
+
+def _print_cache_usage() -> None:
+    from specchat.models.cache import cache_dir, human_bytes
+    from specchat.models.usage import UNFINISHED, cache_items, usage
+
+    root = cache_dir()
+    items = cache_items()
+    if root.exists() and not root.is_dir():
+        click.echo(f"cache: {root} is a file, not a folder; move it away or set SPECCHAT_CACHE_DIR")
+        return
+    if not items:
+        click.echo(f"cache: {root} (empty)")
+        return
+    kinds, rows = usage(items)
+    click.echo(f"cache: {root} ({human_bytes(sum(row.total for row in rows))})")
+    width = max(len(row.owner) for row in [*rows]) + 2
+    click.echo(f"{'model':<{width}}" + "".join(f"{kind:<11}" for kind in kinds) + "total")
+    for row in rows:
+        cells = "".join(f"{human_bytes(row.by_kind[k]) if k in row.by_kind else '–':<11}" for k in kinds)
+        click.echo(f"{row.owner:<{width}}{cells}{human_bytes(row.total)}")
+    if any(row.owner == UNFINISHED for row in rows):
+        click.echo(f"{UNFINISHED}: left by an interrupted run (removed at the next start), or being written")
+    click.echo("free space: specchat models --clear NAME|all [--kind KIND]")
+    click.echo("check every byte: specchat models --verify [NAME]")
+
+
+def _chosen_items(name: str, kinds: tuple[str, ...]) -> list[Any]:
+    """The cache items NAME (or all) and --kind mean; a name or kind that matches nothing is a user
+    error, except a packaged model with nothing cached yet."""
+    from specchat.models import PACKAGED
+    from specchat.models.usage import UNFINISHED, cache_items, select, usage
+
+    items = cache_items()
+    owners = [row.owner for row in usage(items)[1] if row.owner != UNFINISHED]
+    present = sorted({item.kind for item in items})
+    unknown = [kind for kind in kinds if kind not in present]
+    if unknown:
+        raise InvalidSettingError(
+            f"no {unknown[0]!r} in the cache; kinds present: {', '.join(present) or 'none (it is empty)'}"
+        )
+    if name != "all" and name not in owners and name != UNFINISHED and name not in PACKAGED:
+        raise InvalidSettingError(
+            f"nothing cached under {name!r}; cached: {', '.join(owners) or 'nothing'} (or `all`)"
+        )
+    return select(items, name, kinds)
+
+
+def _clear_cache(name: str, kinds: tuple[str, ...], yes: bool) -> int:
+    from specchat.models.cache import human_bytes
+    from specchat.models.usage import clear
+
+    chosen = _chosen_items(name, kinds)
+    if not chosen:
+        click.echo(f"nothing cached for {name}" if name != "all" else "the cache is empty; nothing to clear")
+        return 0
+    total = sum(item.size for item in chosen)
+    for item in chosen:
+        click.echo(f"  {item.owner} ({item.kind}): {item.path} · {human_bytes(item.size)}")
+    if not yes:
+        try:
+            question = f"Delete {human_bytes(total)} from the model cache?"
+            agreed = click.confirm(question, default=False, err=True)
+        except click.Abort:
+            click.echo("\nspecchat: nothing deleted (pass --yes to clear without asking).", err=True)
+            return 1
+        if not agreed:
+            click.echo("specchat: nothing deleted.", err=True)
+            return 1
+    report = clear(chosen)
+    click.echo(f"freed {human_bytes(report.freed)}")
+    for item, why in report.skipped:
+        click.echo(
+            f"specchat: skipped {item.owner} ({item.kind}): {why}; close it, or clear again when it is done",
+            err=True,
+        )
+    return 1 if report.skipped else 0
+
+
+def _verify_cache(name: str, kinds: tuple[str, ...]) -> int:
+    from specchat.models.store import EntryBusy, entry_lock
+    from specchat.models.usage import LAYOUT_ONLY, NOT_CHECKED, clear, verifiable, verify
+
+    damaged = 0
+    for item in verifiable(_chosen_items(name, kinds)):
+        click.echo(f"{item.owner} ({item.kind}): ", nl=False)  # the verdict follows once hashed
+        try:
+            with entry_lock(item.guard, "verifying the cache", wait=False):
+                problem = verify(item)
+        except EntryBusy as busy:
+            click.echo(f"not checked, {busy.holder}")
+            continue
+        if problem is None:
+            click.echo("ok")
+        elif problem in (NOT_CHECKED, LAYOUT_ONLY):
+            click.echo(problem)
+        else:
+            damaged += 1
+            removed = not clear([item]).skipped
+            outcome = "removed, the next start rebuilds it" if removed else "could not remove it"
+            click.echo(f"damaged ({problem}); {outcome}")
+    return 1 if damaged else 0
 
 
 def _register_bench() -> None:

@@ -2,8 +2,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+import platformdirs
 import pytest
 import torch
 
@@ -14,6 +16,10 @@ if TYPE_CHECKING:
 # language server) sharing two cores make multi-threaded spin-waits very slow.
 # Tests on the real packaged models raise this again for their own duration.
 torch.set_num_threads(1)
+
+# Tests point SPECCHAT_CACHE_DIR at temporary folders; the CPU kernels are built once (a minute)
+# into the real cache and shared by every test and run.
+os.environ.setdefault("SPECCHAT_KERNELS_DIR", str(Path(platformdirs.user_cache_dir("specchat")) / "kernels"))
 
 
 @pytest.fixture(scope="session")

@@ -113,10 +113,26 @@ def machine_load() -> dict[str, Any]:
     help="Instead of timing: check that every drafter and schedule reproduces plain greedy decoding, "
     "on the bench's prompts and the check's own (54; --quick: 6). Exit status 1 on any mismatch.",
 )
+@click.option(
+    "--server",
+    metavar="URL",
+    default=None,
+    help="Benchmark a speculative-decoding server instead (its own decoding, and drafting off where "
+    "it allows that per request); see README.",
+)
+@click.option(
+    "--baseline-server", metavar="URL", default=None, help="With --server: the same model without drafting."
+)
 def bench(**options: Any) -> None:
     """Benchmark plain, speculative and Hugging Face assisted decoding side by side."""
+    server, baseline = options.pop("server"), options.pop("baseline_server")
     try:
-        if options.pop("check"):
+        check = options.pop("check")
+        if server or baseline:
+            if check:
+                raise SpecchatError("--check decodes with the local engine: it does not take --server.")
+            _bench_server(server, baseline, options)
+        elif check:
             _check(**options)
         else:
             _bench(**options)
@@ -126,6 +142,41 @@ def bench(**options: Any) -> None:
     except KeyboardInterrupt:
         click.echo("bench cancelled.", err=True)
         sys.exit(130)
+
+
+def _bench_server(server: str | None, baseline: str | None, options: dict[str, Any]) -> None:
+    """``bench --server``: prompts and sampling from the usual options; models options do not apply."""
+    from specchat.backend import Controls
+    from specchat.bench.prompts import load_prompts
+    from specchat.config import load_settings
+    from specchat.remote.bench import bench_server
+
+    if not server:
+        raise BenchError("--baseline-server needs --server (the speculative server to compare with it).")
+    quick = options["quick"]
+    categories = options["categories"] or ""
+    wanted = [c.strip() for c in categories.split(",") if c.strip()] or None
+    prompts = load_prompts(quick=quick, only=wanted, per_category=options["per_category"])
+    controls = Controls(
+        gamma=options["start_gamma"],
+        temperature=options["temperature"],
+        top_k=options["top_k"],
+        top_p=options["top_p"],
+        max_new_tokens=options["max_new_tokens"] or (64 if quick else 128),
+        seed=options["seed"],
+    )
+    controls.validate()
+    settings = load_settings()
+    bench_server(
+        server,
+        baseline,
+        prompts,
+        controls,
+        timeout=settings.server_timeout,
+        verify=settings.server_verify_tls,
+        json_path=options["json_path"],
+        echo=lambda line: click.echo(line),
+    )
 
 
 def _bench(

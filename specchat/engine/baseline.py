@@ -53,8 +53,11 @@ def plain_decode(
             stop = "eos"
             events: list[Event] = []
         else:
-            events = [TokenEvent("target", token, detok.add(token), step, 0, p_token, None)]
+            text = detok.add(token)
             ids.append(token)
+            if _ends_reply(step, len(ids), max_new_tokens, max_context, cancel):
+                text += detok.flush()  # a reply cut inside a character keeps its last bytes
+            events = [TokenEvent("target", token, text, step, 0, p_token, None)]
         events.append(RoundEvent(step, 0, 0, 0, 0.0, step_ms, "none"))
         for event in events:
             stats.add(event)
@@ -63,3 +66,14 @@ def plain_decode(
             break
     decode_s = time.perf_counter() - start
     yield stats.summary(stop, prefill_ms=prefill_ms, decode_s=decode_s, prompt_tokens=len(prompt_ids))
+
+
+def _ends_reply(
+    step: int, length: int, max_new_tokens: int, max_context: int | None, cancel: threading.Event | None
+) -> bool:
+    """Whether the token just made is the reply's last (so the detokenizer must be flushed)."""
+    return (
+        step + 1 >= max_new_tokens
+        or (max_context is not None and length >= max_context)
+        or (cancel is not None and cancel.is_set())
+    )

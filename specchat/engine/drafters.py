@@ -18,9 +18,6 @@ from specchat.engine.events import DrafterName
 from specchat.engine.kv import CachedLM
 from specchat.engine.sampling import SamplingParams, pick_tokens, shape_probs
 
-DRAFTERS: tuple[str, ...] = ("model", "hybrid", "ngram", "none")
-"""What a user may choose; "hybrid" proposes each round by lookup or by the model (see hybrid.py)."""
-
 
 @dataclass(frozen=True, slots=True)
 class Draft:

@@ -11,20 +11,136 @@ yields one :class:`RoundEvent`. The last round of a reply may be cut short by a 
 the token budget or the context length; it then has no closing token. The stream ends with
 exactly one :class:`SummaryEvent`.
 
+Contract v2 adds the trace of every round (fields are only added, so v1 readers keep working):
+each :class:`RoundEvent` lists every drafted token with both probabilities, its acceptance
+probability min(1, p_target/p_draft), the uniform draw and the verdict (rejected drafts
+included), and each closing :class:`TokenEvent` carries the top of the distribution it was
+drawn from (the residual after a rejection at T > 0, the target otherwise).
+
+Backends that cannot know a figure (a remote server reports no token ids, no probabilities and
+no per-round timings) say so with the "unknown" values below, never with an invented number:
+``UNKNOWN_ID`` for token ids and counts, ``UNKNOWN`` (NaN) for probabilities and milliseconds.
+``to_json`` writes both as ``null`` and ``from_json`` reads ``null`` back as them. The local
+engine never produces them, so its output is unchanged.
+
 This module imports nothing heavy: the UI may import it without loading torch.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Any, Literal
 
 TokenKind = Literal["accepted", "correction", "bonus", "target"]
 TOKEN_KINDS: tuple[TokenKind, ...] = ("accepted", "correction", "bonus", "target")
 
 StopReason = Literal["eos", "max_tokens", "context", "cancelled"]
-DrafterName = Literal["model", "ngram", "none"]
-"""Who proposed a round's draft (a hybrid drafter proposes as one or the other)."""
+DrafterName = str
+"""Who proposed a round's draft: a name from the drafter registry, or "none" (a hybrid drafter
+proposes as one of its parts, "model" or "ngram")."""
+Verdict = Literal["accepted", "rejected", "untested"]
+"""A drafted token's fate: passed the test, failed it (the round's first failure), or never
+tested because an earlier draft of the round was rejected."""
+DrawnFrom = Literal["draft", "target", "residual"]
+"""The distribution a token was drawn from: the draft's (accepted drafts), the target's (bonus,
+plain target tokens, and every closing token at T = 0), or the residual norm(max(p − q, 0))."""
+CONTRACT_VERSION = 2
+TOP_K_TRACE = 5
+"""How many of the most likely tokens a trace lists."""
+UNKNOWN_ID = -1
+"""A token id (or count) the backend cannot report; real ids are never negative."""
+UNKNOWN = math.nan
+"""A probability or duration the backend cannot report (test with :func:`known`)."""
+
+
+def known(value: float | None) -> bool:
+    """Whether a figure was reported: not None, not UNKNOWN (NaN)."""
+    return value is not None and not math.isnan(value)
+
+
+def _json_float(value: float | None) -> float | None:
+    """UNKNOWN becomes null (JSON has no NaN)."""
+    return value if known(value) else None
+
+
+def _read_float(value: Any) -> float:
+    """null (an unknown figure) reads back as UNKNOWN."""
+    return UNKNOWN if value is None else float(value)
+
+
+def _json_id(value: int) -> int | None:
+    return None if value == UNKNOWN_ID else value
+
+
+def _read_id(value: Any) -> int:
+    return UNKNOWN_ID if value is None else int(value)
+
+
+def _read_p_draft(value: Any, kind: str) -> float | None:
+    """null is "nobody drafted this token", except on an accepted draft: there it is UNKNOWN."""
+    if value is None:
+        return UNKNOWN if kind == "accepted" else None
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One entry of a distribution's top list."""
+
+    token_id: int
+    text: str
+    p: float
+
+    def to_json(self) -> dict[str, object]:
+        return {"id": self.token_id, "text": self.text, "p": self.p}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Candidate:
+        return cls(int(data["id"]), str(data["text"]), float(data["p"]))
+
+
+@dataclass(frozen=True, slots=True)
+class DraftTrace:
+    """One drafted token and how verification judged it."""
+
+    token_id: int
+    text: str
+    """The token's text on its own (for display; may hold a replacement character)."""
+    p_target: float
+    p_draft: float
+    accept_prob: float
+    """min(1, p_target / p_draft): the chance the acceptance test passes (at T > 0)."""
+    u: float | None
+    """The uniform draw compared with accept_prob; None at T = 0 (the test is argmax equality)."""
+    verdict: Verdict
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "id": self.token_id,
+            "text": self.text,
+            "p_target": self.p_target,
+            "p_draft": self.p_draft,
+            "accept_prob": self.accept_prob,
+            "u": self.u,
+            "verdict": self.verdict,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DraftTrace:
+        verdict = str(data["verdict"])
+        if verdict not in ("accepted", "rejected", "untested"):
+            raise ValueError(f"unknown verdict {verdict!r}")
+        u = data.get("u")
+        return cls(
+            int(data["id"]),
+            str(data["text"]),
+            float(data["p_target"]),
+            float(data["p_draft"]),
+            float(data["accept_prob"]),
+            None if u is None else float(u),
+            verdict,  # type: ignore[arg-type]
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,21 +156,52 @@ class TokenEvent:
     position: int
     """0-based position within its round: accepted drafts are 0..k-1, the closing token is k."""
     p_target: float
-    """Probability of this token under the target's (shaped) distribution at its position."""
+    """Probability of this token under the target's (shaped) distribution at its position
+    (UNKNOWN when the backend does not report it)."""
     p_draft: float | None
-    """Probability the drafter gave this token (None for tokens nobody drafted)."""
+    """Probability the drafter gave this token (None for tokens nobody drafted; UNKNOWN when a
+    draft existed but the backend does not report its probability)."""
+    drawn_from: DrawnFrom = "target"
+    top: tuple[Candidate, ...] = ()
+    """Closing tokens (v2): the most likely tokens of the distribution this one was drawn from."""
 
     def to_json(self) -> dict[str, object]:
-        return {
+        data: dict[str, object] = {
             "type": "token",
             "kind": self.kind,
-            "id": self.token_id,
+            "id": _json_id(self.token_id),
             "text": self.text,
             "round": self.round,
             "position": self.position,
-            "p_target": self.p_target,
-            "p_draft": self.p_draft,
+            "p_target": _json_float(self.p_target),
+            "p_draft": _json_float(self.p_draft),
+            "drawn_from": self.drawn_from,
         }
+        if self.top:
+            data["top"] = [c.to_json() for c in self.top]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TokenEvent:
+        """Read a token written by any contract version (v1 lacks the trace fields)."""
+        kind = str(data["kind"])
+        if kind not in TOKEN_KINDS:
+            raise ValueError(f"unknown token kind {kind!r}")
+        p_draft = data.get("p_draft")
+        drawn_from = str(data.get("drawn_from") or ("draft" if kind == "accepted" else "target"))
+        if drawn_from not in ("draft", "target", "residual"):
+            raise ValueError(f"unknown distribution {drawn_from!r}")
+        return cls(
+            kind,  # type: ignore[arg-type]
+            _read_id(data["id"]),
+            str(data["text"]),
+            int(data["round"]),
+            int(data["position"]),
+            _read_float(data["p_target"]),
+            _read_p_draft(p_draft, kind),
+            drawn_from,  # type: ignore[arg-type]
+            tuple(Candidate.from_json(c) for c in data.get("top") or ()),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +218,16 @@ class RoundEvent:
     stop ends the reply inside the accepted run)."""
     draft_ms: float
     verify_ms: float
+    """Milliseconds drafting and verifying (UNKNOWN when the backend does not time rounds)."""
     drafter: str
     """Name of the drafter that proposed this round: "model", "ngram" or "none"."""
+    drafts: tuple[DraftTrace, ...] = ()
+    """(v2) Every drafted token in order, accepted, rejected and untested alike."""
+
+    @property
+    def rejected(self) -> tuple[DraftTrace, ...]:
+        """The drafts this round threw away: the rejected one and any untested after it."""
+        return self.drafts[self.accepted :]
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -81,10 +236,24 @@ class RoundEvent:
             "gamma": self.gamma,
             "drafted": self.drafted,
             "accepted": self.accepted,
-            "draft_ms": round(self.draft_ms, 3),
-            "verify_ms": round(self.verify_ms, 3),
+            "draft_ms": _json_float(round(self.draft_ms, 3)),
+            "verify_ms": _json_float(round(self.verify_ms, 3)),
             "drafter": self.drafter,
+            "drafts": [d.to_json() for d in self.drafts],
         }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RoundEvent:
+        return cls(
+            int(data["round"]),
+            int(data["gamma"]),
+            int(data["drafted"]),
+            int(data["accepted"]),
+            _read_float(data["draft_ms"]),
+            _read_float(data["verify_ms"]),
+            str(data["drafter"]),
+            tuple(DraftTrace.from_json(d) for d in data.get("drafts") or ()),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +280,31 @@ class SummaryEvent:
     def to_json(self) -> dict[str, object]:
         data = asdict(self)
         data["per_position"] = list(self.per_position)
-        return {"type": "summary", **data}
+        return {"type": "summary", **data, "contract": CONTRACT_VERSION}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SummaryEvent:
+        stop = str(data["stop"])
+        if stop not in ("eos", "max_tokens", "context", "cancelled"):
+            raise ValueError(f"unknown stop reason {stop!r}")
+        return cls(
+            tokens=int(data["tokens"]),
+            rounds=int(data["rounds"]),
+            drafted=int(data["drafted"]),
+            accepted=int(data["accepted"]),
+            alpha=_optional_float(data.get("alpha")),
+            tau=_optional_float(data.get("tau")),
+            tokens_per_s=float(data["tokens_per_s"]),
+            per_position=tuple(_optional_float(v) for v in data.get("per_position") or ()),
+            stop=stop,  # type: ignore[arg-type]
+            prefill_ms=float(data["prefill_ms"]),
+            decode_s=float(data["decode_s"]),
+            prompt_tokens=int(data["prompt_tokens"]),
+        )
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 Event = TokenEvent | RoundEvent | SummaryEvent

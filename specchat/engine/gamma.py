@@ -37,6 +37,10 @@ class GammaSchedule(Protocol):
 
     def observe(self, event: RoundEvent) -> None: ...
 
+    def begin_reply(self, gamma: Callable[[], int]) -> None:
+        """A new reply starts; ``gamma`` reads the user's γ from now on. What was measured stays."""
+        ...
+
 
 class FixedGamma:
     """γ from a callable, read once per round: the caller may change it at any time."""
@@ -51,6 +55,9 @@ class FixedGamma:
 
     def observe(self, event: RoundEvent) -> None:
         pass
+
+    def begin_reply(self, gamma: Callable[[], int]) -> None:
+        self._read = gamma
 
 
 class HeuristicGamma:
@@ -70,6 +77,9 @@ class HeuristicGamma:
             return
         step = 2 if event.accepted == event.drafted else -1
         self.gamma = min(max(self.gamma + step, self.low), self.high)
+
+    def begin_reply(self, gamma: Callable[[], int]) -> None:
+        pass  # as in transformers, the γ it reached carries over to the next reply
 
 
 def positions_tested(event: RoundEvent) -> int:
@@ -174,6 +184,13 @@ class AdaptiveGamma:
         self._plain_streak = 0
         self._probe_interval = probe_first
         self._gamma = 0
+
+    def begin_reply(self, gamma: Callable[[], int]) -> None:
+        """Keep the measured costs and α (decayed as ever): later replies start informed, so their
+        first rounds neither re-measure a plain step nor try a γ the measurements rule out."""
+        self._start = gamma
+        self._plain_streak = 0
+        self._probe_interval = self.probe_first
 
     # ------------------------------------------------------------------ observation
     def observe(self, event: RoundEvent) -> None:

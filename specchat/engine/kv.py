@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import DynamicCache
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 def common_prefix_length(a: list[int], b: list[int]) -> int:

@@ -22,8 +22,10 @@ class SamplingParams:
     top_p: float = 1.0
 
     def __post_init__(self) -> None:
-        if not self.temperature >= 0.0:
-            raise InvalidSettingError(f"temperature must be 0 or more (got {self.temperature}).")
+        if not 0.0 <= self.temperature < float("inf"):
+            raise InvalidSettingError(
+                f"temperature must be a finite number, 0 or more (got {self.temperature})."
+            )
         if not 0.0 < self.top_p <= 1.0:
             raise InvalidSettingError(f"top-p must be in (0, 1] (got {self.top_p}).")
         if self.top_k is not None and self.top_k < 1:
@@ -91,14 +93,26 @@ def residual_distribution(p_target: torch.Tensor, p_draft: torch.Tensor) -> torc
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """Outcome of verifying one round of drafts against the target."""
+    """Outcome of verifying one round of drafts against the target, with its full trace."""
 
     accepted: int
     next_token: int
     """The correction (accepted < drafted), or the bonus / plain token (accepted == drafted)."""
     p_target_drafts: list[float]
     p_draft_drafts: list[float]
+    accept_probs: list[float]
+    """min(1, p_target / p_draft) of each draft, as the device computed it."""
+    draws: list[float] | None
+    """The uniform draw of each draft's test; None when greedy (the test is argmax equality)."""
     p_target_next: float
+    top_ids: list[int]
+    """The most likely tokens of the distribution the closing token was drawn from."""
+    top_probs: list[float]
+
+    @property
+    def from_residual(self) -> bool:
+        """Whether the closing token was drawn from the residual (a rejection at T > 0)."""
+        return self.draws is not None and self.accepted < len(self.draws)
 
 
 def verify(
@@ -107,6 +121,7 @@ def verify(
     drafts: torch.Tensor,
     params: SamplingParams,
     generator: torch.Generator | None,
+    top_k: int = 5,
 ) -> Verdict:
     """Accept a prefix of ``drafts`` and choose the round's closing token.
 
@@ -115,35 +130,64 @@ def verify(
     drafts:   [γ] drafted token ids.
 
     Every candidate closing token (a residual draw for each row that could reject, and a
-    bonus draw from the last row) is computed on the device and read back once with the
-    decisions, so a round costs a single host synchronisation.
+    bonus draw from the last row), the top ``top_k`` of each candidate's distribution and the
+    decisions are computed on the device and read back together, so a round (trace included)
+    costs a single host synchronisation.
     """
     gamma = drafts.shape[0]
     rows = torch.arange(gamma, device=drafts.device)
     pt_drafts = p_target[rows, drafts]
     pd_drafts = p_draft[rows, drafts]
+    accept_probs = acceptance_probability(pt_drafts, pd_drafts)
     if params.greedy:
         argmax = p_target.argmax(dim=-1)
         accept = argmax[:gamma] == drafts
         candidates = argmax
+        sources = p_target
+        draws = torch.zeros(0, device=drafts.device)
     else:
         draws = torch.rand(gamma, generator=generator, device=drafts.device)
-        accept = draws < acceptance_probability(pt_drafts, pd_drafts)
-        residuals = residual_distribution(p_target[:gamma], p_draft)
-        candidates = pick_tokens(torch.cat([residuals, p_target[gamma:]]), params, generator)
+        accept = draws < accept_probs
+        sources = torch.cat([residual_distribution(p_target[:gamma], p_draft), p_target[gamma:]])
+        candidates = pick_tokens(sources, params, generator)
     all_rows = torch.arange(gamma + 1, device=drafts.device)
     pt_candidates = p_target[all_rows, candidates]
-    packed = torch.cat(
-        [accept.double(), candidates.double(), pt_drafts.double(), pd_drafts.double(), pt_candidates.double()]
-    ).tolist()
-    flags = packed[:gamma]
+    # The closing row (the first rejection, or the bonus row) is found on the device, so only its
+    # distribution is ranked: one row's top-k, not γ+1 of them.
+    closing_row = accept.long().cumprod(0).sum()
+    top = torch.topk(sources[closing_row], min(top_k, sources.shape[-1]))
+    parts = [
+        accept,
+        candidates,
+        pt_drafts,
+        pd_drafts,
+        accept_probs,
+        pt_candidates,
+        draws,
+        top.indices,
+        top.values,
+    ]
+    packed = torch.cat([part.double() for part in parts]).tolist()
+    width = top.indices.shape[0]
+    sizes = [gamma, gamma + 1, gamma, gamma, gamma, gamma + 1, draws.shape[0], width, width]
+    flags, cand, pt_d, pd_d, acc_p, p_cand, u, top_ids, top_probs = _split(packed, sizes)
     accepted = next((i for i, ok in enumerate(flags) if not ok), gamma)
-    cand = packed[gamma : 2 * gamma + 1]
-    p_cand = packed[4 * gamma + 1 :]
     return Verdict(
         accepted=accepted,
         next_token=int(cand[accepted]),
-        p_target_drafts=packed[2 * gamma + 1 : 3 * gamma + 1],
-        p_draft_drafts=packed[3 * gamma + 1 : 4 * gamma + 1],
+        p_target_drafts=pt_d,
+        p_draft_drafts=pd_d,
+        accept_probs=acc_p,
+        draws=None if params.greedy else u,
         p_target_next=p_cand[accepted],
+        top_ids=[int(i) for i in top_ids],
+        top_probs=top_probs,
     )
+
+
+def _split(values: list[float], sizes: list[int]) -> list[list[float]]:
+    out, start = [], 0
+    for size in sizes:
+        out.append(values[start : start + size])
+        start += size
+    return out

@@ -9,55 +9,32 @@ start of every round, so a change applies to the next round and never races the 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from specchat.backend import Capabilities, Controls, Message
 from specchat.engine.baseline import plain_decode
 from specchat.engine.detokenize import IncrementalDetokenizer
-from specchat.engine.drafters import DRAFTERS, Drafter, ModelDrafter, NgramDrafter
-from specchat.engine.events import Event
-from specchat.engine.gamma import SCHEDULES, GammaSchedule, check_gamma, make_schedule
-from specchat.engine.hybrid import HybridDrafter
+from specchat.engine.drafters import Drafter
+from specchat.engine.events import Event, StopReason, SummaryEvent
+from specchat.engine.gamma import GammaSchedule, make_schedule
 from specchat.engine.kv import CachedLM
-from specchat.engine.sampling import SamplingParams
-from specchat.engine.speculative import RoundPlan, SpeculativeDecoder
+from specchat.engine.registry import DRAFTERS, DrafterKit, drafter_spec
+from specchat.engine.speculative import Generation, RoundPlan, SpeculativeDecoder
 from specchat.errors import ContextTooLongError, InvalidSettingError, OutOfMemoryError
 
-Message = dict[str, str]
-"""{"role": "system" | "user" | "assistant", "content": "..."}"""
+if TYPE_CHECKING:
+    # Types only: importing transformers' modeling code costs seconds at every start.
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+__all__ = ["ChatEngine", "Controls", "Message"]
 
-@dataclass
-class Controls:
-    """Settings a user can change while a reply streams; read once per round."""
-
-    gamma: int = 4
-    schedule: str = "fixed"
-    drafter: str = "model"
-    temperature: float = 0.0
-    top_k: int | None = None
-    top_p: float = 1.0
-    max_new_tokens: int = 512
-    seed: int | None = None
-
-    def validate(self) -> None:
-        check_gamma(self.gamma)
-        if self.schedule not in SCHEDULES:
-            raise InvalidSettingError(
-                f"unknown gamma schedule {self.schedule!r}: use {', '.join(SCHEDULES)}."
-            )
-        if self.drafter not in DRAFTERS:
-            raise InvalidSettingError(f"unknown drafter {self.drafter!r}: use {', '.join(DRAFTERS)}.")
-        if self.max_new_tokens < 1:
-            raise InvalidSettingError(f"max new tokens must be 1 or more (got {self.max_new_tokens}).")
-        self.sampling()
-
-    def sampling(self) -> SamplingParams:
-        return SamplingParams(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
+LOCAL_FIGURES = frozenset({"alpha", "tau", "per_position", "tokens_per_s", "timings", "trace"})
 
 
 @dataclass
@@ -72,12 +49,14 @@ class _PlanReader:
     def __call__(self) -> RoundPlan:
         c = self.controls
         if self._schedule is None or self._schedule_name != c.schedule:
-            self._schedule = make_schedule(c.schedule, lambda: self.controls.gamma)
+            self._schedule = self.engine.schedule(c.schedule, lambda: self.controls.gamma)
             self._schedule_name = c.schedule
         return RoundPlan(self.engine.drafter(c.drafter), self._schedule, c.sampling())
 
 
 class ChatEngine:
+    """The local backend: both models on this machine, every figure measured exactly."""
+
     def __init__(
         self,
         target: PreTrainedModel,
@@ -93,25 +72,44 @@ class ChatEngine:
             self.target.max_positions, self.draft.max_positions if self.draft else None
         )
         self.stop_ids = _stop_ids(target, tokenizer)
-        lookup = NgramDrafter(self.vocab_width, self.target.device)
-        self._drafters: dict[str, Drafter] = {"ngram": lookup}
-        if self.draft is not None:
-            model = ModelDrafter(self.draft, self.vocab_width)
-            self._drafters["model"] = model
-            # The hybrid shares both drafters (and the draft's cache): switching costs nothing.
-            self._drafters["hybrid"] = HybridDrafter(lookup, model)
+        kit = DrafterKit(self.target, self.draft, self.vocab_width, self.target.device)
+        self._drafters: dict[str, Drafter | None] = {}
+        for spec in DRAFTERS:
+            drafter = kit.get(spec.name)
+            if drafter is not None or not spec.needs_draft_model:
+                self._drafters[spec.name] = drafter
+        self.token_text = lru_cache(maxsize=1 << 16)(self._token_text)
+        self._schedules: dict[str, GammaSchedule] = {}
         self._decoder = SpeculativeDecoder(
-            self.target, self._detokenizer, self.stop_ids, self.max_context, self.vocab_width
+            self.target, self._detokenizer, self.stop_ids, self.max_context, self.vocab_width, self.token_text
         )
 
     @property
     def available_drafters(self) -> list[str]:
-        return [name for name in DRAFTERS if name == "none" or name in self._drafters]
+        return list(self._drafters)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            kind="local",
+            provenance="exact",
+            measured=LOCAL_FIGURES,  # type: ignore[arg-type]
+            gamma_control="per-round",
+            drafters=tuple(self._drafters),
+            stepping=True,
+        )
+
+    def schedule(self, name: str, gamma: Callable[[], int]) -> GammaSchedule:
+        """The engine's one schedule of that name, told a reply begins (its measurements persist)."""
+        if name not in self._schedules:
+            self._schedules[name] = make_schedule(name, gamma)
+        schedule = self._schedules[name]
+        schedule.begin_reply(gamma)
+        return schedule
 
     def drafter(self, name: str) -> Drafter | None:
-        if name == "none":
-            return None
         if name not in self._drafters:
+            drafter_spec(name)  # an unknown name gets the registry's message
             raise InvalidSettingError(
                 f"drafter {name!r} is not available: load a draft model (--draft) or use --drafter ngram."
             )
@@ -134,24 +132,38 @@ class ChatEngine:
     ) -> Iterator[Event]:
         return self.stream_ids(self.prompt_ids(messages), controls, cancel)
 
+    def start_chat(
+        self, messages: Sequence[Message], controls: Controls, cancel: threading.Event | None = None
+    ) -> LocalReply:
+        """The reply to ``messages``, one round per ``step()`` (prefilled before returning)."""
+        return self.start_ids(self.prompt_ids(messages), controls, cancel)
+
     def stream_ids(
         self, prompt_ids: list[int], controls: Controls, cancel: threading.Event | None = None
     ) -> Iterator[Event]:
-        controls.validate()
-        self.drafter(controls.drafter)  # fail before any work when the drafter is missing
-        if self.max_context is not None and len(prompt_ids) >= self.max_context:
-            raise ContextTooLongError(
-                f"the conversation is {len(prompt_ids)} tokens but the context holds {self.max_context}: "
-                "clear the conversation or start a new one."
+        self._check(prompt_ids, controls)
+        return _translate_oom(self._stream_ids(prompt_ids, controls, cancel))
+
+    def _stream_ids(
+        self, prompt_ids: list[int], controls: Controls, cancel: threading.Event | None
+    ) -> Iterator[Event]:
+        reply = self.start_ids(prompt_ids, controls, cancel)
+        while not reply.done:
+            yield from reply.step()
+
+    def start_ids(
+        self, prompt_ids: list[int], controls: Controls, cancel: threading.Event | None = None
+    ) -> LocalReply:
+        self._check(prompt_ids, controls)
+        with _oom_as_user_error():
+            generation = self._decoder.start(
+                prompt_ids,
+                plan=_PlanReader(self, controls),
+                max_new_tokens=controls.max_new_tokens,
+                seed=controls.seed,
+                cancel=cancel,
             )
-        stream = self._decoder.stream(
-            prompt_ids,
-            plan=_PlanReader(self, controls),
-            max_new_tokens=controls.max_new_tokens,
-            seed=controls.seed,
-            cancel=cancel,
-        )
-        return _translate_oom(stream)
+        return LocalReply(generation)
 
     def stream_plain(
         self, prompt_ids: list[int], controls: Controls, cancel: threading.Event | None = None
@@ -172,18 +184,64 @@ class ChatEngine:
             )
         )
 
+    def close(self) -> None:
+        self.target.reset()
+        if self.draft is not None:
+            self.draft.reset()
+
+    def _check(self, prompt_ids: list[int], controls: Controls) -> None:
+        """Fail before any work: bad controls, a missing drafter, a prompt the context cannot hold."""
+        controls.validate()
+        controls.sampling()
+        self.drafter(controls.drafter)
+        if self.max_context is not None and len(prompt_ids) >= self.max_context:
+            raise ContextTooLongError(
+                f"the conversation is {len(prompt_ids)} tokens but the context holds {self.max_context}: "
+                "clear the conversation or start a new one."
+            )
+
     def _detokenizer(self, prompt_ids: list[int]) -> IncrementalDetokenizer:
         return IncrementalDetokenizer(self.tokenizer, prompt_ids)
 
+    def _token_text(self, token_id: int) -> str:
+        text = self.tokenizer.decode(
+            [token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False
+        )
+        return text if isinstance(text, str) else "".join(text)
 
-def _translate_oom(stream: Iterator[Event]) -> Iterator[Event]:
+
+class LocalReply:
+    """A local reply stepped one round at a time (see :class:`specchat.backend.Reply`)."""
+
+    def __init__(self, generation: Generation) -> None:
+        self.generation = generation
+
+    @property
+    def done(self) -> bool:
+        return self.generation.done
+
+    def step(self) -> list[Event]:
+        with _oom_as_user_error():
+            return self.generation.step()
+
+    def finish(self, stop: StopReason = "cancelled") -> SummaryEvent:
+        return self.generation.finish(stop)
+
+
+@contextmanager
+def _oom_as_user_error() -> Iterator[None]:
     try:
-        yield from stream
+        yield
     except torch.OutOfMemoryError as err:
         raise OutOfMemoryError(
             "out of memory while decoding: lower --max-new-tokens, clear the conversation, "
             "use --quant 4bit or a smaller model."
         ) from err
+
+
+def _translate_oom(stream: Iterator[Event]) -> Iterator[Event]:
+    with _oom_as_user_error():
+        yield from stream
 
 
 def _stop_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:

@@ -1,4 +1,9 @@
-"""The speculative loop: draft → verify → accept → roll back, yielding events.
+"""The speculative loop: draft → verify → accept → roll back, one round per call.
+
+:meth:`SpeculativeDecoder.start` prefills and returns a :class:`Generation`; each
+:meth:`Generation.step` runs exactly one round and returns its events (the reply's last step
+also returns the summary). :meth:`SpeculativeDecoder.stream` is a loop over ``step``, so
+streaming, stepping one round at a time (talk mode) and tracing share one code path.
 
 Each round: the drafter proposes up to γ tokens; the target scores the pending token plus all
 drafts in one forward pass (γ+1 positions); a prefix of the drafts is accepted by the
@@ -12,18 +17,29 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 
 from specchat.engine.detokenize import IncrementalDetokenizer
 from specchat.engine.drafters import Draft, Drafter, empty_draft
-from specchat.engine.events import Event, RoundEvent, StopReason, TokenEvent, TokenKind
+from specchat.engine.events import (
+    Candidate,
+    DraftTrace,
+    Event,
+    RoundEvent,
+    StopReason,
+    SummaryEvent,
+    TokenEvent,
+    TokenKind,
+    Verdict,
+)
 from specchat.engine.gamma import GammaSchedule
 from specchat.engine.kv import CachedLM, device_sync
 from specchat.engine.metrics import StreamStats
 from specchat.engine.sampling import SamplingParams, shape_probs, verify
+from specchat.engine.sampling import Verdict as Verification
 from specchat.errors import ContextTooLongError, InvalidSettingError
 
 
@@ -61,6 +77,12 @@ def _closing_kind(drafted: int, accepted: int) -> TokenKind:
     return "bonus" if accepted == drafted else "correction"
 
 
+def _verdict_of(position: int, accepted: int) -> Verdict:
+    if position < accepted:
+        return "accepted"
+    return "rejected" if position == accepted else "untested"
+
+
 class SpeculativeDecoder:
     def __init__(
         self,
@@ -69,12 +91,28 @@ class SpeculativeDecoder:
         stop_ids: frozenset[int],
         max_context: int | None,
         vocab_width: int,
+        token_text: Callable[[int], str] = str,
     ) -> None:
         self.target = target
         self.new_detokenizer = detokenizer
         self.stop_ids = stop_ids
         self.max_context = max_context
         self.vocab_width = vocab_width
+        self.token_text = token_text
+        """One token's text on its own, for traces (drafts and top candidates)."""
+
+    def start(
+        self,
+        prompt_ids: list[int],
+        *,
+        plan: Callable[[], RoundPlan],
+        max_new_tokens: int,
+        seed: int | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Generation:
+        """Prefill the prompt and return the reply, ready for its first :meth:`Generation.step`."""
+        check_prompt(prompt_ids, self.max_context)
+        return Generation(self, prompt_ids, plan, max_new_tokens, seed, cancel)
 
     def stream(
         self,
@@ -85,110 +123,215 @@ class SpeculativeDecoder:
         seed: int | None = None,
         cancel: threading.Event | None = None,
     ) -> Iterator[Event]:
-        check_prompt(prompt_ids, self.max_context)
-        generator = new_generator(self.target.device, seed)
-        detok = self.new_detokenizer(prompt_ids)
-        first = plan()
-        prefill_ms = self.target.prefill(prompt_ids)
-        if first.drafter is not None:
-            first.drafter.prefill(prompt_ids)
-        ids = list(prompt_ids)
-        stats = StreamStats()
-        start = time.perf_counter()
-        stop: StopReason | None = None
-        round_no = 0
-        while stop is None:
-            stop = self._stop_before_round(len(ids) - len(prompt_ids), len(ids), max_new_tokens, cancel)
-            if stop is not None:
-                break
-            current = plan() if round_no else first
-            gamma = self._gamma_for(current, ids, len(ids) - len(prompt_ids), max_new_tokens)
-            events, emitted, stop = self._round(ids, round_no, gamma, current, generator, detok)
-            for event in events:
-                stats.add(event)
-                yield event
-            ids.extend(emitted)
-            current.schedule.observe(events[-1])  # type: ignore[arg-type]
-            round_no += 1
-        decode_s = time.perf_counter() - start
-        yield stats.summary(stop, prefill_ms=prefill_ms, decode_s=decode_s, prompt_tokens=len(prompt_ids))
+        generation = self.start(
+            prompt_ids, plan=plan, max_new_tokens=max_new_tokens, seed=seed, cancel=cancel
+        )
+        while not generation.done:
+            yield from generation.step()
 
-    def _stop_before_round(
-        self, generated: int, length: int, max_new_tokens: int, cancel: threading.Event | None
-    ) -> StopReason | None:
-        if cancel is not None and cancel.is_set():
+
+class Generation:
+    """One reply being decoded: the state kept between rounds.
+
+    ``step`` runs exactly one round. Time between steps (a paused talk, a slow consumer) is not
+    decoding time: ``decode_s`` sums the steps themselves.
+    """
+
+    def __init__(
+        self,
+        decoder: SpeculativeDecoder,
+        prompt_ids: list[int],
+        plan: Callable[[], RoundPlan],
+        max_new_tokens: int,
+        seed: int | None,
+        cancel: threading.Event | None,
+    ) -> None:
+        self.decoder = decoder
+        self.prompt_tokens = len(prompt_ids)
+        self.plan = plan
+        self.max_new_tokens = max_new_tokens
+        self.cancel = cancel
+        self.generator = new_generator(decoder.target.device, seed)
+        self.detok = decoder.new_detokenizer(prompt_ids)
+        self._first: RoundPlan | None = plan()
+        self.prefill_ms = decoder.target.prefill(prompt_ids)
+        if self._first.drafter is not None:
+            self._first.drafter.prefill(prompt_ids)
+        self.ids = list(prompt_ids)
+        self.stats = StreamStats()
+        self.round_no = 0
+        self.decode_s = 0.0
+        self.stop: StopReason | None = None
+        self.summary: SummaryEvent | None = None
+
+    @property
+    def generated(self) -> int:
+        return len(self.ids) - self.prompt_tokens
+
+    @property
+    def done(self) -> bool:
+        return self.summary is not None
+
+    def step(self) -> list[Event]:
+        """Run one round; its tokens, then its RoundEvent, then the summary if the reply ended."""
+        if self.done:
+            return []
+        start = time.perf_counter()
+        self.stop = self._stop_reason()
+        if self.stop is not None:
+            return [self._finish(start)]
+        current = self._first or self.plan()
+        self._first = None
+        gamma = self._gamma_for(current)
+        events, emitted, eos = self._round(gamma, current)
+        self.ids.extend(emitted)
+        current.schedule.observe(events[-1])  # type: ignore[arg-type]
+        self.round_no += 1
+        self.stop = "eos" if eos else self._stop_reason()
+        if self.stop is not None:
+            _flush_into_last_token(events, self.detok.flush())
+        for event in events:
+            self.stats.add(event)
+        if self.stop is not None:
+            events.append(self._finish(start))
+        else:
+            self.decode_s += time.perf_counter() - start
+        return events
+
+    def finish(self, stop: StopReason = "cancelled") -> SummaryEvent:
+        """End the reply between rounds (a talk stopped while paused)."""
+        if self.summary is None:
+            self.stop = stop
+            self._finish(time.perf_counter())
+        assert self.summary is not None
+        return self.summary
+
+    def _finish(self, step_start: float) -> SummaryEvent:
+        assert self.stop is not None
+        self.decode_s += time.perf_counter() - step_start
+        self.summary = self.stats.summary(
+            self.stop, prefill_ms=self.prefill_ms, decode_s=self.decode_s, prompt_tokens=self.prompt_tokens
+        )
+        return self.summary
+
+    def _stop_reason(self) -> StopReason | None:
+        if self.cancel is not None and self.cancel.is_set():
             return "cancelled"
-        if generated >= max_new_tokens:
+        if self.generated >= self.max_new_tokens:
             return "max_tokens"
-        if self.max_context is not None and length >= self.max_context:
+        max_context = self.decoder.max_context
+        if max_context is not None and len(self.ids) >= max_context:
             return "context"
         return None
 
-    def _gamma_for(self, current: RoundPlan, ids: list[int], generated: int, max_new_tokens: int) -> int:
+    def _gamma_for(self, current: RoundPlan) -> int:
         if current.drafter is None:
             return 0
-        length = len(ids)
-        gamma = current.schedule.next_gamma(current.drafter.next_source(ids))
-        room = (self.max_context - length) if self.max_context is not None else gamma + 1
+        length = len(self.ids)
+        gamma = current.schedule.next_gamma(current.drafter.next_source(self.ids))
+        max_context = self.decoder.max_context
+        room = (max_context - length) if max_context is not None else gamma + 1
         # Never draft past the token budget or the context: the round adds accepted + 1 tokens.
-        return max(0, min(gamma, max_new_tokens - generated - 1, room - 1))
+        return max(0, min(gamma, self.max_new_tokens - self.generated - 1, room - 1))
 
-    def _round(
-        self,
-        ids: list[int],
-        round_no: int,
-        gamma: int,
-        current: RoundPlan,
-        generator: torch.Generator,
-        detok: IncrementalDetokenizer,
-    ) -> tuple[list[Event], list[int], StopReason | None]:
-        sampling = current.sampling
+    def _round(self, gamma: int, current: RoundPlan) -> tuple[list[Event], list[int], bool]:
+        """One draft → verify → accept round: its events, the ids it adds, and whether it hit a stop token."""
+        decoder = self.decoder
         t0 = time.perf_counter()
-        draft = self._draft(ids, gamma, current, generator)
-        device_sync(self.target.device)
+        draft = self._draft(gamma, current)
+        device_sync(decoder.target.device)
         t1 = time.perf_counter()
-        logits = self.target.logits_after(ids + draft.ids, len(draft.ids) + 1)
-        p_target = shape_probs(logits, sampling)
-        if p_target.shape[-1] < self.vocab_width:
-            p_target = F.pad(p_target, (0, self.vocab_width - p_target.shape[-1]))
-        verdict = verify(p_target, draft.p_draft, draft.tokens, sampling, generator)
+        logits = decoder.target.logits_after(self.ids + draft.ids, len(draft.ids) + 1)
+        p_target = shape_probs(logits, current.sampling)
+        if p_target.shape[-1] < decoder.vocab_width:
+            p_target = F.pad(p_target, (0, decoder.vocab_width - p_target.shape[-1]))
+        verdict = verify(p_target, draft.p_draft, draft.tokens, current.sampling, self.generator)
         t2 = time.perf_counter()
 
         events: list[Event] = []
         emitted: list[int] = []
-        stop: StopReason | None = None
-        proposals = [
-            (tok, "accepted", verdict.p_target_drafts[i], verdict.p_draft_drafts[i])
-            for i, tok in enumerate(draft.ids[: verdict.accepted])
-        ]
-        closing = (
-            verdict.next_token,
-            _closing_kind(len(draft.ids), verdict.accepted),
-            verdict.p_target_next,
-            None,
-        )
-        for position, (token, kind, p_t, p_d) in enumerate([*proposals, closing]):
-            if token in self.stop_ids:
-                stop = "eos"
+        eos = False
+        for token in self._round_tokens(draft.ids, verdict):
+            if token.token_id in decoder.stop_ids:
+                eos = True
                 break
-            text = detok.add(token)
-            events.append(TokenEvent(kind, token, text, round_no, position, p_t, p_d))  # type: ignore[arg-type]
-            emitted.append(token)
+            events.append(replace(token, text=self.detok.add(token.token_id)))
+            emitted.append(token.token_id)
         events.append(
             RoundEvent(
-                round=round_no,
+                round=self.round_no,
                 gamma=gamma,
                 drafted=len(draft.ids),
                 accepted=verdict.accepted,
                 draft_ms=(t1 - t0) * 1000.0,
                 verify_ms=(t2 - t1) * 1000.0,
                 drafter=current.drafter.name if current.drafter is not None else "none",
+                drafts=self._draft_traces(draft.ids, verdict),
             )
         )
-        return events, emitted, stop
+        return events, emitted, eos
 
-    def _draft(self, ids: list[int], gamma: int, current: RoundPlan, generator: torch.Generator) -> Draft:
+    def _round_tokens(self, drafted: list[int], verdict: Verification) -> list[TokenEvent]:
+        """The round's accepted drafts and its closing token (text filled in by the caller)."""
+        round_no, accepted = self.round_no, verdict.accepted
+        tokens = [
+            TokenEvent(
+                "accepted",
+                tok,
+                "",
+                round_no,
+                i,
+                verdict.p_target_drafts[i],
+                verdict.p_draft_drafts[i],
+                "draft",
+            )
+            for i, tok in enumerate(drafted[:accepted])
+        ]
+        top = tuple(
+            Candidate(tok, self.decoder.token_text(tok), p)
+            for tok, p in zip(verdict.top_ids, verdict.top_probs, strict=True)
+        )
+        closing = TokenEvent(
+            _closing_kind(len(drafted), accepted),
+            verdict.next_token,
+            "",
+            round_no,
+            accepted,
+            verdict.p_target_next,
+            None,
+            "residual" if verdict.from_residual else "target",
+            top,
+        )
+        return [*tokens, closing]
+
+    def _draft_traces(self, drafted: list[int], verdict: Verification) -> tuple[DraftTrace, ...]:
+        accepted, draws = verdict.accepted, verdict.draws
+        return tuple(
+            DraftTrace(
+                tok,
+                self.decoder.token_text(tok),
+                verdict.p_target_drafts[i],
+                verdict.p_draft_drafts[i],
+                verdict.accept_probs[i],
+                draws[i] if draws is not None and i <= accepted else None,
+                _verdict_of(i, accepted),
+            )
+            for i, tok in enumerate(drafted)
+        )
+
+    def _draft(self, gamma: int, current: RoundPlan) -> Draft:
         drafter = current.drafter
         if drafter is None or gamma == 0:
-            return empty_draft(self.vocab_width, self.target.device)
-        return drafter.propose(ids, gamma, current.sampling, generator)
+            return empty_draft(self.decoder.vocab_width, self.decoder.target.device)
+        return drafter.propose(self.ids, gamma, current.sampling, self.generator)
+
+
+def _flush_into_last_token(events: list[Event], held_back: str) -> None:
+    """Give the reply's last token the text the detokenizer still held (a cut multi-byte character)."""
+    if not held_back:
+        return
+    for index in range(len(events) - 1, -1, -1):
+        event = events[index]
+        if isinstance(event, TokenEvent):
+            events[index] = replace(event, text=event.text + held_back)
+            return

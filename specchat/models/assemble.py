@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
-import tempfile
 from pathlib import Path
 from typing import IO
 
 from specchat.errors import ModelLoadError, ModelNotFoundError
-from specchat.models.cache import gguf_dir, public_mode
-from specchat.models.records import LoadProgress, ProgressCallback, emit
+from specchat.models.cache import MISSING, cache_write_error, gguf_dir
+from specchat.models.records import LoadProgress, ProgressCallback, Waiter, emit, notice
 from specchat.models.registry import PackagedModel
+from specchat.models.store import entry_lock, staged
 
 BLOCK = 8 << 20  # 8 MiB: large enough to stream at disk speed, small enough to report progress often
 
@@ -56,15 +55,32 @@ def is_installed(model: PackagedModel) -> bool:
     return True
 
 
-def packaged_gguf(model: PackagedModel, progress: ProgressCallback | None = None) -> Path:
-    """The verified GGUF of a packaged model: shipped whole, or assembled once into the cache."""
+def packaged_gguf(
+    model: PackagedModel,
+    progress: ProgressCallback | None = None,
+    *,
+    verify: bool = False,
+    wait: Waiter | None = None,
+) -> Path:
+    """The verified GGUF of a packaged model: shipped whole, or assembled once into the cache.
+
+    An assembled file is trusted by its size and marker, unless `verify` asks to hash it (which
+    every conversion does: converting a damaged file would cache damaged weights for good). A file
+    found damaged is rebuilt from the chunks, which are hashed as they are joined, and said so.
+    """
     paths = chunk_paths(model)
     if model.shipped_whole:
         return _verified_in_place(model, paths[0], progress)
     target = gguf_dir() / model.file
-    if _already_assembled(model, target, progress):
-        return target
-    return _assemble(model, paths, target, progress)
+    waiter = wait or Waiter(model.name, progress)
+    with entry_lock(target, f"assembling {model.name}", notify=waiter.notify, heartbeat=waiter.heartbeat):
+        problem = _assembled_problem(model, target, progress, verify=verify)
+        if problem is None:
+            return target
+        if problem != MISSING:
+            damage = f"{model.file} in the model cache is damaged ({problem})"
+            notice(progress, model.name, f"{damage}; rebuilding it from the verified chunks")
+        return _assemble(model, paths, target, progress)
 
 
 def sha256_file(path: Path, progress: ProgressCallback | None = None, name: str = "") -> str:
@@ -77,8 +93,8 @@ def sha256_file(path: Path, progress: ProgressCallback | None = None, name: str 
     return digest.hexdigest()
 
 
-def _marker(target: Path) -> Path:
-    """Records that `target` was verified, so a later start skips hashing a gigabyte."""
+def marker_path(target: Path) -> Path:
+    """Records that `target` was verified, so a start that does not convert skips hashing a gigabyte."""
     return target.with_name(target.name + ".sha256")
 
 
@@ -100,45 +116,46 @@ def _verified_in_place(model: PackagedModel, path: Path, progress: ProgressCallb
     return path
 
 
-def _already_assembled(model: PackagedModel, target: Path, progress: ProgressCallback | None) -> bool:
-    """True when a finished, verified file is there; a wrong one is removed so it gets rebuilt."""
+def _assembled_problem(
+    model: PackagedModel, target: Path, progress: ProgressCallback | None, *, verify: bool
+) -> str | None:
+    """None when `target` is the pinned file; MISSING when absent; else what is wrong with it."""
     if not target.is_file():
-        return False
-    marker = _marker(target)
-    if target.stat().st_size == model.size:
-        if marker.is_file() and marker.read_text().strip() == model.sha256:
-            return True
-        # The right size but never verified (e.g. a crash between rename and marker): check once.
-        if sha256_file(target, progress, model.name) == model.sha256:
-            marker.write_text(model.sha256 + "\n")
-            return True
-    target.unlink()
-    marker.unlink(missing_ok=True)
-    return False
+        return MISSING
+    size = target.stat().st_size
+    if size != model.size:
+        return f"it has {size:,} bytes instead of {model.size:,}"
+    marker = marker_path(target)
+    if not verify and marker.is_file() and marker.read_text().strip() == model.sha256:
+        return None
+    # Asked to, or never verified (e.g. a crash between rename and marker): hash it.
+    actual = sha256_file(target, progress, model.name)
+    if actual != model.sha256:
+        return f"its sha256 is {actual[:12]}… instead of {model.sha256[:12]}…"
+    _write_marker(model, target)
+    return None
+
+
+def _write_marker(model: PackagedModel, target: Path) -> None:
+    try:
+        marker_path(target).write_text(model.sha256 + "\n")
+    except OSError as err:
+        raise cache_write_error(err, target.parent) from err
 
 
 def _assemble(
     model: PackagedModel, paths: list[Path], target: Path, progress: ProgressCallback | None
 ) -> Path:
-    """Concatenate into a temp file, hashing as we go, then rename: no half file ever has the name."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", delete=False) as handle:
-        tmp = Path(handle.name)
+    """Concatenate into a staged file, hashing as we go, then rename: no half file ever has the name."""
+    marker_path(target).unlink(missing_ok=True)
     try:
-        with tmp.open("wb") as out:
+        with staged(target, folder=False) as tmp, tmp.open("wb") as out:
             actual = _copy_chunks(model, paths, out, progress)
-        if actual != model.sha256:
-            raise _checksum_error(model, f"its chunks join to sha256 {actual[:12]}…")
-        os.chmod(tmp, public_mode(0o666))  # NamedTemporaryFile makes it private; this is a plain cache file
-        os.replace(tmp, target)
+            if actual != model.sha256:
+                raise _checksum_error(model, f"its chunks join to sha256 {actual[:12]}…")
     except OSError as err:
-        raise ModelLoadError(
-            f"could not write {target} ({err.strerror or err}); free disk space or set SPECCHAT_CACHE_DIR "
-            f"to a disk with {model.size / 1e9:.1f} GB free"
-        ) from err
-    finally:
-        tmp.unlink(missing_ok=True)
-    _marker(target).write_text(model.sha256 + "\n")
+        raise cache_write_error(err, target.parent, need=model.size) from err
+    _write_marker(model, target)
     return target
 
 

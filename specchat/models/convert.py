@@ -13,32 +13,29 @@ import hashlib
 import importlib
 import json
 import os
-import shutil
-import tempfile
+import re
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
-import transformers
-from transformers import (
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    GgufConfig,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-)
 
-from specchat.errors import ModelLoadError
-from specchat.models.cache import CONVERTED_MARKER, converted_dir, is_converted, public_mode
-from specchat.models.errors_util import as_load_error, memory_guard, quiet_library_bars
+from specchat.errors import ModelLoadError, SpecchatError
+from specchat.models.cache import CONVERTED_MARKER, MISSING, cache_write_error, converted_dir
+from specchat.models.errors_util import as_load_error, memory_guard, one_line, quiet_library_bars
 from specchat.models.gguf_check import check_gguf
+from specchat.models.manifest import quick_problem, record_files, safetensors_problem
 from specchat.models.records import LoadProgress, ProgressCallback, emit
+from specchat.models.store import staged
 
 CPU = torch.device("cpu")
 T = TypeVar("T")
 END_OF_TEXT = "<|endoftext|>"
+
+if TYPE_CHECKING:
+    # Types only: transformers' modeling code costs seconds to import; it is loaded when converting.
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 def converted_folder(name: str, key: str) -> Path:
@@ -53,12 +50,29 @@ def file_key(path: Path) -> str:
     return hashlib.sha256(ident.encode()).hexdigest()[:12]
 
 
-def ensure_converted(
+def converted_problem(dest: Path) -> str | None:
+    """None when `dest` is a complete conversion that still matches its record; else why not.
+
+    Cheap enough for every start (sizes, first MiBs, safetensors headers; see manifest).
+    """
+    marker = dest / CONVERTED_MARKER
+    if not marker.is_file():
+        return f"{CONVERTED_MARKER} is missing" if dest.is_dir() else MISSING
+    try:
+        meta = json.loads(marker.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        meta = None
+    if not isinstance(meta, dict):
+        return f"its record {CONVERTED_MARKER} is unreadable"
+    if "files" not in meta:  # converted before sizes were recorded: the structural check only
+        return safetensors_problem(dest)
+    return quick_problem(dest, meta["files"])
+
+
+def convert(
     gguf: Path, dest: Path, *, name: str, origin: str, progress: ProgressCallback | None = None
 ) -> Path:
-    """The converted folder for `gguf`, converting it first if this is the first load."""
-    if is_converted(dest):
-        return dest
+    """Dequantize `gguf` into the safetensors folder `dest`; the caller holds `dest`'s entry lock."""
     check_gguf(gguf)
     started = time.monotonic()
     model, tokenizer = _read_gguf(gguf, name, progress)
@@ -67,14 +81,11 @@ def ensure_converted(
         "name": name,
         "origin": origin,
         "gguf": str(gguf),
-        "transformers": transformers.__version__,
+        "transformers": _transformers_version(),
         "converted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "seconds": round(time.monotonic() - started, 1),
     }
-    with (
-        as_load_error(f"cannot save the converted {name} to {dest.parent}"),
-        quiet_library_bars(progress is not None),
-    ):
+    with quiet_library_bars(progress is not None):
         _save_atomically(model, tokenizer, dest, meta)
     del model
     gc.collect()  # the dequantized copy is gigabytes; free it before the folder is loaded again
@@ -128,6 +139,8 @@ def _read_gguf(
         # fp32 keeps the dequantized values exact; a smaller dtype is chosen when loading the copy.
         # dequantize=True: with the optional `kernels` package installed, transformers would
         # otherwise keep the weights in packed GGUF blocks, which save_pretrained cannot write.
+        from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
         model = AutoModelForCausalLM.from_pretrained(
             str(gguf.parent),
             gguf_file=gguf.name,
@@ -173,24 +186,35 @@ def _tensor_progress(name: str, progress: ProgressCallback | None) -> Iterator[N
 def _save_atomically(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dest: Path, meta: dict[str, object]
 ) -> None:
-    """Write into a temp folder beside `dest`, then rename: a crash never leaves a half cache."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}."))
-    os.chmod(tmp, public_mode(0o777))  # mkdtemp makes it private; the cache is ordinary user data
+    """Write a staged folder, record what it holds, then rename it into place (see store.staged)."""
+    # What save_pretrained writes, roughly: tied tensors may be counted twice, which errs on the safe side.
+    need = sum(t.numel() * t.element_size() for t in model.state_dict().values())
     try:
-        _forget_gguf(model)
-        sync_eos_ids(model, tokenizer, from_gguf=True)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        (tmp / CONVERTED_MARKER).write_text(json.dumps(meta, indent=2) + "\n")
-        _publish(tmp, dest)
+        with staged(dest, folder=True) as tmp:
+            _forget_gguf(model)
+            sync_eos_ids(model, tokenizer, from_gguf=True)
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            meta["files"] = record_files(tmp)
+            # Written last: a folder without it was never finished.
+            (tmp / CONVERTED_MARKER).write_text(json.dumps(meta, indent=2) + "\n")
     except OSError as err:
-        raise ModelLoadError(
-            f"could not write the converted model to {dest.parent} ({err.strerror or err}); "
-            "free disk space or set SPECCHAT_CACHE_DIR to a larger disk"
-        ) from err
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        raise cache_write_error(err, dest, need=need) from err
+    except SpecchatError:
+        raise
+    except Exception as err:
+        # safetensors reports a full disk as its own error type, with the OS error in its text.
+        code = os_error_code(err)
+        if code is not None:
+            raise cache_write_error(OSError(code, os.strerror(code)), dest, need=need) from err
+        what = f"cannot save the converted {meta['name']} to {dest.parent}"
+        raise ModelLoadError(f"{what}: {one_line(err)}") from err
+
+
+def os_error_code(err: BaseException) -> int | None:
+    """The errno a library wrapped into its own exception text ("... (os error 28)"), if any."""
+    match = re.search(r"\(os error (\d+)\)", str(err))
+    return int(match.group(1)) if match else None
 
 
 def _forget_gguf(model: PreTrainedModel) -> None:
@@ -206,11 +230,7 @@ def _forget_gguf(model: PreTrainedModel) -> None:
         del model.config.quantization_config
 
 
-def _publish(tmp: Path, dest: Path) -> None:
-    if dest.exists() and not is_converted(dest):
-        shutil.rmtree(dest)  # left by an older, unfinished run
-    try:
-        os.rename(tmp, dest)
-    except OSError:
-        if not is_converted(dest):  # another process finishing first is fine; anything else is not
-            raise
+def _transformers_version() -> str:
+    import transformers
+
+    return str(transformers.__version__)

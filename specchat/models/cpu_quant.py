@@ -42,11 +42,17 @@ from specchat.errors import InvalidSettingError
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 
-TARGET_MODES = ("fp32", "fp16", "int8")
-DRAFT_MODES = (*TARGET_MODES, "dyn8")
-AUTO_CPU_PATH = "int8/dyn8+head32768"
-"""Chosen on the bench: per-row int8 target (98.6 % teacher-forced argmax agreement with fp32 on the
-quick prompts; fp16/dyn8 agrees 100 % but decodes ~1.8x slower), fbgemm int8 draft with a 32k head."""
+NATIVE_MODES = ("gguf", "q4", "q8")
+"""specchat's own kernels (specchat.kernels): the whole forward in C++ on block-quantized weights.
+"gguf" keeps a GGUF file's own Q4_K / Q6_K blocks (the very weights llama.cpp reads)."""
+TARGET_MODES = ("fp32", "fp16", "int8", *NATIVE_MODES)
+DRAFT_MODES = ("fp32", "fp16", "int8", "dyn8", *NATIVE_MODES)
+NATIVE_CPU_PATH = "gguf/q4+head32768"
+"""The default where specchat's kernels run: the target on its GGUF blocks, a 4-bit draft with a
+32k head (the draft's numerics only move acceptance, never the output)."""
+FALLBACK_CPU_PATH = "int8/dyn8+head32768"
+"""Where they cannot run (no AVX-512 VNNI, no compiler): per-row int8 target on fbgemm, fbgemm int8
+draft with a 32k head."""
 
 # fbgemm's fp16 GEMM and quantized tensors carry deprecation notices in torch 2.13; they are still
 # the fastest CPU kernels here (see the module doc). Say so once, not on every forward.
@@ -66,6 +72,18 @@ class CpuPath:
         head = f"+head{self.draft_head}" if self.draft_head else ""
         return f"{self.target}/{self.draft}{head}"
 
+    @property
+    def native(self) -> bool:
+        """Whether the pair runs on specchat's own kernels (the whole forward in C++)."""
+        return self.target in NATIVE_MODES
+
+
+def auto_cpu_path() -> str:
+    """The native path where its kernels can run on this CPU, the fbgemm int8 path otherwise."""
+    from specchat.kernels import cpu_supports
+
+    return NATIVE_CPU_PATH if cpu_supports() is None else FALLBACK_CPU_PATH
+
 
 def parse_cpu_path(text: str, device: torch.device | None = None) -> CpuPath:
     """``none``, ``auto`` or ``TARGET/DRAFT[+headN]``; InvalidSettingError otherwise."""
@@ -75,7 +93,7 @@ def parse_cpu_path(text: str, device: torch.device | None = None) -> CpuPath:
     if value == "auto":
         if device is not None and device.type != "cpu":
             return CpuPath()
-        return parse_cpu_path(AUTO_CPU_PATH)
+        return parse_cpu_path(auto_cpu_path())
     target, _, draft = value.partition("/")
     draft = draft or "fp32"
     draft, _, head = draft.partition("+head")
@@ -91,6 +109,11 @@ def parse_cpu_path(text: str, device: torch.device | None = None) -> CpuPath:
     if width is not None and width < 256:
         raise InvalidSettingError(
             f"a draft head narrower than 256 ids cannot cover the byte tokens ({text!r})."
+        )
+    if (target in NATIVE_MODES) != (draft in NATIVE_MODES):
+        raise InvalidSettingError(
+            f"CPU path {text!r} mixes specchat's kernels ({', '.join(NATIVE_MODES)}) with fbgemm's: "
+            "pick both from one family, e.g. gguf/q4+head32768 or int8/dyn8+head32768."
         )
     return CpuPath(target, draft, width)
 
@@ -295,7 +318,12 @@ def _fuse_groups(module: nn.Module, mode: str) -> bool:
 
 # ------------------------------------------------------------------------------------------ models
 def convert_linears(
-    model: nn.Module, mode: str, *, head_rows: int | None = None, fuse: bool = True
+    model: nn.Module,
+    mode: str,
+    *,
+    head_rows: int | None = None,
+    fuse: bool = True,
+    between_jobs: Callable[[], None] | None = None,
 ) -> nn.Module:
     """Replace every nn.Linear in ``model`` (in place) by a PackedLinear of ``mode``.
 
@@ -305,7 +333,7 @@ def convert_linears(
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if mode != "fp32" and fuse:
         # Each job replaces attributes of its own module only, so modules can be fused in parallel.
-        _in_parallel(lambda module: _fuse_groups(module, mode), list(model.modules()))
+        _in_parallel(lambda module: _fuse_groups(module, mode), list(model.modules()), between_jobs)
     jobs: list[tuple[nn.Module, str, nn.Linear, int | None]] = []
     for module in list(model.modules()):
         for child_name, child in list(module.named_children()):
@@ -316,18 +344,29 @@ def convert_linears(
                 continue
             rows = head_rows if is_head and head_rows is not None and head_rows < child.out_features else None
             jobs.append((module, child_name, child, rows))
-    packed = _in_parallel(lambda job: PackedLinear(job[2], mode, job[3]), jobs)
+    packed = _in_parallel(lambda job: PackedLinear(job[2], mode, job[3]), jobs, between_jobs)
     for (module, child_name, _, _), layer in zip(jobs, packed, strict=True):
         setattr(module, child_name, layer)
     return model
 
 
-def _in_parallel(work: Callable[[Item], Result], items: Sequence[Item]) -> list[Result]:
+def _in_parallel(
+    work: Callable[[Item], Result], items: Sequence[Item], between_jobs: Callable[[], None] | None = None
+) -> list[Result]:
     """``work`` on every item, one single-threaded job per core.
 
     Packing is a long series of mid-sized ops (quantize, fbgemm prepack) that parallelise
     poorly inside one op; jobs side by side pack the default pair about 1.4x faster on 2 cores.
+    ``between_jobs`` runs before each job: whatever it raises abandons the packing (an app
+    that quits need not wait for every remaining job).
     """
+    if between_jobs is not None:
+        plain_work = work
+
+        def work(item: Item) -> Result:
+            between_jobs()
+            return plain_work(item)
+
     workers = min(os.cpu_count() or 1, 8, len(items))
     if workers < 2:
         return [work(item) for item in items]
@@ -353,7 +392,12 @@ class CpuPair:
 
 
 def prepare_cpu_pair(
-    target: nn.Module, draft: nn.Module | None, path: str | CpuPath = "auto", *, lean: bool = True
+    target: nn.Module,
+    draft: nn.Module | None,
+    path: str | CpuPath = "auto",
+    *,
+    lean: bool = True,
+    between_jobs: Callable[[], None] | None = None,
 ) -> CpuPair:
     """Convert the pair in place for ``path`` and wrap it in the lean forward where possible.
 
@@ -369,17 +413,24 @@ def prepare_cpu_pair(
         path = "none"  # bitsandbytes layers already: leave them alone
     chosen = path if isinstance(path, CpuPath) else parse_cpu_path(path, device)
     if str(chosen) == "none":
+        if device.type == "cpu" and not quantized:
+            # MKL's fp32 GEMM sums a row differently in a batch: verify rows alone, as plain steps do.
+            from specchat.models.quant import compute_rows_alone
+
+            compute_rows_alone(target)
         return CpuPair(target, draft, target, draft, "none", False)
     if device.type != "cpu":
         raise InvalidSettingError(f"--cpu-path {chosen} is for CPU models; this one is on {device}.")
     if quantized:
         raise InvalidSettingError("--cpu-path cannot be combined with --quant: pick one.")
+    if chosen.native:
+        return _native_pair(target, draft, chosen)
     with torch.inference_mode(False), torch.no_grad():
-        convert_linears(target, chosen.target)
+        convert_linears(target, chosen.target, between_jobs=between_jobs)
         if chosen.target != "fp32":
             use_row_attention(target)
         if draft is not None:
-            convert_linears(draft, chosen.draft, head_rows=chosen.draft_head)
+            convert_linears(draft, chosen.draft, head_rows=chosen.draft_head, between_jobs=between_jobs)
         for model in (target, draft):
             if model is not None:
                 _own_remaining_weights(model)
@@ -388,6 +439,20 @@ def prepare_cpu_pair(
         return CpuPair(target, draft, target, draft, str(chosen), False)
     lean_draft = LeanCausalLM(draft) if draft is not None else None
     return CpuPair(LeanCausalLM(target), lean_draft, target, draft, str(chosen), True)
+
+
+def _native_pair(target: nn.Module, draft: nn.Module | None, path: CpuPath) -> CpuPair:
+    """Loaded float models quantized for specchat's kernels ("gguf" means q8 here: no GGUF blocks)."""
+    from specchat.kernels.native import from_hf
+
+    def bits(mode: str) -> int:
+        return 4 if mode == "q4" else 8
+
+    native_target = from_hf(target, bits=bits(path.target))
+    native_draft = (
+        from_hf(draft, bits=bits(path.draft), head_rows=path.draft_head) if draft is not None else None
+    )
+    return CpuPair(native_target, native_draft, target, draft, str(path), True)
 
 
 def _own_remaining_weights(model: nn.Module) -> None:

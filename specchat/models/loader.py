@@ -2,30 +2,44 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from specchat.errors import InvalidSettingError, ModelLoadError, ModelNotFoundError
 from specchat.models.assemble import packaged_gguf
-from specchat.models.cache import is_converted
+from specchat.models.cache import CONVERTED_MARKER, MISSING, CacheError
 from specchat.models.compat import check_tokenizers_compatible
-from specchat.models.convert import converted_folder, ensure_converted, file_key, sync_eos_ids
+from specchat.models.convert import convert, converted_folder, converted_problem, file_key, sync_eos_ids
+from specchat.models.cpu_quant import CpuPath
 from specchat.models.device import resolve_device, resolve_dtype
 from specchat.models.errors_util import as_load_error, memory_guard, quiet_library_bars
 from specchat.models.hub import hub_folder
-from specchat.models.quant import check_quant, quant_config
+from specchat.models.quant import check_quant, compute_rows_alone, quant_config, quant_note
 from specchat.models.records import (
     DecodingPair,
     LoadedModel,
     LoadProgress,
     ProgressCallback,
     Stage,
+    Waiter,
     emit,
+    notice,
 )
+from specchat.models.registry import PACKAGED, PackagedModel
 from specchat.models.resolve import Resolved, resolve_spec
+from specchat.models.store import entry_lock, set_doing, sweep_partials
+
+if TYPE_CHECKING:
+    # Types only: transformers' modeling code costs seconds to import, and the packed CPU path
+    # never needs it.
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 def load_model(
@@ -43,9 +57,12 @@ def load_model(
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     resolved = resolve_spec(spec)
-    folder = hf_folder(resolved, progress)
-    model, tokenizer = _load_folder(folder, resolved.name, torch_device, torch_dtype, quant, progress)
+    with local_folder(resolved, progress) as folder:
+        model, tokenizer = _load_folder(folder, resolved.name, torch_device, torch_dtype, quant, progress)
     sync_eos_ids(model, tokenizer, from_gguf=resolved.kind in {"packaged", "gguf", "cached"})
+    if quant is not None:
+        # bitsandbytes' kernels compute a row differently in a batch: keep verification exact.
+        compute_rows_alone(model)
     source = resolved.location if resolved.kind == "hub" else str(folder)
     seconds = time.monotonic() - started
     message = f"{resolved.name} ready on {torch_device} ({_dtype_name(torch_dtype)}, {seconds:.1f} s)"
@@ -92,7 +109,10 @@ def load_for_decoding(
     """
     from specchat.models.cpu_quant import parse_cpu_path, prepare_cpu_pair
 
-    parse_cpu_path(cpu_path)  # a typo fails before a minute of loading
+    chosen = _choose_cpu_path(cpu_path, device, quant, progress)  # a typo fails before any loading
+    if chosen is not None and chosen.native:
+        return _load_native_pair(target, draft, chosen, progress)
+    cpu_path = str(chosen) if chosen is not None else cpu_path
     target_lm, draft_lm = load_pair(target, draft, device=device, dtype=dtype, quant=quant, progress=progress)
     started = time.monotonic()
     label = "CPU kernels"
@@ -104,7 +124,13 @@ def load_for_decoding(
         memory_guard(target_lm.name, target_lm.device),
         as_load_error(f"cannot prepare CPU kernels {cpu_path!r}"),
     ):
-        pair = prepare_cpu_pair(target_lm.model, draft_lm.model if draft_lm else None, cpu_path)
+        pair = prepare_cpu_pair(
+            target_lm.model,
+            draft_lm.model if draft_lm else None,
+            cpu_path,
+            # A progress callback may raise to abandon loading: let it between packing jobs.
+            between_jobs=lambda: emit(progress, LoadProgress(label, "kernels", 0, 1, "packing CPU kernels")),
+        )
     if packing:
         seconds = time.monotonic() - started
         emit(progress, LoadProgress(label, "ready", 1, 1, f"CPU kernels: {pair.path} ({seconds:.1f} s)"))
@@ -115,29 +141,196 @@ def load_for_decoding(
         target_name=target_lm.name,
         draft_name=draft_lm.name if draft_lm else None,
         device=target_lm.device,
-        kernels=pair.path,
+        kernels=pair.path if target_lm.quant is None else f"bitsandbytes {target_lm.quant}",
     )
 
 
+def _choose_cpu_path(
+    cpu_path: str, device: str, quant: str | None, progress: ProgressCallback | None
+) -> CpuPath | None:
+    """The CPU path to apply (None: GPUs and bitsandbytes models keep their layers).
+
+    A path on specchat's own kernels builds them first (once, into the cache); where they cannot
+    run, ``auto`` falls back to the fbgemm path with a note, and an explicit path fails saying why.
+    """
+    from specchat.kernels import KernelsUnavailable, load
+    from specchat.models.cpu_quant import FALLBACK_CPU_PATH, parse_cpu_path
+
+    parse_cpu_path(cpu_path)
+    torch_device = resolve_device(device)
+    if quant is not None or torch_device.type != "cpu":
+        return None
+    chosen = parse_cpu_path(cpu_path, torch_device)
+    if not chosen.native:
+        return chosen
+    try:
+        emit(progress, LoadProgress("CPU kernels", "kernels", 0, 1, "loading specchat's CPU kernels"))
+        load()
+    except KernelsUnavailable as err:
+        if cpu_path.strip().lower() != "auto":
+            raise InvalidSettingError(
+                f"--cpu-path {cpu_path} needs specchat's CPU kernels, which cannot run here: {err}; "
+                f"use --cpu-path {FALLBACK_CPU_PATH}."
+            ) from err
+        message = f"specchat's CPU kernels cannot run here ({err}): using {FALLBACK_CPU_PATH}"
+        emit(progress, LoadProgress("CPU kernels", "kernels", 1, 1, message))
+        return parse_cpu_path(FALLBACK_CPU_PATH)
+    return chosen
+
+
+def _load_native_pair(
+    target: str, draft: str | None, path: CpuPath, progress: ProgressCallback | None
+) -> DecodingPair:
+    """Both models on specchat's kernels, packed once into the cache and memory-mapped from there."""
+    from specchat.models.packed import PackRecipe, load_native
+
+    started = time.monotonic()
+    loaded = load_native(target, PackRecipe(path.target), progress)
+    draft_loaded = None
+    if draft is not None:
+        draft_loaded = load_native(
+            draft, PackRecipe(path.draft, path.draft_head), progress, share_tokenizer=loaded
+        )
+        if draft_loaded.tokenizer is not loaded.tokenizer:
+            check_tokenizers_compatible(
+                loaded.tokenizer,
+                draft_loaded.tokenizer,
+                target_name=loaded.name,
+                draft_name=draft_loaded.name,
+            )
+    seconds = time.monotonic() - started
+    emit(progress, LoadProgress("CPU kernels", "ready", 1, 1, f"CPU kernels: {path} ({seconds:.1f} s)"))
+    return DecodingPair(
+        target=loaded.model,
+        draft=draft_loaded.model if draft_loaded else None,
+        tokenizer=loaded.tokenizer,
+        target_name=loaded.name,
+        draft_name=draft_loaded.name if draft_loaded else None,
+        device=torch.device("cpu"),
+        kernels=str(path),
+    )
+
+
+@contextlib.contextmanager
+def local_folder(resolved: Resolved, progress: ProgressCallback | None = None) -> Iterator[Path]:
+    """A Hugging Face format folder for `resolved`, assembling and converting GGUF on first use.
+
+    A cache entry is checked (cheaply) on every start, rebuilt if damaged, and stays locked until
+    the caller has read it, so another specchat never converts it twice nor clears it mid-load.
+    """
+    if resolved.kind == "hub":
+        yield hub_folder(resolved.location, progress)
+        return
+    if resolved.kind == "folder":
+        yield Path(resolved.location)
+        return
+    sweep_partials(lambda message: notice(progress, resolved.name, message))
+    plan = conversion_plan(resolved)
+    with _locked_for_reading(plan, progress):
+        problem = converted_problem(plan.dest)
+        if problem is not None:
+            _rebuild(plan, problem, progress)
+        yield plan.dest
+
+
 def hf_folder(resolved: Resolved, progress: ProgressCallback | None = None) -> Path:
-    """A Hugging Face format folder for `resolved`, assembling and converting GGUF on first use."""
+    """:func:`local_folder`, released at once: for callers that only need the path."""
+    with local_folder(resolved, progress) as folder:
+        return folder
+
+
+@dataclass(frozen=True)
+class ConversionPlan:
+    """Where a GGUF model's conversion lives, and how to (re)make it."""
+
+    name: str
+    dest: Path
+    origin: str
+    """Recorded in the conversion: `packaged:<name>` or the GGUF's path."""
+    packaged: PackagedModel | None = None
+    gguf: Path | None = None
+    """The user's GGUF file; None for packaged models, and when it is gone."""
+
+    @property
+    def source(self) -> str:
+        return "the verified chunks" if self.packaged is not None else str(self.gguf)
+
+
+def conversion_plan(resolved: Resolved) -> ConversionPlan:
     if resolved.kind == "packaged":
         assert resolved.packaged is not None
-        packaged = resolved.packaged
-        dest = converted_folder(packaged.name, packaged.key)
-        if is_converted(dest):  # the warm path: no chunks are read or hashed
-            return dest
-        gguf = packaged_gguf(packaged, progress)
-        return ensure_converted(
-            gguf, dest, name=packaged.name, origin=f"packaged:{packaged.name}", progress=progress
-        )
+        model = resolved.packaged
+        dest = converted_folder(model.name, model.key)
+        return ConversionPlan(model.name, dest, f"packaged:{model.name}", packaged=model)
     if resolved.kind == "gguf":
         gguf = Path(resolved.location)
         dest = converted_folder(resolved.name, file_key(gguf))
-        return ensure_converted(gguf, dest, name=resolved.name, origin=str(gguf), progress=progress)
-    if resolved.kind == "hub":
-        return hub_folder(resolved.location, progress)
-    return Path(resolved.location)  # a local folder or a converted-cache entry
+        return ConversionPlan(resolved.name, dest, str(gguf), gguf=gguf)
+    return _plan_for_cached(resolved)
+
+
+def _plan_for_cached(resolved: Resolved) -> ConversionPlan:
+    """A conversion named directly (as `specchat models` lists it): rebuildable while its GGUF is
+    still the file it was made from."""
+    dest = Path(resolved.location)
+    origin = str(_read_origin(dest))
+    packaged = PACKAGED.get(origin.removeprefix("packaged:")) if origin.startswith("packaged:") else None
+    if packaged is not None and converted_folder(packaged.name, packaged.key) == dest:
+        return ConversionPlan(resolved.name, dest, origin, packaged=packaged)
+    gguf = Path(origin)
+    if origin and gguf.is_file() and converted_folder(gguf.stem, file_key(gguf)) == dest:
+        return ConversionPlan(resolved.name, dest, origin, gguf=gguf)
+    return ConversionPlan(resolved.name, dest, origin)
+
+
+def _read_origin(dest: Path) -> object:
+    try:
+        meta = json.loads((dest / CONVERTED_MARKER).read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return ""
+    return meta.get("origin", "") if isinstance(meta, dict) else ""
+
+
+@contextlib.contextmanager
+def _locked_for_reading(plan: ConversionPlan, progress: ProgressCallback | None) -> Iterator[None]:
+    waiter = Waiter(plan.name, progress)
+    with contextlib.ExitStack() as stack:
+        try:
+            lock = entry_lock(
+                plan.dest, f"loading {plan.name}", notify=waiter.notify, heartbeat=waiter.heartbeat
+            )
+            stack.enter_context(lock)
+        except CacheError:
+            # A cache this process may not write to (read-only, shared) is fine if it has it all.
+            if converted_problem(plan.dest) is not None:
+                raise
+        yield
+
+
+def _rebuild(plan: ConversionPlan, problem: str, progress: ProgressCallback | None) -> None:
+    """Convert for the first time (`problem` is MISSING), or again, saying why."""
+    if plan.packaged is None and plan.gguf is None:
+        if problem == MISSING:  # cleared since it was resolved
+            raise ModelNotFoundError(f"{plan.name} is no longer in the model cache; run `specchat models`")
+        raise ModelLoadError(
+            f"the cached conversion {plan.name} is damaged ({problem}) and the GGUF it was made from "
+            f"({plan.origin or 'unknown'}) is gone or has changed; remove it with "
+            f"`specchat models --clear {plan.name}` and load the GGUF file again"
+        )
+    if problem != MISSING:
+        notice(
+            progress,
+            plan.name,
+            f"the cached conversion of {plan.name} is damaged ({problem}); rebuilding it from {plan.source}",
+        )
+    set_doing(plan.dest, f"converting {plan.name}")
+    if plan.packaged is not None:
+        waiter = Waiter(plan.name, progress)
+        gguf = packaged_gguf(plan.packaged, progress, verify=True, wait=waiter)
+    else:
+        assert plan.gguf is not None
+        gguf = plan.gguf
+    convert(gguf, plan.dest, name=plan.name, origin=plan.origin, progress=progress)
 
 
 def _load_folder(
@@ -156,12 +349,15 @@ def _load_folder(
         kwargs["device_map"] = {"": device}
     stage: Stage = "quantize" if quant else "load"
     verb = f"loading {name} and quantizing it to {quant}" if quant else f"loading {name}"
-    emit(progress, LoadProgress(name, stage, 0, 1, f"{verb} on {device}"))
+    note = quant_note(device) if quant else ""
+    emit(progress, LoadProgress(name, stage, 0, 1, f"{verb} on {device}{note}"))
     with (
         memory_guard(name, device),
         as_load_error(f"cannot load {name} from {folder}"),
         quiet_library_bars(progress is not None),
     ):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
         model = AutoModelForCausalLM.from_pretrained(str(folder), **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(str(folder))
         if "device_map" not in kwargs:

@@ -1,16 +1,54 @@
-"""bitsandbytes 4-bit / 8-bit loading of the target (an optional extra)."""
+"""bitsandbytes 4-bit / 8-bit targets (the `gpu` extra), computed so that speculation stays exact.
+
+Exactness needs a verify pass over several positions to compute each row bit for bit as a
+one-token pass computes it. bitsandbytes' layers do not all do that (checked on 0.50.2 at 1–9
+rows; tests/quant keeps checking):
+
+- LLM.int8 (``8bit``) picks its outlier columns from the whole batch: when any row has an
+  activation above the threshold, that column leaves the int8 product for every row, so a row
+  changes with its neighbours;
+- the generic 4-bit path (CPUs without AVX512-BF16, and CUDA for more than one row) dequantizes
+  and calls the BLAS, whose one-row and many-row products round differently (on CUDA one row
+  even takes another kernel, a fused GEMV);
+- layers bitsandbytes leaves alone (the output head) and the attention have the same problem as
+  in any stock model.
+
+:func:`compute_rows_alone` therefore makes every verify-sized pass (up to γ_max + 1 positions)
+of a quantized target run each of those layers once per row, and its attention row by row (as
+the CPU paths do, see :func:`specchat.models.cpu_quant.row_attention_forward`). Each row is
+then, by construction, the very computation a one-token pass makes. The one kind of layer kept
+batched is the 4-bit kernel of bitsandbytes' own CPU library (AVX512-BF16): it accumulates each
+row in its own registers, in the same order, whatever the number of rows (the tests check this
+too).
+"""
 
 from __future__ import annotations
 
 import importlib.util
-import warnings
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import BitsAndBytesConfig
+from torch import nn
 
 from specchat.errors import InvalidSettingError
 
 QUANT_CHOICES = ("4bit", "8bit")
+INSTALL_HINT = "pip install 'specchat[gpu]' (it runs on a CPU too)"
+CPU_NOTE = "bitsandbytes on a CPU: an order of magnitude slower than the default CPU path, see README"
+"""Said while a quantized target loads on a CPU (README's Performance section has the figures)."""
+
+# bitsandbytes logs on every call of an 8-bit layer that it casts its input to fp16 (that is
+# how LLM.int8 works), and on import that a faster CPU 4-bit kernel could be fetched from a
+# model hub, which specchat never contacts. Neither is something a user can act on.
+for _name in ("bitsandbytes.autograd._functions", "bitsandbytes.backends.cpu.ops"):
+    logging.getLogger(_name).setLevel(logging.ERROR)
+
+ROWS_ALONE_FLAG = "_specchat_rows_alone"
+
+if TYPE_CHECKING:
+    from transformers import BitsAndBytesConfig
 
 
 def bitsandbytes_available() -> bool:
@@ -26,21 +64,86 @@ def check_quant(quant: str | None) -> str | None:
         raise InvalidSettingError(f"unknown quantization {quant!r}; use 4bit or 8bit, or leave --quant out")
     if not bitsandbytes_available():
         raise InvalidSettingError(
-            f"--quant {text} needs bitsandbytes, which is not installed; "
-            "install it with: pip install 'specchat[gpu]'"
+            f"--quant {text} needs bitsandbytes, which is not installed: {INSTALL_HINT}"
         )
     return text
 
 
+def quant_note(device: torch.device) -> str:
+    """What the loading message adds about a quantized target's kernels ("" where they are fast)."""
+    return "" if device.type == "cuda" else f" ({CPU_NOTE})"
+
+
 def quant_config(quant: str, device: torch.device, dtype: torch.dtype) -> BitsAndBytesConfig:
-    if device.type != "cuda":
-        warnings.warn(
-            f"--quant {quant} on {device} runs bitsandbytes' CPU kernels, slower than plain float32",
-            stacklevel=3,
-        )
+    from transformers import BitsAndBytesConfig
+
     if quant == "8bit":
         return BitsAndBytesConfig(load_in_8bit=True)
     compute = dtype
     if device.type == "cuda":
         compute = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=compute)
+
+
+# ---------------------------------------------------------------------------------- exactness
+def compute_rows_alone(model: nn.Module) -> list[str]:
+    """Make every verify pass of ``model`` compute each row as a one-token pass would (in place).
+
+    Returns the names of the linear layers that now run once per row. Their types, names and
+    weights are unchanged (transformers' and bitsandbytes' own code keeps recognising them):
+    only the instance's ``forward`` is replaced.
+    """
+    from specchat.models.cpu_quant import use_row_attention
+
+    use_row_attention(model)
+    changed = []
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear) and not getattr(module, ROWS_ALONE_FLAG, False):
+            if batched_rows_are_exact(module):
+                continue
+            module.forward = one_row_at_a_time(module.forward)  # type: ignore[method-assign]
+            setattr(module, ROWS_ALONE_FLAG, True)
+            changed.append(name)
+    return changed
+
+
+Forward = Callable[[torch.Tensor], torch.Tensor]
+
+
+def one_row_at_a_time(batched: Forward) -> Forward:
+    """``batched`` for long passes and batches; one call per row for a verify-sized pass.
+
+    Only verify passes (at most γ_max + 1 positions) must match one-token passes; prefills are
+    the same call in plain and speculative decoding, so they keep the faster batched product.
+    """
+    from specchat.engine.gamma import GAMMA_MAX
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 3 or x.shape[0] != 1 or not 1 < x.shape[1] <= GAMMA_MAX + 1:
+            return batched(x)
+        # A fresh tensor per row: kernels may pick their code path by the input's alignment,
+        # and a one-token pass always hands them a fresh allocation.
+        return torch.cat([batched(x[:, i : i + 1].clone()) for i in range(x.shape[1])], dim=1)
+
+    return forward
+
+
+def batched_rows_are_exact(module: nn.Module) -> bool:
+    """True only where bitsandbytes' own CPU 4-bit kernel (AVX512-BF16) will run this layer.
+
+    That kernel keeps one accumulator per row and walks the weights in the same order for 1
+    row as for 32; any other kernel gets the row-by-row treatment. If bitsandbytes found the
+    optional hub kernel instead (``kernels`` installed, with a network), it is not ours to vouch
+    for, so that case counts as not exact.
+    """
+    if importlib.util.find_spec("bitsandbytes") is None:
+        return False
+    import bitsandbytes as bnb
+
+    if not isinstance(module, bnb.nn.Linear4bit) or module.weight.device.type != "cpu":
+        return False
+    if not getattr(module, "support_avx512bf16_for_cpu", False):
+        return False
+    from bitsandbytes.backends.cpu import ops
+
+    return getattr(ops, "gemm_4bit_forward_kernel", "absent") is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -10,7 +11,9 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-Stage = Literal["assemble", "convert", "load", "quantize", "kernels", "ready"]
+Stage = Literal["assemble", "convert", "load", "quantize", "kernels", "ready", "wait", "notice"]
+"""`wait`: another specchat holds what is needed (repeated while waiting, so a listener can cancel);
+`notice`: one line worth keeping on screen (a damaged cache entry being rebuilt, say)."""
 
 
 @dataclass(frozen=True)
@@ -88,3 +91,26 @@ def emit(progress: ProgressCallback | None, event: LoadProgress) -> None:
     """Send an event if anyone listens; a progress callback is always optional."""
     if progress is not None:
         progress(event)
+
+
+def notice(progress: ProgressCallback | None, model: str, message: str) -> None:
+    """A line the user should read (also logged, for callers that pass no progress callback)."""
+    logging.getLogger("specchat.models").info(message)
+    emit(progress, LoadProgress(model, "notice", 0, None, message))
+
+
+class Waiter:
+    """Reports waiting for another process as `wait` events, repeated while it lasts."""
+
+    def __init__(self, model: str, progress: ProgressCallback | None) -> None:
+        self.model = model
+        self.progress = progress
+        self.message = f"waiting for another specchat ({model})"
+
+    def notify(self, message: str) -> None:
+        self.message = message
+        self.heartbeat()
+
+    def heartbeat(self) -> None:
+        """A listener may raise from its callback to stop waiting (the TUI does, when it quits)."""
+        emit(self.progress, LoadProgress(self.model, "wait", 0, None, self.message))

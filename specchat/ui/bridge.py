@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
+from specchat import logs
+from specchat.backend import FIGURE_LABELS, Backend, Capabilities
 from specchat.engine.events import Event
 from specchat.errors import SpecchatError
 
@@ -30,15 +32,8 @@ if TYPE_CHECKING:
     from specchat.models import LoadProgress
 
 
-class Engine(Protocol):
-    """What the UI needs of :class:`specchat.engine.session.ChatEngine`."""
-
-    @property
-    def available_drafters(self) -> list[str]: ...
-
-    def stream_chat(
-        self, messages: Sequence[dict[str, str]], controls: Any, cancel: threading.Event | None = None
-    ) -> Iterator[Event]: ...
+Engine = Backend
+"""What the UI drives: the local engine or a server (:class:`specchat.backend.Backend`)."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +42,18 @@ class LoadedEngine:
     target_name: str
     draft_name: str | None
     device: str
+    notes: tuple[str, ...] = ()
+    """Lines to show the user once (a server's limits)."""
+
+
+LOCAL = Capabilities(kind="local", provenance="exact", measured=frozenset(FIGURE_LABELS))
+"""What the local engine reports (everything, measured)."""
+
+
+def capabilities_of(engine: Engine) -> Capabilities:
+    """The backend's capabilities; wrappers without them (tests) count as the local engine."""
+    found = getattr(engine, "capabilities", None)
+    return found if isinstance(found, Capabilities) else LOCAL
 
 
 WAKE_INTERVAL = 1 / 15
@@ -89,8 +96,19 @@ class EventBuffer:
             return events
 
 
+def connect_server(settings: Settings) -> LoadedEngine:
+    """Attach to ``settings.server`` instead of loading models. Runs in a worker."""
+    from specchat.remote import connect
+
+    assert settings.server
+    backend = connect(settings.server, timeout=settings.server_timeout, verify=settings.server_verify_tls)
+    return LoadedEngine(backend, backend.label, None, "", tuple(backend.notes))
+
+
 def load_engine(settings: Settings, progress: Callable[[LoadProgress], None]) -> LoadedEngine:
     """Load target (and draft) as the settings say and build the engine. Runs in a worker."""
+    if settings.server:
+        return connect_server(settings)
     from specchat.engine.session import ChatEngine
     from specchat.models import load_for_decoding
 
@@ -116,7 +134,9 @@ def make_controls(settings: Settings, available: Sequence[str]) -> tuple[Control
 
     drafter = settings.drafter
     note = None
-    if drafter not in available:
+    if not available:
+        pass  # a server: it chose its drafter when it started
+    elif drafter not in available:
         drafter = "ngram" if "ngram" in available else "none"
         note = f"drafter {settings.drafter!r} is not available (no draft model loaded): using {drafter}."
     controls = Controls(
@@ -150,6 +170,6 @@ def run_reply(
                 wake()
     except SpecchatError as err:
         return str(err)
-    except Exception as err:  # the UI must show a line, not crash or print a traceback
-        return f"the reply failed: {type(err).__name__}: {err}"
+    except Exception as err:  # the UI shows a line; the traceback goes to the log file
+        return logs.log_unexpected("the reply failed", err)
     return None

@@ -6,10 +6,11 @@ as in the CLI and the benchmark, so every front end agrees. Pure Python: no torc
 
 from __future__ import annotations
 
+import time
 from collections import Counter, deque
 from collections.abc import Iterable
 
-from specchat.engine.events import Event, RoundEvent, SummaryEvent, TokenEvent
+from specchat.engine.events import Event, RoundEvent, SummaryEvent, TokenEvent, known
 from specchat.engine.metrics import RollingAlpha, StreamStats
 from specchat.ui.store import Turn
 
@@ -27,6 +28,8 @@ class LiveStats:
     """
 
     def __init__(self) -> None:
+        self.by_arrival = False
+        """Time replies by when their tokens arrive (a server, which reports no round timings)."""
         self.conversation = StreamStats()
         self.rolling = RollingAlpha(ROLLING_WINDOW)
         self.rates: deque[float] = deque(maxlen=RATE_HISTORY)
@@ -39,6 +42,7 @@ class LiveStats:
         self.reply_round_ms = 0.0
         self.last_round: RoundEvent | None = None
         self._round_tokens = 0
+        self._clock: _ArrivalClock | None = None
         self.version += 1
 
     def reset(self) -> None:
@@ -56,14 +60,21 @@ class LiveStats:
         self.reply.add(event)
         if isinstance(event, TokenEvent):
             self._round_tokens += 1
+            if self._clock is not None:
+                self._clock.tick(self.reply.tokens)
         elif isinstance(event, RoundEvent):
             self.rolling.add(event)
             self.last_round = event
             ms = event.draft_ms + event.verify_ms
-            self.reply_round_ms += ms
-            if ms > 0:
-                self.rates.append(self._round_tokens / (ms / 1000.0))
+            if not known(ms):
+                self._rate_by_arrival()
+            else:
+                self.reply_round_ms += ms
+                if ms > 0:
+                    self.rates.append(self._round_tokens / (ms / 1000.0))
             self._round_tokens = 0
+        if isinstance(event, TokenEvent) and self.by_arrival and self._clock is None:
+            self._clock = _ArrivalClock(self.reply.tokens)
 
     def extend(self, events: Iterable[Event]) -> None:
         for event in events:
@@ -78,14 +89,45 @@ class LiveStats:
             self.start_reply()
             self.extend(replay(turn))
 
+    def _rate_by_arrival(self) -> None:
+        """Rounds without timings (a server): the sparkline's rate from the arrival clock."""
+        if self._clock is None:
+            return
+        rate = self._clock.rate(self.reply.tokens)
+        if rate is not None:
+            self.rates.append(rate)
+
     @property
     def tokens_per_s(self) -> float | None:
-        """The engine's figure once the reply is done; while streaming, tokens over round time."""
+        """The engine's figure once the reply is done; while streaming, tokens over round time
+        (or, for a server that times nothing per round, tokens over the time they took to arrive)."""
         if self.reply_summary is not None:
             return self.reply_summary.tokens_per_s
+        if self._clock is not None:
+            return self._clock.rate(self.reply.tokens)
         if self.reply_round_ms <= 0:
             return None
         return self.reply.tokens / (self.reply_round_ms / 1000.0)
+
+
+class _ArrivalClock:
+    """Tokens per second by arrival time, counted from the first token seen (so prefill and
+    network latency before it are excluded)."""
+
+    def __init__(self, tokens: int) -> None:
+        self.start = time.monotonic()
+        self.start_tokens = tokens
+        self.last = self.start
+        self.last_tokens = tokens
+
+    def tick(self, tokens: int) -> None:
+        self.last, self.last_tokens = time.monotonic(), tokens
+
+    def rate(self, tokens: int) -> float | None:
+        elapsed = self.last - self.start
+        if elapsed <= 0 or tokens <= self.start_tokens:
+            return None
+        return (self.last_tokens - self.start_tokens) / elapsed
 
 
 def replay(turn: Turn) -> list[Event]:

@@ -12,8 +12,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
+from specchat.backend import Capabilities
 from specchat.engine.events import Event, RoundEvent, SummaryEvent, TokenEvent
-from specchat.ui.bridge import Engine
+from specchat.ui.bridge import Engine, capabilities_of
 
 DRAFT_MS_PER_TOKEN = 1.5
 VERIFY_MS = 12.0
@@ -33,6 +34,10 @@ class FixedTimings:
     @property
     def available_drafters(self) -> list[str]:
         return self.engine.available_drafters
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return capabilities_of(self.engine)
 
     def stream_chat(
         self, messages: Sequence[dict[str, str]], controls: Any, cancel: threading.Event | None = None
@@ -72,6 +77,10 @@ class PausingEngine:
     @property
     def available_drafters(self) -> list[str]:
         return self.engine.available_drafters
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return capabilities_of(self.engine)
 
     def release(self) -> None:
         self._release.set()

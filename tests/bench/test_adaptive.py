@@ -9,6 +9,7 @@ import pytest
 from specchat.engine.events import RoundEvent, TokenEvent
 from specchat.engine.gamma import SCHEDULES, AdaptiveGamma, make_schedule, positions_tested
 from specchat.engine.session import ChatEngine, Controls
+from specchat.testing import TinyPair
 
 
 def plain_round(n: int, ms: float = 100.0) -> RoundEvent:
@@ -162,7 +163,8 @@ def test_positions_tested() -> None:
 
 
 @pytest.mark.parametrize("drafter", ["model", "ngram"])
-def test_adaptive_in_the_engine_equals_plain(engine: ChatEngine, drafter: str) -> None:
+def test_adaptive_in_the_engine_equals_plain(long_pair: TinyPair, drafter: str) -> None:
+    engine = ChatEngine(long_pair.target, long_pair.tokenizer, long_pair.draft)  # a fresh schedule
     prompt = engine.prompt_ids([{"role": "user", "content": "the cat sat on the mat. the cat sat on"}])
     controls = Controls(gamma=3, schedule="adaptive", drafter=drafter, max_new_tokens=40)
     plain = [e.token_id for e in engine.stream_plain(prompt, controls) if isinstance(e, TokenEvent)]
@@ -170,3 +172,24 @@ def test_adaptive_in_the_engine_equals_plain(engine: ChatEngine, drafter: str) -
     assert [e.token_id for e in events if isinstance(e, TokenEvent)] == plain
     rounds = [e for e in events if isinstance(e, RoundEvent)]
     assert rounds[0].gamma == 0  # the yardstick round
+
+
+def test_a_later_reply_starts_with_what_earlier_replies_measured() -> None:
+    """The first round of the first reply is a plain step (it measures the yardstick); later
+    replies of the same engine skip it and start at the γ the measurements favour."""
+    schedule = AdaptiveGamma(lambda: 4)
+    drive(schedule, 30, plain_ms=50.0, draft_ms_per_token=5.0, verify=55.0, accept=0.8)
+    schedule.begin_reply(lambda: 1)
+    assert schedule.next_gamma() > 1
+
+
+def test_the_engine_keeps_one_schedule_per_name_across_replies(long_pair: TinyPair) -> None:
+    engine = ChatEngine(long_pair.target, long_pair.tokenizer, long_pair.draft)
+    prompt = engine.prompt_ids([{"role": "user", "content": "hello there, how are you today?"}])
+    controls = Controls(gamma=3, schedule="adaptive", drafter="model", max_new_tokens=20)
+    first = [e for e in engine.stream_ids(prompt, controls) if isinstance(e, RoundEvent)]
+    assert first[0].drafted == 0  # the first reply measures a plain step first
+    schedule = engine.schedule("adaptive", lambda: 2)
+    assert isinstance(schedule, AdaptiveGamma)
+    assert schedule.estimates().plain_ms is not None  # what the next reply starts from
+    assert engine.schedule("adaptive", lambda: 3) is schedule

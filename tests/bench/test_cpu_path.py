@@ -15,6 +15,7 @@ from specchat.engine.events import TokenEvent
 from specchat.engine.kv import CachedLM
 from specchat.engine.session import ChatEngine, Controls
 from specchat.errors import InvalidSettingError
+from specchat.kernels import cpu_supports
 from specchat.models.cpu_quant import (
     CpuPath,
     PackedLinear,
@@ -111,15 +112,27 @@ def test_lean_cache_grows_and_crops() -> None:
 def test_parse_cpu_path() -> None:
     assert str(parse_cpu_path("none")) == "none"
     assert parse_cpu_path("int8/dyn8+head32768") == CpuPath("int8", "dyn8", 32768)
-    assert str(parse_cpu_path("auto", torch.device("cpu"))) == "int8/dyn8+head32768"
+    native = cpu_supports() is None
+    expected = "gguf/q4+head32768" if native else "int8/dyn8+head32768"
+    assert str(parse_cpu_path("auto", torch.device("cpu"))) == expected
     assert str(parse_cpu_path("auto", torch.device("meta"))) == "none"  # not a CPU: leave it alone
-    for bad in ("int3/int8", "int8/int8+headx", "int8/int8+head10", "dyn8/int8"):
+    for bad in ("int3/int8", "int8/int8+headx", "int8/int8+head10", "dyn8/int8", "gguf/int8", "int8/q4"):
         with pytest.raises(InvalidSettingError):
             parse_cpu_path(bad)
 
 
+NATIVE = pytest.mark.skipif(cpu_supports() is not None, reason=f"specchat's kernels: {cpu_supports()}")
+
+
 @pytest.mark.parametrize(
-    "path", [CpuPath("int8", "dyn8"), CpuPath("fp16", "int8", 40), CpuPath("int8", "int8", 40)]
+    "path",
+    [
+        CpuPath("int8", "dyn8"),
+        CpuPath("fp16", "int8", 40),
+        CpuPath("int8", "int8", 40),
+        pytest.param(CpuPath("gguf", "q4", 40), marks=NATIVE),
+        pytest.param(CpuPath("q4", "q8"), marks=NATIVE),
+    ],
 )
 def test_prepared_pair_decodes_exactly(path: CpuPath) -> None:
     tokenizer = make_tokenizer()

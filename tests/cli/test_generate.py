@@ -37,8 +37,13 @@ def test_jsonl_is_the_documented_contract(tiny_folders: tuple[Path, Path]) -> No
     tokens = [line for line in lines if line["type"] == "token"]
     rounds = [line for line in lines if line["type"] == "round"]
     assert tokens and rounds
-    assert set(tokens[0]) == {"type", "kind", "id", "text", "round", "position", "p_target", "p_draft"}
-    assert set(rounds[0]) >= {"type", "round", "gamma", "drafted", "accepted", "draft_ms", "verify_ms"}
+    v1_token = {"type", "kind", "id", "text", "round", "position", "p_target", "p_draft"}
+    assert all(set(t) - {"top"} == v1_token | {"drawn_from"} for t in tokens)  # v2 only adds fields
+    closing = [t for t in tokens if t["kind"] != "accepted"]
+    assert closing and all(len(t["top"]) == 5 and t["top"][0].keys() == {"id", "text", "p"} for t in closing)
+    v1_round = {"type", "round", "gamma", "drafted", "accepted", "draft_ms", "verify_ms", "drafter"}
+    assert all(set(r) == v1_round | {"drafts"} and len(r["drafts"]) == r["drafted"] for r in rounds)
+    assert lines[-1]["contract"] == 2
     assert lines[-1]["tokens"] == len(tokens)
     assert lines[-1]["rounds"] == len(rounds)
 
@@ -110,8 +115,8 @@ def test_ngram_needs_no_draft_model(tiny_folders: tuple[Path, Path]) -> None:
 BAD_INPUTS = {
     "gamma below one": (["--gamma", "0"], "gamma"),
     "negative temperature": (["--temperature", "-1"], "temperature"),
-    "top-p zero": (["--top-p", "0"], "top_p"),
-    "top-p above one": (["--top-p", "1.5"], "top_p"),
+    "top-p zero": (["--top-p", "0"], "--top-p"),
+    "top-p above one": (["--top-p", "1.5"], "--top-p"),
     "unknown CPU path": (["--cpu-path", "int3/fp32"], "CPU path"),
 }
 

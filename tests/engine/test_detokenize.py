@@ -32,3 +32,34 @@ def test_flush_returns_a_truncated_character() -> None:
     detok = IncrementalDetokenizer(tokenizer)
     assert "".join(detok.add(i) for i in ids[:-1]) == ""
     assert detok.flush() == REPLACEMENT
+
+
+def test_a_reply_cut_inside_a_character_keeps_its_last_bytes() -> None:
+    """Every stop reason flushes the detokenizer: the texts add up to the full decode."""
+    from specchat.engine.events import TokenEvent
+    from specchat.engine.session import ChatEngine, Controls
+    from specchat.testing import make_model
+
+    tokenizer = byte_level_tokenizer()
+    tokenizer.chat_template = None
+    target = make_model(len(tokenizer), seed=5, logit_scale=1.0)
+    draft = make_model(len(tokenizer), seed=6, logit_scale=1.0)
+    engine = ChatEngine(target, tokenizer, draft)
+    cut_inside = 0
+    for budget in range(1, 13):
+        for drafter in ("model", "none", "plain"):  # plain: the independent reference decoder
+            controls = Controls(
+                gamma=3,
+                drafter="none" if drafter == "plain" else drafter,
+                temperature=1.0,
+                max_new_tokens=budget,
+                seed=budget,
+            )
+            prompt = tokenizer("héllo")["input_ids"]
+            stream = engine.stream_plain if drafter == "plain" else engine.stream_ids
+            events = list(stream(prompt, controls))
+            tokens = [e for e in events if isinstance(e, TokenEvent)]
+            text = "".join(t.text for t in tokens)
+            assert text == tokenizer.decode([t.token_id for t in tokens])
+            cut_inside += text.endswith(REPLACEMENT)
+    assert cut_inside, "no reply ended inside a character: the test did not exercise the flush"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
+from specchat.models.registry import Chunk, PackagedModel
 from specchat.testing import TinyPair, make_tiny_pair, save_tiny_pair
 
 
@@ -116,3 +118,38 @@ def tiny_gguf(tiny_pair: TinyPair, tmp_path_factory: pytest.TempPathFactory) -> 
     return write_tiny_gguf(
         tiny_pair.target, tiny_pair.tokenizer, tmp_path_factory.mktemp("gguf") / "tiny.gguf"
     )
+
+
+TINY_PACKAGED = "tiny-packaged"
+
+
+@pytest.fixture
+def tiny_packaged(tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PackagedModel:
+    """The tiny GGUF as a packaged model: three chunk "packages" with a pinned sha256.
+
+    It goes through exactly the path the real pair takes (assemble, verify, convert, load), in
+    well under a second, so damage to every stage can be tried in CI.
+    """
+    from specchat.models import assemble, registry
+
+    whole = tiny_gguf.read_bytes()
+    cuts = [0, len(whole) // 3, 2 * len(whole) // 3, len(whole)]
+    folders = {}
+    for n in range(1, 4):
+        folder = tmp_path / "site-packages" / f"tiny_packaged_part{n}"
+        (folder / "data").mkdir(parents=True)
+        (folder / "data" / f"part{n:02d}.bin").write_bytes(whole[cuts[n - 1] : cuts[n]])
+        folders[f"tiny_packaged_part{n}"] = folder
+    monkeypatch.setattr(assemble, "locate_package", folders.get)
+    model = PackagedModel(
+        name=TINY_PACKAGED,
+        role="single",
+        file="tiny-packaged.gguf",
+        size=len(whole),
+        sha256=hashlib.sha256(whole).hexdigest(),
+        chunks=tuple(Chunk(f"tiny_packaged_part{n}", f"data/part{n:02d}.bin") for n in range(1, 4)),
+        pip_hint="pip install tiny-packaged",
+        description="the tiny test model, packaged",
+    )
+    monkeypatch.setitem(registry.PACKAGED, model.name, model)
+    return model

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specchat.errors import ModelLoadError, ModelNotFoundError
-from specchat.models import assemble
+from specchat.models import assemble, store
 from specchat.models.assemble import chunk_paths, packaged_gguf
 from specchat.models.cache import gguf_dir
 from specchat.models.records import LoadProgress
@@ -132,7 +132,7 @@ def test_disk_full_is_a_one_line_error(tmp_path: Path, monkeypatch: pytest.Monke
     def full(*args: object) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(assemble.os, "replace", full)
-    with pytest.raises(ModelLoadError, match=r"No space left on device.*SPECCHAT_CACHE_DIR"):
+    monkeypatch.setattr(store.os, "replace", full)
+    with pytest.raises(ModelLoadError, match=r"is full.*SPECCHAT_CACHE_DIR.*with 4\.0 KB free"):
         packaged_gguf(model)
     assert list(gguf_dir().iterdir()) == []

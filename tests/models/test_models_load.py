@@ -97,24 +97,18 @@ def test_running_out_of_memory_gives_a_hint(
     assert "smaller model" in str(err.value)
 
 
-def test_quant_8bit_on_cpu_warns_and_quantizes(tiny_folders: tuple[Path, Path]) -> None:
-    pytest.importorskip("bitsandbytes")
-    with pytest.warns(UserWarning, match="slower"):
-        loaded = load_model(str(tiny_folders[0]), device="cpu", quant="8bit")
-    assert loaded.quant == "8bit"
-    assert type(loaded.model.model.layers[0].mlp.up_proj).__name__ == "Linear8bitLt"
-    with torch.no_grad():
-        assert loaded.model(IDS).logits.shape == (1, IDS.shape[1], len(loaded.tokenizer))
+@pytest.mark.parametrize("cpu_path", ["auto", "int8/dyn8+head32768"])
+def test_load_for_decoding_prepares_cpu_kernels(tiny_folders: tuple[Path, Path], cpu_path: str) -> None:
+    from specchat.models.cpu_quant import auto_cpu_path
 
-
-def test_load_for_decoding_prepares_cpu_kernels(tiny_folders: tuple[Path, Path]) -> None:
+    expected = auto_cpu_path() if cpu_path == "auto" else cpu_path
     events: list[LoadProgress] = []
     pair = load_for_decoding(
-        str(tiny_folders[0]), str(tiny_folders[1]), device="cpu", cpu_path="auto", progress=events.append
+        str(tiny_folders[0]), str(tiny_folders[1]), device="cpu", cpu_path=cpu_path, progress=events.append
     )
-    assert pair.kernels == "int8/dyn8+head32768" and pair.label == "cpu · int8/dyn8+head32768"
+    assert pair.kernels == expected and pair.label == f"cpu · {expected}"
     assert (pair.target_name, pair.draft_name) == ("tiny-target", "tiny-draft")
-    assert events[-1].stage == "ready" and "int8/dyn8" in events[-1].message
+    assert events[-1].stage == "ready" and expected in events[-1].message
     with torch.no_grad():
         logits = pair.target(IDS, logits_to_keep=IDS.shape[1]).logits
     assert logits.shape == (1, IDS.shape[1], len(pair.tokenizer))

@@ -18,10 +18,12 @@ if TYPE_CHECKING:
 class LoadingScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q", "quit_after_error", "Quit", show=False)]
 
-    def __init__(self, target: str, draft: str | None) -> None:
+    def __init__(self, target: str, draft: str | None, server: str | None = None) -> None:
         super().__init__()
         self.target = target
         self.draft = draft
+        self.server = server
+        """Set when attaching to a server: the screen says "Connecting to …" instead."""
         self.failed: tuple[str, int] | None = None
         self._last_line = ""
 
@@ -29,7 +31,8 @@ class LoadingScreen(Screen[None]):
         with Vertical(id="loading-box"):
             yield Static(Text("specchat", style="bold"), id="loading-title")
             what = f"target {self.target}" + (f" · draft {self.draft}" if self.draft else " · no draft model")
-            yield Static(Text(f"Loading {what}"), id="loading-what")
+            line = f"Connecting to {self.server}…" if self.server else f"Loading {what}"
+            yield Static(Text(line), id="loading-what")
             yield ProgressBar(total=None, show_eta=False, id="loading-bar")
             yield Static("starting…", id="loading-status")
             yield Log(id="loading-log", max_lines=200)

@@ -17,6 +17,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Digits, Label, Static
 
+from specchat.backend import FIGURE_LABELS, Capabilities
 from specchat.engine.events import TOKEN_KINDS
 from specchat.ui.keys import display_key
 from specchat.ui.live import ROLLING_WINDOW, LiveStats
@@ -38,6 +39,8 @@ class ControlsView:
     drafter: str
     temperature: float
     drafters: tuple[str, ...] = ()
+    server: Capabilities | None = None
+    """A server's capabilities (None for the local engine, which measures everything)."""
 
 
 @dataclass
@@ -57,12 +60,43 @@ class Figures:
     last_gamma: str
     per_position: list[tuple[int, float | None]] = field(default_factory=list)
     rates: list[float] = field(default_factory=list)
+    sources: dict[str, str] = field(default_factory=dict)
+    """A server's figures: "alpha" → "measured" | "inferred" | "unavailable" (empty: local)."""
+    gamma_control: str = "per-round"
+    notes: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
+NOT_REPORTED = "not reported by this server"
+
+
 def figures(live: LiveStats, controls: ControlsView | None) -> Figures:
+    server = controls.server if controls is not None else None
+    figs = _local_figures(live, controls)
+    if server is None:
+        return figs
+    figs.sources = {figure: server.source(figure) for figure in FIGURE_LABELS}  # type: ignore[arg-type]
+    figs.gamma_control = server.gamma_control
+    figs.notes = server.notes
+    if figs.sources["alpha"] == "unavailable":
+        figs.alpha = figs.alpha_rolling = "–"
+        figs.drafted = figs.accepted = "–"
+    if figs.sources["tau"] == "unavailable":
+        figs.tau = "–"
+        figs.reply_rounds = "–"
+        figs.last_gamma = "–"
+    if figs.sources["per_position"] == "unavailable":
+        figs.per_position = []
+    # The server chose its drafter and any schedule when it started.
+    figs.schedule = figs.drafter = "server's"
+    if server.gamma_control in ("fixed", "none"):
+        figs.gamma = str(server.gamma) if server.gamma else figs.last_gamma
+    return figs
+
+
+def _local_figures(live: LiveStats, controls: ControlsView | None) -> Figures:
     conv = live.conversation
     rate = live.tokens_per_s
     last = live.last_round
@@ -121,6 +155,11 @@ class BigFigure(Vertical):
         if self.digits.value != value:
             self.digits.update(value)
 
+    def caption_as(self, caption: str) -> None:
+        if caption != self.caption:
+            self.caption = caption
+            self.query_one(Label).update(caption)
+
 
 class StatsBody(Static):
     """Everything below the big figures, as one rendered table."""
@@ -154,8 +193,10 @@ class StatsBody(Static):
             text.append(note if isinstance(note, Text) else Text(note, dim))
             text.append("\n")
 
+        if f.sources:
+            self._render_sources(text, f, bold, dim)
         row("α rolling", f.alpha_rolling, f"last {ROLLING_WINDOW} rounds")
-        row("τ", f.tau, "tokens / round")
+        row("τ", f.tau, "tokens / round" if f.sources.get("tau") != "unavailable" else NOT_REPORTED)
         row("drafted", f.drafted, Text.assemble("accepted ", (f.accepted, "bold")))
         row("reply", f.reply_tokens, f"tokens in {f.reply_rounds} rounds")
         text.append("tok/s ", bold)
@@ -169,12 +210,13 @@ class StatsBody(Static):
             text.append("░" * (BAR_WIDTH - len(filled)), dim)
             text.append(f" {fmt(rate)}\n")
         if not shown:
-            text.append("   no drafts yet\n", dim)
+            empty = NOT_REPORTED if f.sources.get("per_position") == "unavailable" else "no drafts yet"
+            text.append(f"   {empty}\n", dim)
         elif len(f.per_position) > MAX_POSITIONS:
             text.append(f"   +{len(f.per_position) - MAX_POSITIONS} more positions\n", dim)
 
-        text.append("\ncontrols · apply next round\n", bold)
-        gamma = f.gamma if f.schedule == "fixed" else f"{f.gamma}→{f.last_gamma}"
+        text.append(f"\ncontrols · {CONTROL_HEADERS.get(f.gamma_control, 'apply next round')}\n", bold)
+        gamma = f.gamma if f.schedule in ("fixed", "server's") else f"{f.gamma}→{f.last_gamma}"
 
         def control(label: str, value: str, key: str) -> None:
             text.append(label.ljust(13), bold)
@@ -187,8 +229,30 @@ class StatsBody(Static):
         control("drafter", f.drafter, _k(keys, "drafter"))
         control("temperature", f.temperature, f"{_k(keys, 'temperature_down')} {_k(keys, 'temperature_up')}")
         control("last round γ", f.last_gamma, "")
+        for note in f.notes:
+            text.append(f"\n{note}", dim)
         text.rstrip()
         return text
+
+    @staticmethod
+    def _render_sources(text: Text, f: Figures, bold: Style, dim: Style) -> None:
+        """A server's figures, each labelled measured / inferred / not reported."""
+        text.append("figures from the server\n", bold)
+        words = {"measured": "measured", "inferred": "inferred", "unavailable": "not reported"}
+        for source, word in words.items():
+            names = [FIGURE_LABELS[name] for name, src in f.sources.items() if src == source]  # type: ignore[index]
+            if names:
+                text.append(f"{word:<13}", bold)
+                text.append(", ".join(names) + "\n", dim if source == "unavailable" else Style())
+        text.append("\n")
+
+
+CONTROL_HEADERS = {
+    "per-round": "apply next round",
+    "per-request": "apply next reply",
+    "fixed": "γ fixed by the server",
+    "none": "γ does not apply",
+}
 
 
 def _k(keys: Mapping[str, str], binding_id: str) -> str:
@@ -205,7 +269,9 @@ class SidePanel(Vertical):
         yield StatsBody(id="stats-body")
 
     def show(self, figs: Figures, keys: Mapping[str, str]) -> None:
-        self.query_one("#alpha-figure", BigFigure).show(figs.alpha)
+        alpha = self.query_one("#alpha-figure", BigFigure)
+        alpha.caption_as(f"α {figs.sources['alpha']}" if figs.sources else "α accepted")
+        alpha.show(figs.alpha)
         self.query_one("#rate-figure", BigFigure).show(figs.tokens_per_s)
         self.query_one(StatsBody).show(figs, keys)
 
@@ -221,6 +287,8 @@ class Legend(Static):
         super().__init__("", **kwargs)
         self.view = "provenance"
         self.view_key = ""
+        self.note = ""
+        """How a server's colours were obtained ("inferred…", "not reported…"); empty locally."""
 
     def on_mount(self) -> None:
         self.redraw()
@@ -234,4 +302,6 @@ class Legend(Static):
         text.append(f" view: {self.view}", "dim")
         if self.view_key:
             text.append(f" ({self.view_key})", "dim")
+        if self.note:
+            text.append(f" · {self.note}", "dim")
         self.update(text)

@@ -1,0 +1,173 @@
+"""The backend interface: what the chat, ``generate`` and the bench drive.
+
+A backend turns a conversation into a stream of engine events (:mod:`specchat.engine.events`).
+Two kinds stand behind it: the local engine (:class:`specchat.engine.session.ChatEngine`: torch,
+the models on this machine, every figure measured exactly) and remote servers that run
+speculative decoding themselves (an OpenAI-compatible HTTP API), which report only part of what
+happened. :class:`Capabilities` says which figures a backend measures, which it can only infer,
+and which it cannot report, so front ends never show an invented number.
+
+Pure Python (no torch, no textual): front ends import it freely.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from specchat.engine.events import Event, StopReason, SummaryEvent
+from specchat.engine.gamma import SCHEDULES, check_gamma
+from specchat.engine.registry import DRAFTER_NAMES
+from specchat.errors import InvalidSettingError
+
+if TYPE_CHECKING:
+    from specchat.engine.sampling import SamplingParams
+
+Message = dict[str, str]
+"""{"role": "system" | "user" | "assistant", "content": "..."}"""
+
+Provenance = Literal["exact", "inferred", "none"]
+"""How a backend knows each token's kind: measured by our own verification, reconstructed from
+counters a server reports, or not at all (tokens stream uncoloured, as plain target tokens)."""
+GammaControl = Literal["per-round", "per-request", "fixed", "none"]
+"""When a γ change takes effect: from the next round (local), from the next reply (a server
+taking it per request), never (fixed when the server started), or γ does not apply."""
+Figure = Literal["alpha", "tau", "per_position", "tokens_per_s", "timings", "trace"]
+"""Figures a backend may report: α, τ, acceptance per draft position, tokens/s, per-round
+draft/verify milliseconds, and the v2 trace (p, q, u, top tokens of every round)."""
+
+
+@dataclass
+class Controls:
+    """Settings a user can change while a reply streams; read once per round (or per request)."""
+
+    gamma: int = 4
+    schedule: str = "fixed"
+    drafter: str = "model"
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float = 1.0
+    max_new_tokens: int = 512
+    seed: int | None = None
+
+    def validate(self) -> None:
+        check_gamma(self.gamma)
+        if self.schedule not in SCHEDULES:
+            raise InvalidSettingError(
+                f"unknown gamma schedule {self.schedule!r}: use {', '.join(SCHEDULES)}."
+            )
+        if self.drafter not in DRAFTER_NAMES:
+            raise InvalidSettingError(f"unknown drafter {self.drafter!r}: use {', '.join(DRAFTER_NAMES)}.")
+        if self.max_new_tokens < 1:
+            raise InvalidSettingError(f"max new tokens must be 1 or more (got {self.max_new_tokens}).")
+        if not 0.0 <= self.temperature < float("inf"):
+            raise InvalidSettingError(
+                f"temperature must be a finite number, 0 or more (got {self.temperature})."
+            )
+        if not 0.0 < self.top_p <= 1.0:
+            raise InvalidSettingError(f"top-p must be in (0, 1] (got {self.top_p}).")
+        if self.top_k is not None and self.top_k < 1:
+            raise InvalidSettingError(f"top-k must be 1 or more (got {self.top_k}).")
+
+    def sampling(self) -> SamplingParams:
+        """The sampling part, for the local engine (imports torch: engine side only)."""
+        from specchat.engine.sampling import SamplingParams
+
+        return SamplingParams(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do and report; front ends label every figure by it."""
+
+    kind: str
+    """"local", "llama-server", "vllm", "openai" …"""
+    provenance: Provenance
+    measured: frozenset[Figure]
+    """Figures counted from what really happened."""
+    inferred: frozenset[Figure] = frozenset()
+    """Figures reconstructed from coarser counters (say so on screen)."""
+    gamma_control: GammaControl = "per-round"
+    gamma: int | None = None
+    """The γ a server fixed when it started, when it says so or shows it (None: unknown or local)."""
+    drafters: tuple[str, ...] = ()
+    """Drafters the user may switch between (empty: the backend decides)."""
+    stepping: bool = False
+    """Whether :meth:`Backend.start_chat` can run a reply one round at a time."""
+    notes: tuple[str, ...] = field(default=())
+    """Lines for the user about what this backend cannot do (shown in the controls panel)."""
+
+    def reports(self, figure: Figure) -> bool:
+        return figure in self.measured or figure in self.inferred
+
+    def source(self, figure: Figure) -> FigureSource:
+        """How the figure on screen was obtained: front ends label it with this word."""
+        if figure in self.measured:
+            return "measured"
+        if figure in self.inferred:
+            return "inferred"
+        return "unavailable"
+
+    def describe(self) -> str:
+        """One line for the user: which figures are measured, inferred, or not reported."""
+        groups: dict[FigureSource, list[str]] = {"measured": [], "inferred": [], "unavailable": []}
+        for figure, name in FIGURE_LABELS.items():
+            groups[self.source(figure)].append(name)
+        parts = [f"{source}: {', '.join(names)}" for source, names in groups.items() if names]
+        return " · ".join(parts).replace("unavailable:", "not reported:")
+
+
+FigureSource = Literal["measured", "inferred", "unavailable"]
+FIGURE_LABELS: dict[Figure, str] = {
+    "alpha": "α",
+    "tau": "τ",
+    "per_position": "per-position acceptance",
+    "tokens_per_s": "tok/s",
+    "timings": "round timings",
+    "trace": "token probabilities",
+}
+"""Short names of the figures, in the order front ends list them."""
+
+
+class Reply(Protocol):
+    """A reply decoded one round per call (backends with ``capabilities.stepping``)."""
+
+    @property
+    def done(self) -> bool: ...
+
+    def step(self) -> list[Event]:
+        """Exactly one round's events; the last call also returns the SummaryEvent."""
+        ...
+
+    def finish(self, stop: StopReason = "cancelled") -> SummaryEvent:
+        """End the reply between rounds."""
+        ...
+
+
+class Backend(Protocol):
+    """What the chat, ``generate`` and the bench drive."""
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    @property
+    def available_drafters(self) -> list[str]: ...
+
+    def stream_chat(
+        self, messages: Sequence[Message], controls: Controls, cancel: threading.Event | None = None
+    ) -> Iterator[Event]:
+        """The reply to ``messages`` as events; stops at the next round boundary once ``cancel``
+        is set (the stream then ends with a SummaryEvent whose stop is "cancelled")."""
+        ...
+
+    def start_chat(
+        self, messages: Sequence[Message], controls: Controls, cancel: threading.Event | None = None
+    ) -> Reply:
+        """The same reply, one round per :meth:`Reply.step` (only with ``capabilities.stepping``)."""
+        ...
+
+    def close(self) -> None:
+        """Release what the backend holds (connections, caches)."""
+        ...

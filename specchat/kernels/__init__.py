@@ -1,0 +1,82 @@
+"""specchat's own CPU kernels: linear layers on GGUF-quantized weights (see qgemm.cpp).
+
+The C++ source is compiled once, on first use, with the compiler PyTorch extensions use, into
+the cache folder; later starts load the built library in milliseconds. Where it cannot be built
+(no compiler, no AVX-512 VNNI), :func:`load` raises :class:`KernelsUnavailable` with the reason,
+and callers fall back to the stock int8 path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+
+SOURCE = Path(__file__).with_name("qgemm.cpp")
+REQUIRED_CPU_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512_vnni", "f16c", "fma")
+FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mf16c", "-mfma", "-fopenmp"]
+
+
+class KernelsUnavailable(RuntimeError):
+    """The kernels cannot run here; the message says why."""
+
+
+def cpu_supports() -> str | None:
+    """None if this CPU runs the kernels, else the reason it cannot."""
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return f"they are built for x86-64 Linux (this is {platform.system()} {platform.machine()})"
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError as err:
+        return f"cannot read the CPU's features: {err}"
+    missing = [flag for flag in REQUIRED_CPU_FLAGS if flag not in flags]
+    return f"this CPU lacks {', '.join(missing)}" if missing else None
+
+
+KERNELS_ENV = "SPECCHAT_KERNELS_DIR"
+
+
+def build_dir() -> Path:
+    """Where the built library lives: $SPECCHAT_KERNELS_DIR, else the cache folder's kernels/.
+
+    Keyed by the source, the torch version and the flags, so an upgrade rebuilds it.
+    """
+    import torch
+
+    from specchat.models.cache import cache_dir
+
+    source = SOURCE.read_bytes()
+    key = hashlib.sha256(source + torch.__version__.encode() + " ".join(FLAGS).encode()).hexdigest()[:12]
+    override = os.environ.get(KERNELS_ENV)
+    return (Path(override).expanduser() if override else cache_dir() / "kernels") / key
+
+
+@cache
+def load() -> ModuleType:
+    """The compiled extension (built on first use: about a minute on 2 cores)."""
+    reason = cpu_supports()
+    if reason is not None:
+        raise KernelsUnavailable(reason)
+    from torch.utils import cpp_extension
+
+    folder = build_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        return cpp_extension.load(
+            name="specchat_qgemm",
+            sources=[str(SOURCE)],
+            extra_cflags=FLAGS,
+            extra_ldflags=["-fopenmp"],
+            build_directory=str(folder),
+            verbose=bool(os.environ.get("SPECCHAT_KERNELS_VERBOSE")),
+        )
+    except (OSError, RuntimeError, ImportError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise KernelsUnavailable(f"building them failed ({first})") from err
+
+
+def is_built() -> bool:
+    return any(build_dir().glob("specchat_qgemm*.so"))

@@ -1,0 +1,210 @@
+"""Block-quantized weights: read from GGUF blocks or quantized from floats, and packed for qgemm.cpp.
+
+Two formats, named after the number of bits a weight takes in the kernel:
+
+- ``q4``: 4-bit unsigned values in groups of 32 inputs, each group with a 6-bit scale and a 6-bit
+  min against fp16 super-block factors: w = d·sc·q − dmin·mn. This is llama.cpp's Q4_K exactly,
+  so a Q4_K tensor is repacked without changing a single weight.
+- ``q8``: 8-bit unsigned values in groups of 16 with a signed 8-bit scale against an fp16
+  super-block factor: w = d·sc·(q − offset). llama.cpp's Q6_K is this with offset 32 (values
+  0…63, stored one per byte); floats quantized here use offset 128.
+
+:class:`Unpacked` holds a matrix in either format as plain arrays (one value per weight), which
+tests and the reference dequantizer read; :func:`pack` lays it out for the kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+QK_K = 256
+"""Inputs per super-block in llama.cpp's K-quants."""
+CHANNELS = 16
+"""Output channels per kernel block: one 512-bit register holds one value of each."""
+
+
+@dataclass(frozen=True)
+class Unpacked:
+    """A quantized [N, K] matrix, one array element per weight or per group."""
+
+    kind: str
+    """"q4" or "q8"."""
+    q: np.ndarray
+    """[N, K] uint8 values."""
+    sc: np.ndarray
+    """[N, K/G] group scales: uint8 (q4) or int8 (q8)."""
+    d: np.ndarray
+    """[N, K/S] float16 super-block scale factors."""
+    super_block: int
+    """S: inputs per super-block (a multiple of the group size that divides K)."""
+    mn: np.ndarray | None = None
+    """[N, K/32] uint8 group mins (q4 only)."""
+    dm: np.ndarray | None = None
+    """[N, K/S] float16 super-block min factors (q4 only)."""
+    offset: int = 0
+    """q8: the value that stands for zero."""
+
+    @property
+    def group(self) -> int:
+        return 32 if self.kind == "q4" else 16
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return int(self.q.shape[0]), int(self.q.shape[1])
+
+    def take_rows(self, order: np.ndarray) -> Unpacked:
+        """The same matrix with its output channels (rows) reordered: row i becomes row order[i]."""
+
+        def rows(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else np.ascontiguousarray(a[order])
+
+        return Unpacked(
+            self.kind, rows(self.q), rows(self.sc), rows(self.d), self.super_block,  # type: ignore[arg-type]
+            rows(self.mn), rows(self.dm), self.offset,
+        )  # fmt: skip
+
+    def dequantize(self) -> np.ndarray:
+        """The float32 weights the kernel computes with (the reference for tests)."""
+        n, k = self.shape
+        per_super = self.super_block // self.group
+        d = np.repeat(self.d.astype(np.float32), per_super, axis=1)
+        scale = (d * self.sc.astype(np.float32)).reshape(n, k // self.group, 1)
+        q = self.q.astype(np.float32).reshape(n, k // self.group, self.group)
+        if self.kind == "q8":
+            return (scale * (q - self.offset)).reshape(n, k)
+        assert self.mn is not None and self.dm is not None
+        dm = np.repeat(self.dm.astype(np.float32), per_super, axis=1)
+        minimum = (dm * self.mn.astype(np.float32)).reshape(n, k // self.group, 1)
+        return (scale * q - minimum).reshape(n, k)
+
+
+# ------------------------------------------------------------------------------ from GGUF blocks
+def unpack_q4_k(raw: np.ndarray, n: int, k: int) -> Unpacked:
+    """llama.cpp Q4_K blocks (144 bytes per 256 weights) of an [n, k] matrix."""
+    blocks = np.ascontiguousarray(raw).view(np.uint8).reshape(n * k // QK_K, 144)
+    d = blocks[:, 0:2].copy().view(np.float16).reshape(n, k // QK_K)
+    dm = blocks[:, 2:4].copy().view(np.float16).reshape(n, k // QK_K)
+    scales = blocks[:, 4:16].reshape(-1, 3, 4)
+    lo, mid, hi = scales[:, 0], scales[:, 1], scales[:, 2]
+    sc = np.concatenate([lo & 0x3F, (hi & 0x0F) | ((lo >> 2) & 0x30)], axis=-1)
+    mn = np.concatenate([mid & 0x3F, (hi >> 4) | ((mid >> 2) & 0x30)], axis=-1)
+    qs = blocks[:, 16:].reshape(-1, 4, 1, 32) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
+    q = (qs & 0x0F).reshape(n, k)
+    return Unpacked("q4", q, sc.reshape(n, k // 32), d, QK_K, mn.reshape(n, k // 32), dm)
+
+
+def unpack_q6_k(raw: np.ndarray, n: int, k: int) -> Unpacked:
+    """llama.cpp Q6_K blocks (210 bytes per 256 weights) of an [n, k] matrix."""
+    blocks = np.ascontiguousarray(raw).view(np.uint8).reshape(n * k // QK_K, 210)
+    ql = blocks[:, :128].reshape(-1, 2, 1, 64) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
+    ql = (ql & 0x0F).reshape(-1, 2, 4, 32)
+    qh = blocks[:, 128:192].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], dtype=np.uint8).reshape(
+        1, 1, 4, 1
+    )
+    qh = (qh & 0x03).reshape(-1, 2, 4, 32)
+    q = (ql | (qh << 4)).reshape(n, k).astype(np.uint8)
+    sc = blocks[:, 192:208].copy().view(np.int8).reshape(n, k // 16)
+    d = blocks[:, 208:210].copy().view(np.float16).reshape(n, k // QK_K)
+    return Unpacked("q8", q, sc, d, QK_K, offset=32)
+
+
+# ------------------------------------------------------------------------------ from floats
+def super_block_for(k: int, group: int) -> int:
+    """The largest super-block of at most 256 inputs that divides k (k must be a multiple of group)."""
+    if k % group:
+        raise ValueError(f"{k} inputs are not a multiple of the group size {group}")
+    for size in range(min(QK_K, k), group - 1, -group):
+        if k % size == 0:
+            return size
+    return group
+
+
+def quantize_q4(weight: np.ndarray, super_block: int | None = None) -> Unpacked:
+    """Asymmetric 4-bit groups of 32 with 6-bit scales and mins (Q4_K's shape).
+
+    Scales and mins round up, so every weight of a group stays within its range and rounds to
+    the nearest of its 16 levels (no clipping): the error is at most half the group's step.
+    """
+    w = np.asarray(weight, dtype=np.float32)
+    n, k = w.shape
+    s = super_block or super_block_for(k, 32)
+    per_super = s // 32
+    groups = w.reshape(n, k // 32, 32)
+    low = np.minimum(groups.min(axis=-1), 0.0)
+    dm = _factor(-low, per_super, 63)
+    mn = np.clip(np.ceil(-low / _expand(dm, per_super)), 0, 63).astype(np.uint8)
+    minimum = _expand(dm, per_super) * mn
+    step = np.maximum(groups.max(axis=-1) + minimum, 1e-12) / 15.0
+    d = _factor(step, per_super, 63)
+    sc = np.clip(np.ceil(step / _expand(d, per_super)), 1, 63).astype(np.uint8)
+    actual = (_expand(d, per_super) * sc)[..., None]
+    q = np.clip(np.rint((groups + minimum[..., None]) / actual), 0, 15).astype(np.uint8)
+    return Unpacked("q4", q.reshape(n, k), sc, d, s, mn, dm)
+
+
+def quantize_q8(weight: np.ndarray, super_block: int | None = None) -> Unpacked:
+    """Symmetric 8-bit groups of 16 with signed 8-bit scales (stored with offset 128).
+
+    Scales round up, so no weight clips: the error is at most half the group's step.
+    """
+    w = np.asarray(weight, dtype=np.float32)
+    n, k = w.shape
+    s = super_block or super_block_for(k, 16)
+    per_super = s // 16
+    groups = w.reshape(n, k // 16, 16)
+    step = np.maximum(np.abs(groups).max(axis=-1), 1e-12) / 127.0
+    d = _factor(step, per_super, 127)
+    sc = np.clip(np.ceil(step / _expand(d, per_super)), 1, 127).astype(np.int8)
+    actual = (_expand(d, per_super) * sc)[..., None]
+    q = np.clip(np.rint(groups / actual), -127, 127).astype(np.int16) + 128
+    return Unpacked("q8", q.reshape(n, k).astype(np.uint8), sc, d, s, offset=128)
+
+
+def _factor(values: np.ndarray, per_super: int, levels: int) -> np.ndarray:
+    """The fp16 super-block factor that lets ``levels`` integer multiples reach each block's largest value.
+
+    Rounded up after the fp16 cast, so ``levels`` multiples always suffice.
+    """
+    n = values.shape[0]
+    peak = values.reshape(n, -1, per_super).max(axis=-1) / levels
+    factor = peak.astype(np.float16)
+    low = factor.astype(np.float32) < peak
+    factor[low] = np.nextafter(factor[low], np.float16(np.inf))
+    return np.maximum(factor, np.float16(6e-8))
+
+
+def _expand(factor: np.ndarray, per_super: int) -> np.ndarray:
+    return np.repeat(factor.astype(np.float32), per_super, axis=1)
+
+
+# ------------------------------------------------------------------------------ kernel layout
+def pack(matrix: Unpacked) -> dict[str, np.ndarray]:
+    """The arrays qgemm.cpp reads (see its header), output channels padded to a multiple of 16."""
+    n, k = matrix.shape
+    blocks = -(-n // CHANNELS)
+
+    def by_channel_block(a: np.ndarray) -> np.ndarray:
+        padded = np.zeros((blocks * CHANNELS, *a.shape[1:]), dtype=a.dtype)
+        padded[:n] = a
+        # [N, X] -> [N/16, X, 16]
+        return np.ascontiguousarray(padded.reshape(blocks, CHANNELS, -1).transpose(0, 2, 1))
+
+    q = np.zeros((blocks * CHANNELS, k), dtype=np.uint8)
+    q[:n] = matrix.q
+    group = matrix.group
+    # [N/16, 16 ch, K/G groups, G/4 quads, 4] -> [N/16, K/G, G/4, 16, 4]
+    quads = q.reshape(blocks, CHANNELS, k // group, group // 4, 4).transpose(0, 2, 3, 1, 4)
+    # q4: quads j and j+4 share a byte (low and high nibble).
+    packed_q = quads[:, :, :4] | (quads[:, :, 4:] << 4) if matrix.kind == "q4" else quads
+    out = {
+        "q": np.ascontiguousarray(packed_q).reshape(blocks, k // group, 4, 64),
+        "sc": by_channel_block(matrix.sc),
+        "d": by_channel_block(matrix.d),
+    }
+    if matrix.kind == "q4":
+        assert matrix.mn is not None and matrix.dm is not None
+        out["mn"] = by_channel_block(matrix.mn)
+        out["dm"] = by_channel_block(matrix.dm)
+    return out

@@ -1,0 +1,339 @@
+"""NativeCausalLM: a Llama / Qwen2 decoder run entirely by qgemm.cpp, on block-quantized weights.
+
+The whole forward (embedding lookup, norms, rotary attention, MLP, head) runs in C++ with the GIL
+released, so a decoding step costs the weights' bytes and little else. Every row of a pass is
+computed exactly as a one-row pass computes it (see qgemm.cpp), so speculative decoding on this
+model reproduces plain decoding on it bit for bit.
+
+It answers the calls :class:`specchat.engine.kv.CachedLM` makes, like the lean forward
+(:mod:`specchat.models.lean`): ``model(input_ids=…, cache=…, logits_to_keep=n)`` returning
+``.logits`` and ``.cache``, plus ``config``, ``device``, ``generation_config`` and
+``get_output_embeddings``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from specchat.kernels import load
+from specchat.kernels.formats import Unpacked, pack, quantize_q4, quantize_q8
+from specchat.kernels.qlinear import qmat_from_tensors
+from specchat.models.lean import LeanCache, LeanOutput
+
+PROJECTIONS = ("q", "k", "v", "o", "gate", "up", "down")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The decoder's dimensions, from a Hugging Face config or GGUF metadata."""
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    eps: float
+    rope_theta: float
+
+
+class _Head:
+    """Stands in for the output layer: CachedLM asks its weight's shape for the vocabulary width."""
+
+    def __init__(self, vocab: int, hidden: int) -> None:
+        self.weight = torch.empty(vocab, hidden, device="meta")
+
+
+class NativeCausalLM:
+    """The decoding forward of a Llama-style model on specchat's CPU kernels."""
+
+    def __init__(self, model: Any, shape: Shape, config: Any, generation_config: Any = None) -> None:
+        self._model = model
+        self.shape = shape
+        self.config = config
+        self.generation_config = generation_config
+        self._head = _Head(shape.vocab, shape.hidden)
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    def get_output_embeddings(self) -> _Head:
+        return self._head
+
+    def new_cache(self) -> LeanCache:
+        s = self.shape
+        return LeanCache(s.layers, s.kv_heads, s.head_dim, torch.float32)
+
+    def __call__(
+        self,
+        input_ids: torch.Tensor,
+        cache: Any = None,
+        use_cache: bool = True,
+        logits_to_keep: int = 1,
+        **_: Any,
+    ) -> LeanOutput:
+        if not isinstance(cache, LeanCache):
+            if cache is not None and cache.get_seq_length() != 0:
+                raise ValueError("the native forward needs its own cache: pass None or an empty cache")
+            cache = self.new_cache()
+        ids = input_ids[0]
+        past = cache.length
+        cache.reserve(past + int(ids.shape[0]))
+        logits = self._model.forward(ids, cache.keys, cache.values, past, logits_to_keep)
+        cache.length = past + int(ids.shape[0])
+        return LeanOutput(logits[None], cache)
+
+
+# ------------------------------------------------------------------------------ packed models
+@dataclass(frozen=True)
+class MatrixMeta:
+    kind: str
+    super_block: int
+    offset: int
+    rows: int
+
+
+@dataclass
+class PackedModel:
+    """Everything the kernels need, as plain tensors: what the packed cache stores.
+
+    ``tensors`` holds each matrix's packed arrays as ``{name}.{q,sc,mn,d,dm}`` and each vector
+    (norm weights, biases, ``inv_freq``) under its own name.
+    """
+
+    shape: Shape
+    rope_scale: float
+    matrices: dict[str, MatrixMeta]
+    tensors: dict[str, torch.Tensor]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tensors.values())
+
+    def add_matrix(self, name: str, matrix: Unpacked) -> None:
+        self.matrices[name] = MatrixMeta(matrix.kind, matrix.super_block, matrix.offset, matrix.shape[0])
+        for field, array in pack(matrix).items():
+            self.tensors[f"{name}.{field}"] = torch.from_numpy(array)
+
+    def matrix_tensors(self, name: str) -> dict[str, torch.Tensor]:
+        return {
+            f: t for f in ("q", "sc", "mn", "d", "dm") if (t := self.tensors.get(f"{name}.{f}")) is not None
+        }
+
+    def meta(self) -> dict[str, Any]:
+        return {
+            "shape": asdict(self.shape),
+            "rope_scale": self.rope_scale,
+            "matrices": {name: asdict(m) for name, m in self.matrices.items()},
+        }
+
+    @classmethod
+    def from_meta(cls, meta: Mapping[str, Any], tensors: dict[str, torch.Tensor]) -> PackedModel:
+        matrices = {name: MatrixMeta(**m) for name, m in meta["matrices"].items()}
+        return cls(Shape(**meta["shape"]), float(meta["rope_scale"]), matrices, tensors)
+
+
+def native_model(packed: PackedModel, config: Any, generation_config: Any = None) -> NativeCausalLM:
+    """The C++ model over ``packed``'s tensors (memory-mapped ones stay mapped: nothing is copied)."""
+    ops = load()
+
+    def mat(name: str) -> Any:
+        meta = packed.matrices[name]
+        bias = packed.tensors.get(f"{name}.bias")
+        return qmat_from_tensors(
+            meta.kind, packed.matrix_tensors(name), meta.super_block, meta.offset, meta.rows, bias
+        )
+
+    s = packed.shape
+    model = ops.Model(
+        s.heads, s.kv_heads, s.head_dim, s.eps, packed.tensors["inv_freq"], packed.rope_scale,
+        mat("embed"), mat("head"), packed.tensors["norm"],
+    )  # fmt: skip
+    for i in range(s.layers):
+        prefix = f"layers.{i}"
+        mats = [mat(f"{prefix}.{p}") for p in PROJECTIONS]
+        model.add_layer(packed.tensors[f"{prefix}.attn_norm"], packed.tensors[f"{prefix}.ffn_norm"], *mats)
+    return NativeCausalLM(model, s, config, generation_config)
+
+
+def _rope_inverse_frequencies(shape: Shape) -> torch.Tensor:
+    dim = shape.head_dim
+    return 1.0 / (shape.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+
+
+def pack_hf(hf_model: Any, *, bits: int = 4, head_rows: int | None = None) -> PackedModel:
+    """Quantize a loaded Hugging Face Llama / Qwen2 model for the kernels (tests, drafts, HF folders).
+
+    ``bits`` 4 quantizes every matrix to q4, 8 to q8; ``head_rows`` keeps only the first ids of
+    the output head (drafts only: see specchat.models.cpu_quant's narrow head).
+    """
+    from specchat.models.lean import lean_supported
+
+    reason = lean_supported(hf_model)
+    if reason is not None:
+        raise ValueError(f"the native forward cannot run this model: {reason}")
+    config = hf_model.config
+    inner = hf_model.model
+    heads = config.num_attention_heads
+    head = hf_model.get_output_embeddings().weight.detach().float()
+    if head_rows is not None:
+        head = head[:head_rows]
+    shape = Shape(
+        layers=len(inner.layers),
+        hidden=config.hidden_size,
+        heads=heads,
+        kv_heads=getattr(config, "num_key_value_heads", None) or heads,
+        head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
+        vocab=int(head.shape[0]),
+        eps=float(config.rms_norm_eps),
+        rope_theta=float(getattr(config, "rope_theta", 10000.0)),
+    )
+    rotary = inner.rotary_emb
+    packed = PackedModel(shape, float(getattr(rotary, "attention_scaling", 1.0)), {}, {})
+    quantize = quantize_q4 if bits == 4 else quantize_q8
+    packed.add_matrix("embed", quantize(inner.embed_tokens.weight.detach().float().numpy()))
+    packed.add_matrix("head", quantize(head.numpy()))
+    packed.tensors["norm"] = inner.norm.weight.detach().float().clone()
+    packed.tensors["inv_freq"] = rotary.inv_freq.detach().float().clone()
+    for i, layer in enumerate(inner.layers):
+        attn, mlp = layer.self_attn, layer.mlp
+        projections = {
+            "q": attn.q_proj, "k": attn.k_proj, "v": attn.v_proj, "o": attn.o_proj,
+            "gate": mlp.gate_proj, "up": mlp.up_proj, "down": mlp.down_proj,
+        }  # fmt: skip
+        for part, module in projections.items():
+            name = f"layers.{i}.{part}"
+            packed.add_matrix(name, quantize(module.weight.detach().float().numpy()))
+            if module.bias is not None:
+                packed.tensors[f"{name}.bias"] = module.bias.detach().float().clone()
+        packed.tensors[f"layers.{i}.attn_norm"] = layer.input_layernorm.weight.detach().float().clone()
+        packed.tensors[f"layers.{i}.ffn_norm"] = (
+            layer.post_attention_layernorm.weight.detach().float().clone()
+        )
+    return packed
+
+
+def from_hf(hf_model: Any, *, bits: int = 4, head_rows: int | None = None) -> NativeCausalLM:
+    """:func:`pack_hf`, then the model (tests)."""
+    packed = pack_hf(hf_model, bits=bits, head_rows=head_rows)
+    return native_model(packed, hf_model.config, getattr(hf_model, "generation_config", None))
+
+
+# ------------------------------------------------------------------------------ from GGUF
+GGUF_NAMES = {
+    "embed": "token_embd.weight",
+    "head": "output.weight",
+    "norm": "output_norm.weight",
+    "q": "attn_q",
+    "k": "attn_k",
+    "v": "attn_v",
+    "o": "attn_output",
+    "gate": "ffn_gate",
+    "up": "ffn_up",
+    "down": "ffn_down",
+    "attn_norm": "attn_norm",
+    "ffn_norm": "ffn_norm",
+}
+
+
+GGUF_ARCHITECTURES = {"qwen2": False, "llama": True, "mistral": True}
+"""Architectures the native forward runs from a GGUF, and whether llama.cpp's converter permuted
+their q/k rows (for its interleaved rotary layout); the forward here rotates halves, as
+transformers does, so those rows are put back in the original order."""
+
+
+def _unpermute_order(rows: int, heads: int) -> np.ndarray:
+    """Row order that undoes llama.cpp's q/k permutation (transformers' reverse_permute_weights)."""
+    order = np.arange(rows).reshape(heads, rows // heads // 2, 2)
+    return order.swapaxes(2, 1).reshape(rows)
+
+
+def gguf_tensor_name(name: str) -> str:
+    """specchat's tensor name → the GGUF file's."""
+    if not name.startswith("layers."):
+        return GGUF_NAMES[name]
+    _, index, part, *rest = name.split(".")
+    suffix = "bias" if rest == ["bias"] else "weight"
+    return f"blk.{index}.{GGUF_NAMES[part]}.{suffix}"
+
+
+def pack_gguf(path: str, *, mode: str = "gguf", head_rows: int | None = None) -> PackedModel:
+    """The kernels' tensors straight from a GGUF file's quantized blocks.
+
+    ``mode`` "gguf": keep Q4_K and Q6_K tensors as they are (the target: the very weights llama.cpp
+    reads), requantizing any other type to q8; "q4": keep Q4_K, requantize the rest to q4 (drafts,
+    fewer bytes); "q8": requantize everything to q8.
+    """
+    if mode not in ("gguf", "q4", "q8"):
+        raise ValueError(f"unknown packing mode {mode!r}")
+    import gguf
+    from gguf import GGUFReader
+
+    from specchat.kernels.formats import unpack_q4_k, unpack_q6_k
+
+    reader = GGUFReader(path)
+    tensors = {t.name: t for t in reader.tensors}
+    arch = str(reader.fields["general.architecture"].contents())
+    if arch not in GGUF_ARCHITECTURES:
+        raise ValueError(
+            f"specchat's CPU kernels run {', '.join(GGUF_ARCHITECTURES)} models, not {arch!r}: "
+            "use --cpu-path int8/dyn8+head32768 or none"
+        )
+
+    def meta(key: str) -> Any:
+        return reader.fields[f"{arch}.{key}"].contents()
+
+    heads = int(meta("attention.head_count"))
+    hidden = int(meta("embedding_length"))
+    head_name = "output.weight" if "output.weight" in tensors else "token_embd.weight"
+    vocab = int(tensors[head_name].shape[1])
+    shape = Shape(
+        layers=int(meta("block_count")),
+        hidden=hidden,
+        heads=heads,
+        kv_heads=int(meta("attention.head_count_kv")),
+        head_dim=hidden // heads,
+        vocab=min(vocab, head_rows) if head_rows else vocab,
+        eps=float(meta("attention.layer_norm_rms_epsilon")),
+        rope_theta=float(meta("rope.freq_base")),
+    )
+
+    def matrix(tensor: Any, rows: int | None = None) -> Unpacked:
+        k, n = int(tensor.shape[0]), int(tensor.shape[1])
+        kind = tensor.tensor_type.name
+        raw = np.asarray(tensor.data)
+        if kind == "Q4_K" and rows is None and mode != "q8":
+            return unpack_q4_k(raw, n, k)
+        if kind == "Q6_K" and rows is None and mode == "gguf":
+            return unpack_q6_k(raw, n, k)
+        weights = gguf.quants.dequantize(raw, tensor.tensor_type).reshape(n, k)[:rows]
+        return (quantize_q4 if mode == "q4" else quantize_q8)(weights)
+
+    def vector(name: str) -> torch.Tensor:
+        return torch.from_numpy(np.asarray(tensors[name].data, dtype=np.float32).copy())
+
+    packed = PackedModel(shape, 1.0, {}, {"inv_freq": _rope_inverse_frequencies(shape)})
+    packed.add_matrix("embed", matrix(tensors["token_embd.weight"]))
+    narrow = head_rows if head_rows is not None and head_rows < vocab else None
+    packed.add_matrix("head", matrix(tensors[head_name], narrow))
+    packed.tensors["norm"] = vector("output_norm.weight")
+    for i in range(shape.layers):
+        for part in PROJECTIONS:
+            name = f"layers.{i}.{part}"
+            weights = matrix(tensors[gguf_tensor_name(name)])
+            if GGUF_ARCHITECTURES[arch] and part in ("q", "k"):
+                heads_of = shape.heads if part == "q" else shape.kv_heads
+                weights = weights.take_rows(_unpermute_order(weights.shape[0], heads_of))
+            packed.add_matrix(name, weights)
+            bias = gguf_tensor_name(f"{name}.bias")
+            if bias in tensors:
+                packed.tensors[f"{name}.bias"] = vector(bias)
+        for part in ("attn_norm", "ffn_norm"):
+            packed.tensors[f"layers.{i}.{part}"] = vector(gguf_tensor_name(f"layers.{i}.{part}"))
+    return packed

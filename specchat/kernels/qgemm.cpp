@@ -1,0 +1,515 @@
+// Block-quantized linear layers for the CPU, on AVX-512 VNNI.
+//
+// Weights keep the GGUF file's own quantization (llama.cpp's Q4_K and Q6_K blocks, repacked), so
+// the target computes with exactly the weights llama.cpp reads. Activations are quantized to int8
+// per row and per block of S inputs; every dot product is accumulated exactly in int32 and scaled
+// in a fixed order. Each output row depends only on its own input row, through the same
+// instruction sequence whatever the number of rows, so a verify pass over several positions
+// reproduces single-token passes bit for bit, and speculative decoding stays exact.
+//
+// Layout (channels in blocks of 16, so one 512-bit register holds one value per channel):
+//   q4: q   [N/16][K/32][4][64] u8   group of 32 inputs: byte 64*j + 4*c + t holds input 4*j + t of
+//                                     channel c in its low nibble and input 4*(j+4) + t in its high one
+//       sc  [N/16][K/32][16] u8      6-bit scale of each group    w = d*sc*q - dmin*mn
+//       mn  [N/16][K/32][16] u8      6-bit min of each group
+//       d   [N/16][K/S][16]  fp16    super-block scales (S inputs)
+//       dm  [N/16][K/S][16]  fp16
+//   q8: q   [N/16][K/16][4][64] u8   group of 16 inputs, byte 64*j + 4*c + t = input 4*j + t
+//       sc  [N/16][K/16][16] i8      w = d*sc*(q - offset)
+//       d   [N/16][K/S][16]  fp16
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace {
+
+constexpr int MAX_ROWS = 8;  // rows computed together: 2*8 accumulators + 8 weight registers fit in 32
+
+// One row of activations quantized to int8 per block of `block` inputs (symmetric, scale amax/127),
+// with the sum of each 16-input group (the integer corrections for the weights' offsets).
+struct QuantRows {
+  std::vector<int8_t> q;
+  std::vector<float> scale;    // [M][K/block]
+  std::vector<int32_t> sum16;  // [M][K/16]
+  int K, block;
+};
+
+QuantRows quantize_rows(const float* x, int64_t M, int64_t K, int block) {
+  QuantRows out{std::vector<int8_t>(M * K), std::vector<float>(M * (K / block)),
+                std::vector<int32_t>(M * (K / 16)), static_cast<int>(K), block};
+  at::parallel_for(0, M, 1, [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; ++m) {
+      const float* row = x + m * K;
+      int8_t* qrow = out.q.data() + m * K;
+      for (int64_t b = 0; b < K / block; ++b) {
+        const float* xb = row + b * block;
+        __m512 amax = _mm512_setzero_ps();
+        for (int i = 0; i < block; i += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(xb + i)));
+        const float peak = _mm512_reduce_max_ps(amax);
+        const float inv = peak > 0.f ? 127.f / peak : 0.f;
+        out.scale[m * (K / block) + b] = peak / 127.f;
+        const __m512 vinv = _mm512_set1_ps(inv);
+        for (int i = 0; i < block; i += 16) {
+          __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + i), vinv));  // round to nearest even
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(qrow + b * block + i), _mm512_cvtsepi32_epi8(v));
+          out.sum16[m * (K / 16) + (b * block + i) / 16] = _mm512_reduce_add_epi32(v);
+        }
+      }
+    }
+  });
+  return out;
+}
+
+inline __m512 half16(const at::Half* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+inline __m512 u8x16(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
+inline __m512 i8x16(const int8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
+inline __m512i dot4(__m512i acc, __m512i w, const int8_t* x) {
+  return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(x)));
+}
+
+struct Q4Weights {
+  const uint8_t* q; const uint8_t* sc; const uint8_t* mn; const at::Half* d; const at::Half* dm;
+};
+
+// Rows [0, R) of one channel block of a q4 matrix.
+template <int R>
+void q4_block(const Q4Weights& w, int64_t nb, int64_t K, int S, const QuantRows& x, int64_t m0, float* y,
+              int64_t ldy, const float* bias) {
+  const int64_t groups = K / 32, supers = K / S, per_super = S / 32;
+  const uint8_t* q = w.q + nb * groups * 256;
+  const uint8_t* sc = w.sc + nb * groups * 16;
+  const uint8_t* mn = w.mn + nb * groups * 16;
+  const at::Half* d = w.d + nb * supers * 16;
+  const at::Half* dm = w.dm + nb * supers * 16;
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  __m512 total[R];
+  for (int r = 0; r < R; ++r) total[r] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < supers; ++s) {
+    const __m512 dv = half16(d + s * 16), dmv = half16(dm + s * 16);
+    __m512 part[R];
+    for (int r = 0; r < R; ++r) part[r] = _mm512_setzero_ps();
+    for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
+      const uint8_t* qg = q + g * 256;
+      __m512i w4[8];
+      for (int j = 0; j < 4; ++j) {
+        const __m512i v = _mm512_loadu_si512(qg + 64 * j);
+        w4[j] = _mm512_and_si512(v, low);
+        w4[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+      }
+      const __m512 scale = _mm512_mul_ps(dv, u8x16(sc + g * 16));
+      const __m512 minimum = _mm512_mul_ps(dmv, u8x16(mn + g * 16));
+      for (int r = 0; r < R; ++r) {
+        const int64_t m = m0 + r;
+        const int8_t* xr = x.q.data() + m * K + g * 32;
+        __m512i acc = _mm512_setzero_si512();
+        for (int j = 0; j < 8; ++j) acc = dot4(acc, w4[j], xr + 4 * j);
+        const int32_t* s16 = x.sum16.data() + m * (K / 16) + 2 * g;
+        part[r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(acc), part[r]);
+        part[r] = _mm512_fnmadd_ps(minimum, _mm512_set1_ps(static_cast<float>(s16[0] + s16[1])), part[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const float xs = x.scale[(m0 + r) * supers + s];  // the input was quantized per super-block
+      total[r] = _mm512_fmadd_ps(_mm512_set1_ps(xs), part[r], total[r]);
+    }
+  }
+  const __m512 b = bias ? _mm512_loadu_ps(bias + nb * 16) : _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(y + (m0 + r) * ldy + nb * 16, _mm512_add_ps(total[r], b));
+}
+
+struct Q8Weights {
+  const uint8_t* q; const int8_t* sc; const at::Half* d; int offset;
+};
+
+template <int R>
+void q8_block(const Q8Weights& w, int64_t nb, int64_t K, int S, const QuantRows& x, int64_t m0, float* y,
+              int64_t ldy, const float* bias) {
+  const int64_t groups = K / 16, supers = K / S, per_super = S / 16;
+  const uint8_t* q = w.q + nb * groups * 256;
+  const int8_t* sc = w.sc + nb * groups * 16;
+  const at::Half* d = w.d + nb * supers * 16;
+  __m512 total[R];
+  for (int r = 0; r < R; ++r) total[r] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < supers; ++s) {
+    const __m512 dv = half16(d + s * 16);
+    __m512 part[R];
+    for (int r = 0; r < R; ++r) part[r] = _mm512_setzero_ps();
+    for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
+      const uint8_t* qg = q + g * 256;
+      __m512i w4[4];
+      for (int j = 0; j < 4; ++j) w4[j] = _mm512_loadu_si512(qg + 64 * j);
+      const __m512 scale = _mm512_mul_ps(dv, i8x16(sc + g * 16));
+      for (int r = 0; r < R; ++r) {
+        const int64_t m = m0 + r;
+        const int8_t* xr = x.q.data() + m * K + g * 16;
+        __m512i acc = _mm512_setzero_si512();
+        for (int j = 0; j < 4; ++j) acc = dot4(acc, w4[j], xr + 4 * j);
+        acc = _mm512_sub_epi32(acc, _mm512_set1_epi32(w.offset * x.sum16[m * (K / 16) + g]));
+        part[r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(acc), part[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const float xs = x.scale[(m0 + r) * supers + s];  // the input was quantized per super-block
+      total[r] = _mm512_fmadd_ps(_mm512_set1_ps(xs), part[r], total[r]);
+    }
+  }
+  const __m512 b = bias ? _mm512_loadu_ps(bias + nb * 16) : _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(y + (m0 + r) * ldy + nb * 16, _mm512_add_ps(total[r], b));
+}
+
+template <typename Fn>
+void for_rows(int64_t M, Fn&& fn) {
+  for (int64_t m0 = 0; m0 < M; m0 += MAX_ROWS) fn(m0, std::min<int64_t>(MAX_ROWS, M - m0));
+}
+
+#define SPECCHAT_ROWS(KERNEL, n, ...)                  \
+  switch (n) {                                        \
+    case 1: KERNEL<1>(__VA_ARGS__); break;             \
+    case 2: KERNEL<2>(__VA_ARGS__); break;             \
+    case 3: KERNEL<3>(__VA_ARGS__); break;             \
+    case 4: KERNEL<4>(__VA_ARGS__); break;             \
+    case 5: KERNEL<5>(__VA_ARGS__); break;             \
+    case 6: KERNEL<6>(__VA_ARGS__); break;             \
+    case 7: KERNEL<7>(__VA_ARGS__); break;             \
+    default: KERNEL<8>(__VA_ARGS__); break;            \
+  }
+
+
+// exp(x) for 16 floats: 2^(x·log2 e), with a degree-6 polynomial for the fraction (about 2 ulp).
+inline __m512 exp16(__m512 x) {
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f)), _mm512_set1_ps(-87.3365478515625f));
+  const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
+  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(t, n);  // in [-0.5, 0.5]
+  __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// Σ a[i]·b[i] over n (a multiple of 16) in a fixed order.
+inline float dot(const float* a, const float* b, int64_t n) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+  return _mm512_reduce_add_ps(acc);
+}
+
+// y += w·x over n (a multiple of 16).
+inline void axpy(float w, const float* x, float* y, int64_t n) {
+  const __m512 vw = _mm512_set1_ps(w);
+  for (int64_t i = 0; i < n; i += 16)
+    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(vw, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------- matrices
+// One quantized weight matrix [N, K] (N padded to a multiple of 16 in the tensors).
+struct QMat {
+  int64_t kind;  // 4 or 8
+  torch::Tensor q, sc, mn, d, dm;
+  int64_t S, offset, N, K;
+  torch::Tensor bias;  // [N16] or undefined
+
+  QMat(int64_t kind, torch::Tensor q, torch::Tensor sc, c10::optional<torch::Tensor> mn, torch::Tensor d,
+       c10::optional<torch::Tensor> dm, int64_t S, int64_t offset, int64_t N, c10::optional<torch::Tensor> bias)
+      : kind(kind), q(q.contiguous()), sc(sc.contiguous()), d(d.contiguous()), S(S), offset(offset), N(N) {
+    TORCH_CHECK(kind == 4 || kind == 8, "kind must be 4 or 8");
+    K = this->q.size(1) * (kind == 4 ? 32 : 16);
+    TORCH_CHECK(K % S == 0 && S % (kind == 4 ? 32 : 16) == 0, "bad super-block size");
+    if (kind == 4) {
+      TORCH_CHECK(mn.has_value() && dm.has_value(), "q4 needs mins");
+      this->mn = mn->contiguous();
+      this->dm = dm->contiguous();
+    }
+    if (bias.has_value()) this->bias = bias->to(torch::kFloat32).contiguous();
+  }
+  int64_t blocks() const { return q.size(0); }
+
+  // Rows [m0, m0+R) of channel block nb into y (leading dimension ldy, column offset col).
+  void run_block(int64_t nb, const QuantRows& x, int64_t M, float* y, int64_t ldy, int64_t col) const {
+    const float* b = bias.defined() ? bias.data_ptr<float>() : nullptr;
+    float* out = y + col;
+    for_rows(M, [&](int64_t m0, int64_t rows) {
+      if (kind == 4) {
+        const Q4Weights w{q.data_ptr<uint8_t>(), sc.data_ptr<uint8_t>(), mn.data_ptr<uint8_t>(),
+                          d.data_ptr<at::Half>(), dm.data_ptr<at::Half>()};
+        SPECCHAT_ROWS(q4_block, rows, w, nb, K, static_cast<int>(S), x, m0, out, ldy, b)
+      } else {
+        const Q8Weights w{q.data_ptr<uint8_t>(), sc.data_ptr<int8_t>(), d.data_ptr<at::Half>(),
+                          static_cast<int>(offset)};
+        SPECCHAT_ROWS(q8_block, rows, w, nb, K, static_cast<int>(S), x, m0, out, ldy, b)
+      }
+    });
+  }
+};
+
+// Several matrices reading the same input (q/k/v, gate/up), in one parallel region; each writes
+// its own output [M, N16].
+std::vector<torch::Tensor> run_group(const std::vector<const QMat*>& mats, const float* x, int64_t M) {
+  const int64_t K = mats[0]->K;
+  std::vector<QuantRows> inputs;  // one quantization per distinct super-block size
+  std::vector<int> input_of(mats.size());
+  std::vector<int64_t> sizes;
+  for (size_t i = 0; i < mats.size(); ++i) {
+    TORCH_CHECK(mats[i]->K == K, "matrices of a group must share their input width");
+    auto found = std::find(sizes.begin(), sizes.end(), mats[i]->S);
+    if (found == sizes.end()) {
+      sizes.push_back(mats[i]->S);
+      inputs.push_back(quantize_rows(x, M, K, static_cast<int>(mats[i]->S)));
+      input_of[i] = static_cast<int>(inputs.size() - 1);
+    } else {
+      input_of[i] = static_cast<int>(found - sizes.begin());
+    }
+  }
+  std::vector<torch::Tensor> outs;
+  std::vector<int64_t> first_block{0};
+  for (const QMat* m : mats) {
+    outs.push_back(torch::empty({M, m->blocks() * 16}, torch::kFloat32));
+    first_block.push_back(first_block.back() + m->blocks());
+  }
+  at::parallel_for(0, first_block.back(), 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const size_t i = std::upper_bound(first_block.begin(), first_block.end(), b) - first_block.begin() - 1;
+      const QMat* m = mats[i];
+      m->run_block(b - first_block[i], inputs[input_of[i]], M, outs[i].data_ptr<float>(), m->blocks() * 16, 0);
+    }
+  });
+  return outs;
+}
+
+torch::Tensor qmat_forward(const QMat& m, const torch::Tensor& x_in) {
+  TORCH_CHECK(x_in.dim() == 2 && x_in.size(1) == m.K, "expected input [M, ", m.K, "]");
+  const torch::Tensor x = x_in.to(torch::kFloat32).contiguous();
+  return run_group({&m}, x.data_ptr<float>(), x.size(0))[0];
+}
+
+// One row of the matrix, dequantized (embedding lookups read the token's row).
+void dequantize_row(const QMat& m, int64_t row, float* out) {
+  const int64_t nb = row / 16, c = row % 16;
+  if (m.kind == 4) {
+    const int64_t groups = m.K / 32, per_super = m.S / 32;
+    const uint8_t* q = m.q.data_ptr<uint8_t>() + nb * groups * 256;
+    const uint8_t* sc = m.sc.data_ptr<uint8_t>() + nb * groups * 16;
+    const uint8_t* mn = m.mn.data_ptr<uint8_t>() + nb * groups * 16;
+    const at::Half* d = m.d.data_ptr<at::Half>() + nb * (m.K / m.S) * 16;
+    const at::Half* dm = m.dm.data_ptr<at::Half>() + nb * (m.K / m.S) * 16;
+    for (int64_t g = 0; g < groups; ++g) {
+      const float scale = static_cast<float>(d[(g / per_super) * 16 + c]) * sc[g * 16 + c];
+      const float minimum = static_cast<float>(dm[(g / per_super) * 16 + c]) * mn[g * 16 + c];
+      for (int j = 0; j < 8; ++j)
+        for (int t = 0; t < 4; ++t) {
+          const uint8_t byte = q[g * 256 + 64 * (j % 4) + 4 * c + t];
+          const int value = j < 4 ? (byte & 0x0F) : (byte >> 4);
+          out[g * 32 + 4 * j + t] = scale * value - minimum;
+        }
+    }
+  } else {
+    const int64_t groups = m.K / 16, per_super = m.S / 16;
+    const uint8_t* q = m.q.data_ptr<uint8_t>() + nb * groups * 256;
+    const int8_t* sc = m.sc.data_ptr<int8_t>() + nb * groups * 16;
+    const at::Half* d = m.d.data_ptr<at::Half>() + nb * (m.K / m.S) * 16;
+    for (int64_t g = 0; g < groups; ++g) {
+      const float scale = static_cast<float>(d[(g / per_super) * 16 + c]) * sc[g * 16 + c];
+      for (int j = 0; j < 4; ++j)
+        for (int t = 0; t < 4; ++t)
+          out[g * 16 + 4 * j + t] = scale * (static_cast<int>(q[g * 256 + 64 * j + 4 * c + t]) - m.offset);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------- the model
+// A Llama / Qwen2 decoder: RMSNorm, rotary attention with grouped K/V heads, SwiGLU MLP.
+// Every per-row computation below depends on its own row only, in a fixed order, so a pass over
+// L new positions produces bit for bit what L one-position passes produce.
+struct Layer {
+  torch::Tensor attn_norm, ffn_norm;
+  std::shared_ptr<QMat> q, k, v, o, gate, up, down;
+};
+
+struct Model {
+  std::vector<Layer> layers;
+  std::shared_ptr<QMat> embed, head;
+  torch::Tensor norm, inv_freq;
+  int64_t heads, kv_heads, head_dim, hidden;
+  double eps, rope_scale;
+
+  Model(int64_t heads, int64_t kv_heads, int64_t head_dim, double eps, torch::Tensor inv_freq, double rope_scale,
+        std::shared_ptr<QMat> embed, std::shared_ptr<QMat> head, torch::Tensor norm)
+      : embed(embed), head(head), norm(norm.to(torch::kFloat32).contiguous()),
+        inv_freq(inv_freq.to(torch::kFloat32).contiguous()), heads(heads), kv_heads(kv_heads),
+        head_dim(head_dim), hidden(embed->K), eps(eps), rope_scale(rope_scale) {}
+
+  void add_layer(torch::Tensor attn_norm, torch::Tensor ffn_norm, std::shared_ptr<QMat> q, std::shared_ptr<QMat> k,
+                 std::shared_ptr<QMat> v, std::shared_ptr<QMat> o, std::shared_ptr<QMat> gate,
+                 std::shared_ptr<QMat> up, std::shared_ptr<QMat> down) {
+    layers.push_back(Layer{attn_norm.to(torch::kFloat32).contiguous(), ffn_norm.to(torch::kFloat32).contiguous(),
+                           q, k, v, o, gate, up, down});
+  }
+
+  void rms_norm(const float* x, const float* w, float* out, int64_t M) const {
+    for (int64_t m = 0; m < M; ++m) {
+      const float* r = x + m * hidden;
+      const float inv = 1.f / std::sqrt(dot(r, r, hidden) / static_cast<float>(hidden) + static_cast<float>(eps));
+      const __m512 vinv = _mm512_set1_ps(inv);
+      for (int64_t i = 0; i < hidden; i += 16)
+        _mm512_storeu_ps(out + m * hidden + i,
+                         _mm512_mul_ps(_mm512_loadu_ps(w + i), _mm512_mul_ps(_mm512_loadu_ps(r + i), vinv)));
+    }
+  }
+
+  // cos and sin of every rotary frequency at `pos` (computed once per position, shared by heads and layers).
+  void rope_table(int64_t pos, float* cos_out, float* sin_out) const {
+    const float* f = inv_freq.data_ptr<float>();
+    for (int64_t i = 0; i < head_dim / 2; ++i) {
+      const float angle = static_cast<float>(pos) * f[i];
+      cos_out[i] = std::cos(angle) * static_cast<float>(rope_scale);
+      sin_out[i] = std::sin(angle) * static_cast<float>(rope_scale);
+    }
+  }
+
+  // Rotates one head vector in place (rotate-half convention).
+  void rope(float* v, const float* c, const float* s) const {
+    const int64_t half = head_dim / 2;
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = v[i], b = v[i + half];
+      v[i] = a * c[i] - b * s[i];
+      v[i + half] = b * c[i] + a * s[i];
+    }
+  }
+
+  // out[m, h*d:(h+1)*d] = softmax(q·Kᵀ/√d) V over positions 0..past+m, one (row, head) at a time.
+  void attend(const float* q, int64_t q_ld, const float* keys, const float* values, int64_t capacity, int64_t past,
+              int64_t M, float* out) const {
+    const int64_t groups = heads / kv_heads;
+    const float scale = 1.f / std::sqrt(static_cast<float>(head_dim));
+    at::parallel_for(0, M * heads, 1, [&](int64_t t0, int64_t t1) {
+      std::vector<float> scores(past + M);
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t m = t / heads, h = t % heads, kvh = h / groups, seen = past + m + 1;
+        const float* qv = q + m * q_ld + h * head_dim;
+        const float* kh = keys + kvh * capacity * head_dim;
+        const float* vh = values + kvh * capacity * head_dim;
+        float peak = -INFINITY;
+        for (int64_t p = 0; p < seen; ++p) {
+          scores[p] = dot(qv, kh + p * head_dim, head_dim) * scale;
+          peak = std::max(peak, scores[p]);
+        }
+        const __m512 vpeak = _mm512_set1_ps(peak);
+        __m512 sums = _mm512_setzero_ps();
+        for (int64_t p = 0; p < seen; p += 16) {
+          const __mmask16 lanes = seen - p >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (seen - p)) - 1);
+          const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, scores.data() + p), vpeak));
+          _mm512_mask_storeu_ps(scores.data() + p, lanes, e);
+          sums = _mm512_add_ps(sums, _mm512_maskz_mov_ps(lanes, e));
+        }
+        const float total = _mm512_reduce_add_ps(sums);
+        float* o = out + m * heads * head_dim + h * head_dim;
+        std::fill(o, o + head_dim, 0.f);
+        const float inv_total = 1.f / total;
+        for (int64_t p = 0; p < seen; ++p) axpy(scores[p] * inv_total, vh + p * head_dim, o, head_dim);
+      }
+    });
+  }
+
+  // Logits [n_logits, vocab] after the new `ids`; keys/values: per layer [kv_heads, capacity, head_dim],
+  // holding `past` positions, written for the new ones.
+  torch::Tensor forward(const torch::Tensor& ids_in, const std::vector<torch::Tensor>& keys,
+                        const std::vector<torch::Tensor>& values, int64_t past, int64_t n_logits) const {
+    const torch::Tensor ids = ids_in.to(torch::kInt64).contiguous();
+    const int64_t M = ids.size(0), qd = heads * head_dim;
+    TORCH_CHECK(head_dim % 16 == 0 && hidden % 16 == 0, "head and hidden widths must be multiples of 16");
+    TORCH_CHECK(static_cast<int64_t>(keys.size()) == static_cast<int64_t>(layers.size()), "one K/V per layer");
+    const int64_t capacity = keys[0].size(1);
+    TORCH_CHECK(past + M <= capacity, "the K/V cache is too small");
+    std::vector<float> h(M * hidden), x(M * hidden), attn(M * qd);
+    const int64_t* id = ids.data_ptr<int64_t>();
+    for (int64_t m = 0; m < M; ++m) dequantize_row(*embed, id[m], h.data() + m * hidden);
+    std::vector<float> cos_table(M * head_dim / 2), sin_table(M * head_dim / 2);
+    for (int64_t m = 0; m < M; ++m)
+      rope_table(past + m, cos_table.data() + m * head_dim / 2, sin_table.data() + m * head_dim / 2);
+    for (size_t li = 0; li < layers.size(); ++li) {
+      const Layer& L = layers[li];
+      rms_norm(h.data(), L.attn_norm.data_ptr<float>(), x.data(), M);
+      auto qkv = run_group({L.q.get(), L.k.get(), L.v.get()}, x.data(), M);
+      float* qp = qkv[0].data_ptr<float>();
+      float* kp = qkv[1].data_ptr<float>();
+      float* vp = qkv[2].data_ptr<float>();
+      const int64_t q_ld = qkv[0].size(1), k_ld = qkv[1].size(1), v_ld = qkv[2].size(1);
+      float* K = keys[li].data_ptr<float>();
+      float* V = values[li].data_ptr<float>();
+      for (int64_t m = 0; m < M; ++m) {
+        const int64_t pos = past + m;
+        const float* c = cos_table.data() + m * head_dim / 2;
+        const float* sn = sin_table.data() + m * head_dim / 2;
+        for (int64_t hd = 0; hd < heads; ++hd) rope(qp + m * q_ld + hd * head_dim, c, sn);
+        for (int64_t hd = 0; hd < kv_heads; ++hd) {
+          float* kr = kp + m * k_ld + hd * head_dim;
+          rope(kr, c, sn);
+          std::copy(kr, kr + head_dim, K + (hd * capacity + pos) * head_dim);
+          const float* vr = vp + m * v_ld + hd * head_dim;
+          std::copy(vr, vr + head_dim, V + (hd * capacity + pos) * head_dim);
+        }
+      }
+      attend(qp, q_ld, K, V, capacity, past, M, attn.data());
+      auto o = run_group({L.o.get()}, attn.data(), M)[0];
+      const int64_t o_ld = o.size(1);
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t i = 0; i < hidden; ++i) h[m * hidden + i] += o.data_ptr<float>()[m * o_ld + i];
+      rms_norm(h.data(), L.ffn_norm.data_ptr<float>(), x.data(), M);
+      auto gu = run_group({L.gate.get(), L.up.get()}, x.data(), M);
+      const int64_t inter = L.gate->N, g_ld = gu[0].size(1), u_ld = gu[1].size(1);
+      std::vector<float> act(M * inter);
+      TORCH_CHECK(inter % 16 == 0, "the MLP width must be a multiple of 16");
+      const __m512 one = _mm512_set1_ps(1.f);
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t i = 0; i < inter; i += 16) {
+          const __m512 g = _mm512_loadu_ps(gu[0].data_ptr<float>() + m * g_ld + i);
+          const __m512 u = _mm512_loadu_ps(gu[1].data_ptr<float>() + m * u_ld + i);
+          const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+          _mm512_storeu_ps(act.data() + m * inter + i, _mm512_mul_ps(silu, u));
+        }
+      auto down = run_group({L.down.get()}, act.data(), M)[0];
+      const int64_t d_ld = down.size(1);
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t i = 0; i < hidden; ++i) h[m * hidden + i] += down.data_ptr<float>()[m * d_ld + i];
+    }
+    const int64_t first = M - n_logits;
+    rms_norm(h.data() + first * hidden, norm.data_ptr<float>(), x.data(), n_logits);
+    auto logits = run_group({head.get()}, x.data(), n_logits)[0];
+    return logits.narrow(1, 0, head->N);
+  }
+};
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  py::class_<QMat, std::shared_ptr<QMat>>(m, "QMat")
+      .def(py::init<int64_t, torch::Tensor, torch::Tensor, c10::optional<torch::Tensor>, torch::Tensor,
+                    c10::optional<torch::Tensor>, int64_t, int64_t, int64_t, c10::optional<torch::Tensor>>())
+      .def("forward", &qmat_forward)
+      .def_readonly("N", &QMat::N)
+      .def_readonly("K", &QMat::K);
+  py::class_<Model>(m, "Model")
+      .def(py::init<int64_t, int64_t, int64_t, double, torch::Tensor, double, std::shared_ptr<QMat>,
+                    std::shared_ptr<QMat>, torch::Tensor>())
+      .def("add_layer", &Model::add_layer)
+      .def("forward", &Model::forward, py::call_guard<py::gil_scoped_release>());
+}

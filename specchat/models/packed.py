@@ -1,0 +1,286 @@
+"""The packed cache: each model's CPU-kernel weights, packed once and memory-mapped afterwards.
+
+A GGUF model is packed straight from its quantized blocks (no float copy of the weights is ever
+made); any other model is loaded once in float and quantized. The folder holds the packed tensors
+(safetensors, memory-mapped on load, so a warm start reads only what decoding touches), the
+config, the generation config and the tokenizer, and a record of every file written (checked
+cheaply at every start, every byte by `specchat models --verify`). Writes follow the cache's
+rules (specchat.models.store): one writer per entry, staged and renamed into place, so a killed
+or interrupted packing never leaves a folder that passes for a finished one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specchat.models.cache import CONVERTED_MARKER, MISSING, cache_dir, cache_write_error
+from specchat.models.manifest import quick_problem, record_files
+from specchat.models.records import LoadProgress, ProgressCallback, Waiter, emit, notice
+from specchat.models.store import entry_lock, set_doing, staged
+
+WEIGHTS = "weights.safetensors"
+FORMAT_VERSION = 1
+"""Bumped whenever the packed layout changes, so older folders are packed anew."""
+
+
+def packed_dir() -> Path:
+    return cache_dir() / "packed"
+
+
+@dataclass(frozen=True)
+class PackRecipe:
+    """How one model is packed: its kernel format and, for drafts, how many head rows it keeps."""
+
+    mode: str
+    """"gguf" (the file's own blocks, others to q8), "q4" or "q8"."""
+    head_rows: int | None = None
+
+    @property
+    def label(self) -> str:
+        return self.mode + (f"+head{self.head_rows}" if self.head_rows else "")
+
+
+def packed_folder(name: str, source_key: str, recipe: PackRecipe) -> Path:
+    key = hashlib.sha256(f"{source_key}\0{recipe.label}\0{FORMAT_VERSION}".encode()).hexdigest()[:12]
+    return packed_dir() / f"{name}-{recipe.label}-{key}"
+
+
+def is_packed(folder: Path) -> bool:
+    return (folder / CONVERTED_MARKER).is_file()
+
+
+def save_packed(
+    folder: Path, packed: Any, *, config: Any, generation_config: Any, tokenizer: Any, origin: str
+) -> None:
+    """Write ``packed`` (a :class:`~specchat.kernels.native.PackedModel`) and its companions.
+
+    The caller holds ``folder``'s entry lock; everything is written into a staged temporary that
+    replaces the folder only once complete, with the record of its files written last.
+    """
+    from safetensors.torch import save_file
+
+    try:
+        with staged(folder, folder=True) as tmp:
+            tensors = {name: t.contiguous() for name, t in packed.tensors.items()}
+            save_file(tensors, str(tmp / WEIGHTS), metadata={"specchat": json.dumps(packed.meta())})
+            config.save_pretrained(tmp)
+            if generation_config is not None:
+                generation_config.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            record = {
+                "origin": origin,
+                "format": FORMAT_VERSION,
+                "packed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "files": record_files(tmp),
+            }
+            (tmp / CONVERTED_MARKER).write_text(json.dumps(record, indent=2) + "\n")
+    except OSError as err:
+        raise cache_write_error(err, folder.parent) from err
+
+
+def damaged(folder: Path) -> str | None:
+    """Why a finished packed folder cannot be trusted (None: it can).
+
+    Cheap enough for every start: sizes, first MiBs and the weights' header (see manifest).
+    """
+    try:
+        record = json.loads((folder / CONVERTED_MARKER).read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        return f"its record is unreadable: {err}"
+    if not isinstance(record, dict) or record.get("format") != FORMAT_VERSION:
+        return "it was written by another version of specchat"
+    return quick_problem(folder, record.get("files"))
+
+
+def load_packed(
+    folder: Path, name: str, progress: ProgressCallback | None = None, *, tokenizer: Any = None
+) -> tuple[Any, Any]:
+    """The native model over the folder's memory-mapped tensors, and its tokenizer (``tokenizer``
+    when given: the caller checked the folder's tokenizer files are the same)."""
+    from safetensors import safe_open
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+    from specchat.kernels.native import PackedModel, native_model
+
+    emit(progress, LoadProgress(name, "load", 0, 1, f"loading {name} (packed CPU kernels)"))
+    with safe_open(str(folder / WEIGHTS), framework="pt") as handle:
+        meta = json.loads(handle.metadata()["specchat"])
+        tensors = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 - not a dict
+    packed = PackedModel.from_meta(meta, tensors)
+    config = AutoConfig.from_pretrained(str(folder))
+    generation = (
+        GenerationConfig.from_pretrained(str(folder))
+        if (folder / "generation_config.json").is_file()
+        else None
+    )
+    if tokenizer is None:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    model = native_model(packed, config, generation)
+    emit(progress, LoadProgress(name, "load", 1, 1, f"loading {name}: done"))
+    return model, tokenizer
+
+
+# ------------------------------------------------------------------------------ packing a model
+@dataclass(frozen=True)
+class NativeModel:
+    model: Any
+    """A :class:`~specchat.kernels.native.NativeCausalLM`."""
+    tokenizer: Any
+    name: str
+    folder: Path
+
+
+VOCABULARY_FILES = ("tokenizer.json", "special_tokens_map.json")
+"""Where a tokenizer keeps its vocabulary, merges and special tokens (not its chat template)."""
+
+
+def same_vocabulary(folder: Path, other: Path) -> bool:
+    """Whether two packed folders hold byte-identical vocabularies, so that one tokenizer can
+    stand for both (the engine encodes and decodes with the target's alone; a draft only needs
+    the same ids, which is what the compatibility check would otherwise load it to compare)."""
+
+    def read(path: Path) -> bytes | None:
+        return path.read_bytes() if path.is_file() else None
+
+    return all(read(folder / name) == read(other / name) for name in VOCABULARY_FILES)
+
+
+def load_native(
+    spec: str,
+    recipe: PackRecipe,
+    progress: ProgressCallback | None = None,
+    *,
+    share_tokenizer: NativeModel | None = None,
+) -> NativeModel:
+    """The model ``spec`` names on the CPU kernels, packed on first use.
+
+    ``share_tokenizer``: another loaded model whose tokenizer is reused when the vocabularies are
+    the same (a draft beside its target), saving a second tokenizer load at every start.
+    """
+    from specchat.models.resolve import resolve_spec
+
+    resolved = resolve_spec(spec)
+    folder = packed_folder(resolved.name, _source_key(resolved), recipe)
+    waiter = Waiter(resolved.name, progress)
+    with entry_lock(folder, f"packing {resolved.name}", notify=waiter.notify, heartbeat=waiter.heartbeat):
+        problem = damaged(folder) if is_packed(folder) else MISSING
+        if problem is not None:
+            _pack(spec, resolved, recipe, folder, problem, progress)
+        shared = None
+        if share_tokenizer is not None and same_vocabulary(folder, share_tokenizer.folder):
+            shared = share_tokenizer.tokenizer
+        model, tokenizer = load_packed(folder, resolved.name, progress, tokenizer=shared)
+    return NativeModel(model, tokenizer, resolved.name, folder)
+
+
+def _pack(
+    spec: str,
+    resolved: Any,
+    recipe: PackRecipe,
+    folder: Path,
+    problem: str,
+    progress: ProgressCallback | None,
+) -> None:
+    """Pack for the first time (``problem`` is MISSING), or again, saying why."""
+    name = resolved.name
+    if problem != MISSING:
+        notice(progress, name, f"the packed copy of {name} is damaged ({problem}): packing it again")
+    set_doing(folder, f"packing {name}")
+    started = time.monotonic()
+    emit(progress, LoadProgress(name, "kernels", 0, 1, f"packing {name} ({recipe.label}), once"))
+    gguf = _source_gguf(resolved, progress)
+    if gguf is not None:
+        _pack_gguf(gguf, name, recipe, folder)
+    else:
+        _pack_float(spec, name, recipe, folder, progress)
+    seconds = time.monotonic() - started
+    emit(progress, LoadProgress(name, "kernels", 1, 1, f"packed {name} in {seconds:.0f} s"))
+
+
+def _source_key(resolved: Any) -> str:
+    """Changes whenever the source does, without reading it (a warm start touches no GGUF)."""
+    from specchat.models.convert import file_key
+
+    if resolved.kind == "packaged":
+        return f"packaged:{resolved.packaged.key}"
+    if resolved.kind == "gguf":
+        return f"gguf:{file_key(Path(resolved.location))}"
+    if resolved.kind == "hub":
+        return f"hub:{resolved.location}"
+    path = Path(resolved.location)
+    config = path / "config.json"
+    stamp = config.stat().st_mtime_ns if config.exists() else 0
+    return f"folder:{path.resolve()}:{stamp}"
+
+
+def _source_gguf(resolved: Any, progress: ProgressCallback | None) -> Path | None:
+    """The GGUF to pack from, checksummed first (packing damaged blocks would cache them for good);
+    None for a float model."""
+    from specchat.models.assemble import packaged_gguf
+    from specchat.models.gguf_check import check_gguf
+
+    if resolved.kind == "packaged":
+        return packaged_gguf(resolved.packaged, progress, verify=True, wait=Waiter(resolved.name, progress))
+    if resolved.kind == "gguf":
+        path = Path(resolved.location)
+        check_gguf(path)
+        return path
+    return None
+
+
+def _pack_gguf(gguf: Path, name: str, recipe: PackRecipe, folder: Path) -> None:
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+    from specchat.kernels.native import pack_gguf
+    from specchat.models.errors_util import as_load_error
+
+    with as_load_error(f"cannot pack {gguf} for the CPU kernels"):
+        packed = pack_gguf(str(gguf), mode=recipe.mode, head_rows=recipe.head_rows)
+        config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config  # the packed copy is not a GGUF-quantized transformers model
+    generation = GenerationConfig.from_model_config(config)
+    _sync_eos(config, generation, tokenizer, packed.shape.vocab)
+    save_packed(
+        folder, packed, config=config, generation_config=generation, tokenizer=tokenizer, origin=str(gguf)
+    )
+
+
+def _pack_float(
+    spec: str, name: str, recipe: PackRecipe, folder: Path, progress: ProgressCallback | None
+) -> None:
+    from specchat.kernels.native import pack_hf
+    from specchat.models.errors_util import as_load_error
+    from specchat.models.loader import load_model
+
+    loaded = load_model(spec, device="cpu", dtype="float32", progress=progress)
+    bits = 8 if recipe.mode in ("gguf", "q8") else 4
+    with as_load_error(f"cannot pack {name} for the CPU kernels"):
+        packed = pack_hf(loaded.model, bits=bits, head_rows=recipe.head_rows)
+    save_packed(
+        folder,
+        packed,
+        config=loaded.model.config,
+        generation_config=getattr(loaded.model, "generation_config", None),
+        tokenizer=loaded.tokenizer,
+        origin=loaded.source,
+    )
+
+
+def _sync_eos(config: Any, generation: Any, tokenizer: Any, rows: int) -> None:
+    """The stop tokens a GGUF model may end a reply with (see convert.sync_eos_ids)."""
+    from types import SimpleNamespace
+
+    from specchat.models.convert import sync_eos_ids
+
+    head = SimpleNamespace(weight=SimpleNamespace(shape=(rows,)))
+    stand_in = SimpleNamespace(
+        generation_config=generation, config=config, get_output_embeddings=lambda: head
+    )
+    sync_eos_ids(stand_in, tokenizer, from_gguf=True)  # type: ignore[arg-type]

@@ -1,0 +1,383 @@
+"""RemoteBackend: a speculative-decoding server behind the :class:`specchat.backend.Backend` interface.
+
+One reply is one streamed ``POST /v1/chat/completions``. What the server streams becomes the
+engine's events through a reader from :mod:`specchat.remote.rounds`, chosen by server kind;
+the reply ends with a SummaryEvent like the local engine's. A cut stream raises ServerError
+after every event that did arrive, so front ends keep the partial reply.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from specchat.backend import Capabilities, Controls, Figure, GammaControl, Message
+from specchat.engine.events import UNKNOWN_ID, Event, RoundEvent, StopReason, SummaryEvent
+from specchat.engine.metrics import StreamStats
+from specchat.remote.client import DEFAULT_TIMEOUT, ServerClient, api_key_from_env
+from specchat.remote.errors import ServerError
+from specchat.remote.probe import ServerInfo, SpecCounters, probe, read_vllm_counters
+from specchat.remote.rounds import Chunk, CounterRounds, PlainTokens, StepRounds
+
+CHAT_PATH = "/v1/chat/completions"
+STOPS: dict[str, StopReason] = {"stop": "eos", "length": "max_tokens", "eos": "eos"}
+
+
+def connect(
+    url: str, *, timeout: float = DEFAULT_TIMEOUT, verify: bool = True, transport: Any = None
+) -> RemoteBackend:
+    """Probe the server at ``url`` and return a backend for it (ServerError when it cannot)."""
+    client = ServerClient(
+        url, api_key=api_key_from_env(), timeout=timeout, verify=verify, transport=transport
+    )
+    try:
+        info = probe(client)
+    except BaseException:
+        client.close()
+        raise
+    return RemoteBackend(client, info)
+
+
+@dataclass
+class _Timing:
+    """Client-side clocks for one reply: what a server that reports no timings still lets us measure."""
+
+    started: float = field(default_factory=time.perf_counter)
+    first_token: float | None = None
+    last_token: float | None = None
+    tokens_at_first: int = 0
+
+    def saw_tokens(self, emitted: int) -> None:
+        now = time.perf_counter()
+        if self.first_token is None:
+            self.first_token = now
+            self.tokens_at_first = emitted
+        self.last_token = now
+
+
+class RemoteBackend:
+    """A server that runs speculative decoding itself; see :mod:`specchat.remote`."""
+
+    def __init__(self, client: ServerClient, info: ServerInfo) -> None:
+        self.client = client
+        self.info = info
+        self.gamma_honoured: bool | None = None
+        """llama-server: whether it drafted within the γ we asked for (None: not seen yet)."""
+        self.server_gamma: int | None = info.gamma
+        """Most drafts seen in a round (llama-server), or vLLM's num_speculative_tokens."""
+        self._use_logprobs = info.kind == "vllm"
+        self.notes: list[str] = list(info.notes)
+        """Lines for the user about this server (shown once, and in the controls panel)."""
+
+    # ------------------------------------------------------------------ interface
+
+    @property
+    def capabilities(self) -> Capabilities:
+        kind = self.info.kind
+        measured: set[Figure] = {"tokens_per_s"}
+        inferred: set[Figure] = set()
+        provenance: Any = "none"
+        gamma_control: GammaControl = "none"
+        if kind == "llama-server":
+            provenance = "inferred"
+            measured.add("alpha")  # the server's own draft counters, summed exactly
+            inferred.update({"tau", "per_position"})  # round boundaries are reconstructed
+            gamma_control = "fixed" if self.gamma_honoured is False else "per-request"
+        elif kind == "vllm" and self.info.speculative:
+            provenance = "inferred"
+            inferred.update({"alpha", "tau", "per_position"})
+            gamma_control = "fixed"
+        elif kind == "vllm":
+            provenance = "inferred"
+        return Capabilities(
+            kind=kind,
+            provenance=provenance,
+            measured=frozenset(measured),
+            inferred=frozenset(inferred),
+            gamma_control=gamma_control,
+            gamma=self.server_gamma if gamma_control == "fixed" else None,
+            drafters=(),
+            stepping=True,
+            notes=tuple(self._control_notes()),
+        )
+
+    @property
+    def available_drafters(self) -> list[str]:
+        return []  # the server chose its drafter when it started
+
+    @property
+    def label(self) -> str:
+        return self.info.label
+
+    def stream_chat(
+        self, messages: Sequence[Message], controls: Controls, cancel: threading.Event | None = None
+    ) -> Iterator[Event]:
+        return self._stream(list(messages), controls, cancel)
+
+    def start_chat(
+        self, messages: Sequence[Message], controls: Controls, cancel: threading.Event | None = None
+    ) -> RemoteReply:
+        return RemoteReply(self.stream_chat(messages, controls, cancel), cancel)
+
+    def close(self) -> None:
+        self.client.close()
+
+    # -------------------------------------------------------------------- a reply
+
+    def request_body(self, messages: list[Message], controls: Controls) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "messages": messages,
+            "stream": True,
+            "max_tokens": controls.max_new_tokens,
+            "temperature": controls.temperature,
+            "top_p": controls.top_p,
+        }
+        if self.info.model:
+            body["model"] = self.info.model
+        if controls.top_k is not None:
+            body["top_k"] = controls.top_k
+        if controls.seed is not None:
+            body["seed"] = controls.seed
+        kind = self.info.kind
+        if kind == "llama-server":
+            body["timings_per_token"] = True  # running draft_n / draft_n_accepted in every chunk
+            body["speculative.n_max"] = 0 if controls.drafter == "none" else controls.gamma
+            body["speculative.n_min"] = 0
+        elif kind == "vllm":
+            # Continuous usage stats count every chunk's tokens exactly: one chunk is one step.
+            body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+            if self._use_logprobs:
+                body["logprobs"] = True  # each token's own text, to colour a step token by token
+        else:
+            body["stream_options"] = {"include_usage": True}
+        return body
+
+    def _stream(
+        self, messages: list[Message], controls: Controls, cancel: threading.Event | None
+    ) -> Iterator[Event]:
+        before = read_vllm_counters(self.client) if self._vllm_speculative else None
+        try:
+            yield from self._stream_once(messages, controls, cancel, before)
+        except _RetryWithoutLogprobs:
+            self._use_logprobs = False
+            yield from self._stream_once(messages, controls, cancel, before)
+
+    @property
+    def _vllm_speculative(self) -> bool:
+        return self.info.kind == "vllm" and bool(self.info.speculative)
+
+    def _reader(self) -> CounterRounds | StepRounds | PlainTokens:
+        if self.info.kind == "llama-server":
+            return CounterRounds()
+        if self.info.kind == "vllm":
+            return StepRounds(self.info.gamma or 0 if self.info.speculative else 0)
+        return PlainTokens()
+
+    def _stream_once(
+        self,
+        messages: list[Message],
+        controls: Controls,
+        cancel: threading.Event | None,
+        before: SpecCounters | None,
+    ) -> Iterator[Event]:
+        body = self.request_body(messages, controls)
+        reader = self._reader()
+        stats = StreamStats()
+        timing = _Timing()
+        last: dict[str, Any] = {}
+        finish: str | None = None
+        started_tokens = False
+        try:
+            for data in self.client.stream_events(CHAT_PATH, body, cancel):
+                chunk, usage, timings = _chunk_of(data, self.info.kind)
+                if usage:
+                    last["usage"] = usage
+                if timings:
+                    last["timings"] = timings
+                if chunk.finish is not None:
+                    finish = chunk.finish
+                    events = reader.finish(chunk)
+                elif chunk.text or chunk.tokens is not None:
+                    events = reader.feed(chunk)
+                else:
+                    continue
+                if self.info.kind == "llama-server" and timings is None and chunk.text and not started_tokens:
+                    self.notes.append(
+                        "this llama-server sent no timings_per_token: its rounds cannot be rebuilt."
+                    )
+                started_tokens = started_tokens or bool(events)
+                for event in events:
+                    stats.add(event)
+                    yield event
+                if events:
+                    timing.saw_tokens(stats.tokens)
+        except ServerError as err:
+            if self._use_logprobs and not started_tokens and "logprob" in str(err).lower():
+                raise _RetryWithoutLogprobs from err
+            if started_tokens:
+                raise ServerError(
+                    f"{err} The reply was cut after {stats.tokens} tokens; what arrived is kept."
+                ) from err
+            raise
+        cancelled = cancel is not None and cancel.is_set()
+        if finish is None and not cancelled:
+            for event in reader.finish(None):
+                stats.add(event)
+                yield event
+            raise ServerError(
+                f"the server at {self.client.url} ended the stream mid-reply (after {stats.tokens} tokens, "
+                "no finish reason); what arrived is kept."
+            )
+        if finish is None:
+            for event in reader.finish(None):
+                stats.add(event)
+                yield event
+        self._learn_gamma(reader, controls)
+        yield self._summary(stats, timing, last, finish, cancelled, before)
+
+    def _learn_gamma(self, reader: Any, controls: Controls) -> None:
+        """llama-server: did it draft within the γ we asked? More drafts than asked means no."""
+        if not isinstance(reader, CounterRounds) or reader.max_drafted == 0:
+            return
+        self.server_gamma = max(self.server_gamma or 0, reader.max_drafted)
+        if reader.max_drafted > controls.gamma:
+            self.gamma_honoured = False
+        elif reader.max_drafted == controls.gamma and self.gamma_honoured is None:
+            self.gamma_honoured = None  # consistent, not proof: the server's own γ may equal ours
+
+    def _summary(
+        self,
+        stats: StreamStats,
+        timing: _Timing,
+        last: dict[str, Any],
+        finish: str | None,
+        cancelled: bool,
+        before: SpecCounters | None,
+    ) -> SummaryEvent:
+        stop: StopReason = "cancelled" if cancelled else STOPS.get(finish or "", "eos")
+        timings = last.get("timings") or {}
+        usage = last.get("usage") or {}
+        if timings.get("predicted_ms"):
+            decode_s = float(timings["predicted_ms"]) / 1000.0  # the server's own clock
+            prefill_ms = float(timings.get("prompt_ms", 0.0))
+        else:
+            first, end = timing.first_token, timing.last_token
+            decode_s = (end - first) if first is not None and end is not None else 0.0
+            prefill_ms = ((first - timing.started) * 1000.0) if first is not None else 0.0
+        prompt_tokens = UNKNOWN_ID
+        if "prompt_n" in timings:
+            prompt_tokens = int(timings["prompt_n"]) + int(timings.get("cache_n", 0))
+        elif "prompt_tokens" in usage:
+            prompt_tokens = int(usage["prompt_tokens"])
+        summary = stats.summary(stop, prefill_ms=prefill_ms, decode_s=decode_s, prompt_tokens=prompt_tokens)
+        if not timings.get("predicted_ms") and decode_s > 0:
+            # Client clocks start at the first token, so count the tokens after it.
+            summary = replace(summary, tokens_per_s=max(0, stats.tokens - timing.tokens_at_first) / decode_s)
+        if before is not None:
+            summary = self._with_server_counters(summary, before, stats)
+        return summary
+
+    def _with_server_counters(
+        self, summary: SummaryEvent, before: SpecCounters, stats: StreamStats
+    ) -> SummaryEvent:
+        """vLLM: this reply's acceptance per position from the server's own counters."""
+        after = read_vllm_counters(self.client)
+        if after is None:
+            return summary
+        delta = after.minus(before)
+        if delta.drafts <= 0:
+            return summary
+        if round(delta.drafts) != sum(1 for r in stats.round_events if r.drafted):
+            note = (
+                "vLLM's counters moved by more than this reply's steps (other requests on the server?): "
+                "per-position acceptance in the reply summary covers them too."
+            )
+            if note not in self.notes:
+                self.notes.append(note)
+        alpha = delta.accepted / delta.draft_tokens if delta.draft_tokens > 0 else summary.alpha
+        return replace(summary, alpha=alpha, per_position=delta.conditional_per_position())
+
+    def _control_notes(self) -> list[str]:
+        notes = list(self.notes)
+        kind = self.info.kind
+        if kind == "llama-server" and self.gamma_honoured is False:
+            notes.append(
+                f"this llama-server ignores the per-request speculative.n_max: it drafts up to "
+                f"{self.server_gamma} tokens a round, set when it started (--spec-draft-n-max)."
+            )
+        elif kind == "llama-server":
+            notes.append("γ is sent with each request (speculative.n_max): it applies from the next reply.")
+        elif kind == "vllm" and self.info.speculative:
+            notes.append(
+                f"vLLM fixes γ when it starts (num_speculative_tokens = {self.info.gamma}): "
+                "γ keys change nothing here."
+            )
+        return notes
+
+
+class _RetryWithoutLogprobs(Exception):
+    """The server refused logprobs (some vLLM versions do with speculative decoding)."""
+
+
+def _chunk_of(data: dict[str, Any], kind: str) -> tuple[Chunk, dict[str, Any] | None, dict[str, Any] | None]:
+    """One streamed chat-completion chunk, normalised; plus its usage and timings objects."""
+    choices = data.get("choices") or []
+    choice = choices[0] if choices and isinstance(choices[0], dict) else {}
+    delta = choice.get("delta") or {}
+    text = delta.get("content") or ""
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
+    timings = data.get("timings") if isinstance(data.get("timings"), dict) else None
+    tokens = drafted = accepted = None
+    pieces: tuple[str, ...] | None = None
+    if kind == "llama-server" and timings is not None:
+        tokens = _int(timings.get("predicted_n"))
+        drafted = _int(timings.get("draft_n", 0))  # absent until the first drafted round
+        accepted = _int(timings.get("draft_n_accepted", 0))
+    elif kind == "vllm":
+        if usage is not None and choices:
+            tokens = _int(usage.get("completion_tokens"))
+        logprobs = choice.get("logprobs") or {}
+        content = logprobs.get("content") if isinstance(logprobs, dict) else None
+        if isinstance(content, list) and content:
+            pieces = tuple(str(entry.get("token", "")) for entry in content if isinstance(entry, dict))
+    finish = choice.get("finish_reason") if choices else None
+    chunk = Chunk(text=text, tokens=tokens, drafted=drafted, accepted=accepted, pieces=pieces, finish=finish)
+    return chunk, usage, timings
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) else None
+
+
+class RemoteReply:
+    """A remote reply stepped one round at a time (it streams regardless; steps just group it)."""
+
+    def __init__(self, stream: Iterator[Event], cancel: threading.Event | None) -> None:
+        self._stream = stream
+        self._cancel = cancel
+        self.done = False
+        self.summary: SummaryEvent | None = None
+
+    def step(self) -> list[Event]:
+        out: list[Event] = []
+        for event in self._stream:
+            out.append(event)
+            if isinstance(event, SummaryEvent):
+                self.done = True
+                self.summary = event
+                return out
+            if isinstance(event, RoundEvent):
+                return out
+        self.done = True
+        return out
+
+    def finish(self, stop: StopReason = "cancelled") -> SummaryEvent:
+        if self._cancel is not None:
+            self._cancel.set()
+        while not self.done:
+            self.step()
+        assert self.summary is not None
+        return self.summary

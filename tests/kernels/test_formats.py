@@ -1,0 +1,74 @@
+"""GGUF blocks are repacked without changing a weight; floats quantize within their step."""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+
+from specchat.kernels.formats import pack, quantize_q4, quantize_q8, super_block_for, unpack_q4_k, unpack_q6_k
+
+
+def random_blocks(qtype: gguf.GGMLQuantizationType, n: int, k: int, seed: int = 0) -> np.ndarray:
+    """Valid llama.cpp blocks: random bytes, with sane fp16 super-block factors."""
+    rng = np.random.default_rng(seed)
+    size = {gguf.GGMLQuantizationType.Q4_K: 144, gguf.GGMLQuantizationType.Q6_K: 210}[qtype]
+    blocks = rng.integers(0, 256, size=(n * k // 256, size), dtype=np.uint8)
+    factors = rng.uniform(1e-3, 1e-2, size=(blocks.shape[0], 2)).astype(np.float16).view(np.uint8)
+    if qtype == gguf.GGMLQuantizationType.Q4_K:
+        blocks[:, 0:4] = factors  # d and dmin lead the block
+    else:
+        blocks[:, 208:210] = factors[:, :2]  # d ends it
+    return blocks.reshape(n, -1)
+
+
+@pytest.mark.parametrize(
+    ("qtype", "unpack"),
+    [(gguf.GGMLQuantizationType.Q4_K, unpack_q4_k), (gguf.GGMLQuantizationType.Q6_K, unpack_q6_k)],
+)
+def test_gguf_blocks_unpack_to_the_same_weights(qtype: gguf.GGMLQuantizationType, unpack: object) -> None:
+    n, k = 48, 512
+    raw = random_blocks(qtype, n, k)
+    expected = gguf.quants.dequantize(raw, qtype).reshape(n, k)
+    ours = unpack(raw, n, k).dequantize()  # type: ignore[operator]
+    assert np.array_equal(ours, expected)
+
+
+@pytest.mark.parametrize("quantize", [quantize_q4, quantize_q8])
+@pytest.mark.parametrize("k", [64, 896, 1536])
+def test_float_quantization_stays_within_one_step(quantize: object, k: int) -> None:
+    w = np.random.default_rng(1).standard_normal((20, k)).astype(np.float32)
+    matrix = quantize(w)  # type: ignore[operator]
+    groups = w.reshape(20, k // matrix.group, matrix.group)
+    error = np.abs(matrix.dequantize() - w).reshape(groups.shape).max(axis=-1)
+    # Half the step the group really uses; that step is the ideal one plus at most one scale unit.
+    d = np.repeat(matrix.d.astype(np.float32), matrix.super_block // matrix.group, axis=1)
+    step = d * np.abs(matrix.sc.astype(np.float32))
+    assert np.all(error <= step / 2 * (1 + 1e-5))
+    if matrix.kind == "q4":  # the min rounds up by at most one unit of its own factor too
+        dm = np.repeat(matrix.dm.astype(np.float32), matrix.super_block // matrix.group, axis=1)
+        ideal = (np.ptp(groups, axis=-1) + dm) / 15.0
+    else:
+        ideal = np.abs(groups).max(axis=-1) / 127.0
+    assert np.all(step <= (ideal + d) * 1.001)
+
+
+def test_super_blocks_divide_the_width() -> None:
+    assert super_block_for(1536, 32) == 256
+    assert super_block_for(896, 32) == 224
+    assert super_block_for(64, 16) == 64
+    with pytest.raises(ValueError):
+        super_block_for(100, 32)
+
+
+def test_packing_pads_channels_and_interleaves_groups() -> None:
+    matrix = quantize_q4(np.random.default_rng(2).standard_normal((20, 64)).astype(np.float32))
+    arrays = pack(matrix)
+    assert arrays["q"].shape == (2, 2, 4, 64)  # 20 channels -> 2 blocks of 16; 64 inputs -> 2 groups
+    # Channel 3, input 4*j + t of group 0 sits in byte 64*(j%4) + 4*3 + t, low nibble for j < 4.
+    q = arrays["q"]
+    for j in range(8):
+        for t in range(4):
+            byte = q[0, 0, j % 4, 4 * 3 + t]
+            value = byte & 0x0F if j < 4 else byte >> 4
+            assert value == matrix.q[3, 4 * j + t]

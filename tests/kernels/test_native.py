@@ -1,0 +1,87 @@
+"""The whole forward in C++: close to the float model, row-independent, exact under speculation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specchat.engine.events import TokenEvent
+from specchat.engine.sampling import SamplingParams, shape_probs
+from specchat.engine.session import ChatEngine, Controls
+from specchat.kernels.native import NativeCausalLM, from_hf
+from specchat.testing import make_model, make_tiny_pair, make_tokenizer, perturbed_copy
+from tests.engine.test_exactness import (
+    ALPHA_LEVEL,
+    PROMPT,
+    VOCAB_CHARS,
+    chi_square_p_value,
+    sample_two_tokens,
+)
+
+IDS = torch.tensor([[1, 5, 9, 12, 7, 30, 22, 4] * 6])
+
+
+def logits(model: NativeCausalLM, ids: torch.Tensor, cache: object = None) -> torch.Tensor:
+    return model(ids, cache, logits_to_keep=ids.shape[1]).logits[0]
+
+
+def test_q8_forward_is_close_to_the_float_model() -> None:
+    pair = make_tiny_pair(seed=0)
+    native = from_hf(pair.target, bits=8)
+    with torch.inference_mode():
+        expected = pair.target(input_ids=IDS).logits[0]
+    got = logits(native, IDS)
+    assert float((got - expected).norm() / expected.norm()) < 0.03
+    assert float((got.argmax(-1) == expected.argmax(-1)).float().mean()) > 0.9
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_a_pass_over_many_positions_equals_one_position_at_a_time(bits: int) -> None:
+    native = from_hf(make_tiny_pair(seed=1).target, bits=bits)
+    whole = logits(native, IDS)
+    output = native(IDS[:, :5], None, logits_to_keep=5)
+    rows, cache = [output.logits[0]], output.cache
+    for start in range(5, IDS.shape[1], 3):  # then passes of 3 (a verify pass), then single steps
+        chunk = IDS[:, start : start + 3]
+        output = native(chunk, cache, logits_to_keep=chunk.shape[1])
+        rows.append(output.logits[0])
+        cache = output.cache
+    assert torch.equal(torch.cat(rows), whole)
+    cache.crop(-7)  # a rejection: roll back and recompute the same positions
+    again = native(IDS[:, -7:], cache, logits_to_keep=7).logits[0]
+    assert torch.equal(again, whole[-7:])
+
+
+@pytest.mark.parametrize("drafter", ["model", "ngram", "hybrid"])
+@pytest.mark.parametrize("gamma", [1, 3, 6])
+def test_greedy_speculation_equals_plain_decoding(drafter: str, gamma: int) -> None:
+    pair = make_tiny_pair(seed=2, draft_noise=0.5, logit_scale=2.5)
+    engine = ChatEngine(
+        from_hf(pair.target, bits=4), pair.tokenizer, from_hf(pair.draft, bits=4, head_rows=40)
+    )
+    prompt = engine.prompt_ids([{"role": "user", "content": "the cat sat on the mat. the cat sat on"}])
+    controls = Controls(gamma=gamma, drafter=drafter, max_new_tokens=48)
+    plain = [e.token_id for e in engine.stream_plain(prompt, controls) if isinstance(e, TokenEvent)]
+    spec = [e.token_id for e in engine.stream_ids(prompt, controls) if isinstance(e, TokenEvent)]
+    assert spec == plain
+
+
+def test_sampled_distribution_matches_the_native_target() -> None:
+    """Exactness at T > 0 on the kernels: the target's own law, computed by enumeration."""
+    tokenizer = make_tokenizer(VOCAB_CHARS)
+    float_target = make_model(len(tokenizer), seed=3, hidden_size=64, logit_scale=1.5)
+    target = from_hf(float_target, bits=4)
+    draft = from_hf(perturbed_copy(float_target, noise=1.5, seed=4), bits=4)
+    engine = ChatEngine(target, tokenizer, draft)
+    engine.stop_ids = frozenset()
+    engine._decoder.stop_ids = frozenset()
+    controls = Controls(drafter="model", gamma=3, temperature=1.0, max_new_tokens=8)
+    params = SamplingParams(temperature=1.0)
+    vocab = engine.vocab_width
+    first = shape_probs(logits(target, torch.tensor([PROMPT]))[-1:], params)[0]
+    second = torch.stack(
+        [shape_probs(logits(target, torch.tensor([[*PROMPT, t]]))[-1:], params)[0] for t in range(vocab)]
+    )
+    exact = (first[:, None] * second).flatten().double()
+    counts = sample_two_tokens(engine, PROMPT, controls)
+    assert chi_square_p_value(counts, exact) > ALPHA_LEVEL

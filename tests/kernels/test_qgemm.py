@@ -1,0 +1,50 @@
+"""The kernels compute x·Wᵀ on the quantized weights, and each row exactly as a one-row pass."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from specchat.kernels.formats import quantize_q4, quantize_q8
+from specchat.kernels.qlinear import QLinear
+
+
+def reference(x: torch.Tensor, weights: np.ndarray, block: int) -> torch.Tensor:
+    """What the kernel computes: int8 activations per block of inputs, exact dot products."""
+    m, k = x.shape
+    blocks = x.reshape(m, k // block, block)
+    peak = blocks.abs().amax(-1, keepdim=True)
+    inverse = torch.full_like(peak, 127.0) / peak  # float32 division, as the kernel does
+    q = torch.round(blocks * inverse)  # rounding half to even
+    return (q.double() * (peak.double() / 127.0)).reshape(m, k) @ torch.from_numpy(weights).double().T
+
+
+@pytest.mark.parametrize("quantize", [quantize_q4, quantize_q8])
+@pytest.mark.parametrize(("n", "k"), [(16, 64), (100, 512), (300, 1536)])
+def test_output_matches_the_dequantized_weights(quantize: object, n: int, k: int) -> None:
+    torch.manual_seed(0)
+    matrix = quantize(torch.randn(n, k).numpy())  # type: ignore[operator]
+    bias = torch.randn(n)
+    layer = QLinear(matrix, bias)
+    x = torch.randn(5, k)
+    expected = reference(x, matrix.dequantize(), matrix.super_block) + bias.double()
+    assert torch.allclose(layer(x).double(), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("quantize", [quantize_q4, quantize_q8])
+def test_every_row_is_computed_as_a_one_row_pass(quantize: object) -> None:
+    torch.manual_seed(1)
+    matrix = quantize(torch.randn(200, 1536).numpy())  # type: ignore[operator]
+    layer = QLinear(matrix)
+    x = torch.randn(20, 1536) * torch.logspace(-2, 2, 20)[:, None]  # rows of very different scales
+    alone = torch.cat([layer(x[i : i + 1]) for i in range(20)])
+    for width in (2, 3, 5, 8, 9, 16, 20):
+        for start in range(0, 20 - width + 1, 7):
+            assert torch.equal(layer(x[start : start + width]), alone[start : start + width]), (width, start)
+
+
+def test_a_zero_row_gives_the_bias() -> None:
+    matrix = quantize_q4(np.ones((16, 64), dtype=np.float32))
+    bias = torch.arange(16, dtype=torch.float32)
+    assert torch.equal(QLinear(matrix, bias)(torch.zeros(2, 64)), bias.expand(2, 16))
