@@ -11,12 +11,17 @@ from specchat.bench.llamacpp_peer import PLAIN_ROW as LLAMA_PLAIN
 from specchat.bench.llamacpp_peer import SPECULATIVE_ROW as LLAMA_SPECULATIVE
 from specchat.bench.report import ALL, all_groups, predicted_curve
 from specchat.bench.runner import Method, RunRecord
+from specchat.engine.registry import DRAFTERS
 
+_ROW_COLOURS = ("tab:purple", "tab:brown", "tab:pink", "tab:gray")
 _LINES = {
     "heuristic": ("tab:orange", ":"),
     "adaptive": ("tab:green", ":"),
-    "ngram": ("tab:purple", ":"),
-    "hybrid": ("tab:brown", ":"),
+    # One line per single-row drafter of the registry, so a new drafter is plotted unasked.
+    **{
+        spec.name: (_ROW_COLOURS[i % len(_ROW_COLOURS)], ":")
+        for i, spec in enumerate(s for s in reversed(DRAFTERS) if s.bench == "row")
+    },
     LLAMA_PLAIN: ("tab:olive", "-."),
     LLAMA_SPECULATIVE: ("tab:cyan", "-."),
 }

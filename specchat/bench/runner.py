@@ -24,6 +24,7 @@ from specchat.bench.llamacpp_peer import LlamaCppPeer, PeerTimings
 from specchat.bench.prompts import BenchPrompt
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.gamma import positions_tested
+from specchat.engine.registry import DRAFTERS
 from specchat.engine.sampling import SamplingParams
 from specchat.engine.session import ChatEngine, Controls
 
@@ -69,14 +70,18 @@ def build_methods(
     hybrid: bool = True,
     llama_cpp_draft_max: int | None = None,
 ) -> list[Method]:
-    """Every method of a bench run; ``llama_cpp_draft_max`` (its --spec-draft-n-max) adds llama.cpp's rows."""
+    """Every method of a bench run, one or more per drafter of the registry (in its order);
+    ``llama_cpp_draft_max`` (its --spec-draft-n-max) adds llama.cpp's rows."""
     methods = [PLAIN]
-    if has_draft:
-        methods += [Method(f"fixed-{g}", "specchat", "model", "fixed", g) for g in gammas]
-        methods += [Method(s, "specchat", "model", s, start_gamma) for s in schedules]
-    methods.append(Method("ngram", "specchat", "ngram", "fixed", ngram_gamma))
-    if has_draft and hybrid:
-        methods.append(Method("hybrid", "specchat", "hybrid", "adaptive", start_gamma))
+    for spec in DRAFTERS:
+        if spec.needs_draft_model and not has_draft:
+            continue
+        if spec.bench == "sweep":
+            methods += [Method(f"fixed-{g}", "specchat", spec.name, "fixed", g) for g in gammas]
+            methods += [Method(s, "specchat", spec.name, s, start_gamma) for s in schedules]
+        elif spec.bench == "row" and (hybrid or spec.name != "hybrid"):
+            gamma = ngram_gamma if spec.name == "ngram" else start_gamma
+            methods.append(Method(spec.name, "specchat", spec.name, spec.bench_schedule, gamma))
     if hf_plain:
         methods.append(Method("hf-plain", "hf"))
     if has_draft:

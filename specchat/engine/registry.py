@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from specchat.errors import InvalidSettingError
 
@@ -39,6 +39,9 @@ class DrafterKit:
         return self.built[name]
 
 
+BenchRole = Literal["sweep", "row", "baseline"]
+
+
 @dataclass(frozen=True)
 class DrafterSpec:
     name: str
@@ -50,6 +53,11 @@ class DrafterSpec:
     needs_draft_model: bool
     build: Callable[[DrafterKit], Drafter | None]
     """Makes the drafter (None: nothing is drafted, every round is a plain target step)."""
+    bench: BenchRole = "row"
+    """How ``specchat bench`` runs it: ``sweep`` (fixed γ sweep plus every γ schedule), ``row``
+    (one row, under :attr:`bench_schedule`), or ``baseline`` (the plain row)."""
+    bench_schedule: str = "fixed"
+    """The γ schedule of its bench row."""
 
 
 def _model(kit: DrafterKit) -> Drafter | None:
@@ -86,6 +94,7 @@ DRAFTERS: tuple[DrafterSpec, ...] = (
         "the draft model proposes γ tokens each round",
         needs_draft_model=True,
         build=_model,
+        bench="sweep",
     ),
     DrafterSpec(
         "hybrid",
@@ -93,6 +102,7 @@ DRAFTERS: tuple[DrafterSpec, ...] = (
         "prompt lookup when the last tokens occurred before, the draft model otherwise",
         needs_draft_model=True,
         build=_hybrid,
+        bench_schedule="adaptive",
     ),
     DrafterSpec(
         "ngram",
@@ -107,6 +117,7 @@ DRAFTERS: tuple[DrafterSpec, ...] = (
         "nothing is drafted: plain decoding by the target",
         needs_draft_model=False,
         build=_none,
+        bench="baseline",
     ),
 )
 DRAFTER_NAMES: tuple[str, ...] = tuple(spec.name for spec in DRAFTERS)

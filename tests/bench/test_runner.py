@@ -45,10 +45,20 @@ def costs(engine: ChatEngine, prompts: list[BenchPrompt]) -> Costs:
 def test_methods_cover_the_issue() -> None:
     names = [m.name for m in build_methods([1, 2], hf_gammas=[2], hf_plain=True, hf_default=True)]
     assert names == [
-        "plain", "fixed-1", "fixed-2", "heuristic", "adaptive", "ngram", "hybrid",
+        "plain", "fixed-1", "fixed-2", "heuristic", "adaptive", "hybrid", "ngram",
         "hf-plain", "hf-assisted-2", "hf-assisted-default",
     ]  # fmt: skip
     assert [m.name for m in build_methods([1], has_draft=False)] == ["plain", "ngram"]
+
+
+def test_a_drafter_added_to_the_registry_gets_a_bench_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    from specchat.bench import runner
+    from specchat.engine.registry import DRAFTERS, DrafterSpec
+
+    extra = DrafterSpec("echo", "echo", "repeats", needs_draft_model=False, build=lambda kit: None)
+    monkeypatch.setattr(runner, "DRAFTERS", (*DRAFTERS, extra))
+    added = [m for m in runner.build_methods([1]) if m.drafter == "echo"]
+    assert [(m.name, m.schedule, m.gamma) for m in added] == [("echo", "fixed", 4)]
 
 
 def test_every_method_runs_on_every_prompt(records: list[RunRecord], prompts: list[BenchPrompt]) -> None:
