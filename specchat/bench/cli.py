@@ -244,14 +244,18 @@ def _bench(
     console = Console(stderr=True)
     from specchat.bench.runner import BenchSettings, build_methods
 
-    loaded = _load_pair(target, draft, device, dtype, quant, cpu_path, no_lean, threads, console)
-    engine, target_lm, draft_lm, path_used = loaded.engine, loaded.target, loaded.draft, loaded.path_used
-    if temperature > 0 and "+head" in loaded.pair.path and hf_sweep:
+    wants_hf = bool(hf_sweep) or (hf_extra and not no_hf)
+    loaded = _load_pair(
+        target, draft, device, dtype, quant, cpu_path, no_lean, threads, console, hf_peer=wants_hf
+    )
+    engine = loaded.engine
+    if loaded.peer is None:
+        hf_sweep, hf_extra = [], False
+    if temperature > 0 and "+head" in loaded.path_used and hf_sweep:
         # transformers' speculative sampling needs the draft's logits over the whole vocabulary.
-        skipped = f"skipped with --cpu-path {loaded.pair.path}"
+        skipped = f"skipped with --cpu-path {loaded.path_used}"
         console.print(f"note: HF assisted sampling needs the draft's full head; {skipped}")
         hf_sweep = []
-    peer = (loaded.pair.hf_target, loaded.pair.hf_draft)
     settings = BenchSettings(new_tokens, temperature, top_k, top_p, seed)
     methods = build_methods(
         sweep,
@@ -260,7 +264,7 @@ def _bench(
         hf_gammas=hf_sweep,
         hf_plain=hf_extra and not no_hf,
         hf_default=hf_extra and not no_hf,
-        has_draft=draft_lm is not None,
+        has_draft=engine.draft is not None,
         llama_cpp_draft_max=llama_cpp_draft_max if llama_cpp is not None else None,
     )
 
@@ -273,16 +277,13 @@ def _bench(
             stack.callback(llama.close)
         _run_and_report(
             engine=engine,
-            target_lm=target_lm,
-            draft_lm=draft_lm,
-            path_used=path_used,
+            loaded=loaded,
             prompts=prompts,
             methods=methods,
             settings=settings,
             probe_ids=probe_ids,
             sweep=sweep,
             hf_sweep=hf_sweep,
-            peer=peer,
             llama=llama,
             console=console,
             quick=quick,
@@ -325,16 +326,13 @@ def _start_llama_cpp(
 def _run_and_report(
     *,
     engine: Any,
-    target_lm: Any,
-    draft_lm: Any,
-    path_used: str,
+    loaded: _Loaded,
     prompts: Any,
     methods: Any,
     settings: Any,
     probe_ids: list[int],
     sweep: list[int],
     hf_sweep: list[int],
-    peer: Any,
     llama: Any,
     console: Any,
     quick: bool,
@@ -352,7 +350,7 @@ def _run_and_report(
     from specchat.bench.runner import run_bench, warm_up
 
     with console.status("warming up and measuring c and v(γ)…"):
-        warm_up(engine, probe_ids, methods, peer=peer, llama=llama)
+        warm_up(engine, probe_ids, methods, peer=loaded.peer, llama=llama)
         costs = measure_costs(engine.target, engine.draft, probe_ids, sweep, repeats=3 if quick else 7)
         engine.target.reset()
         if engine.draft is not None:
@@ -378,7 +376,7 @@ def _run_and_report(
             repeats=repeats,
             before_run=lambda p, m: bar.update(task, description=f"{p.id:<16} {m.name:<22}"),
             progress=lambda r: bar.advance(task),
-            peer=peer,
+            peer=loaded.peer,
             llama=llama,
         )
     elapsed = time.perf_counter() - started
@@ -410,12 +408,12 @@ def _run_and_report(
             "load_before": load_before,
             "load_after": load_after,
         },
-        "target": target_lm.name,
-        "draft": draft_lm.name if draft_lm else None,
-        "device": str(target_lm.device),
-        "dtype": str(target_lm.dtype).removeprefix("torch."),
-        "quant": target_lm.quant,
-        "cpu_path": path_used,
+        "target": loaded.target_name,
+        "draft": loaded.draft_name,
+        "device": loaded.device,
+        "dtype": loaded.dtype,
+        "quant": loaded.quant,
+        "cpu_path": loaded.path_used,
         "settings": {
             "max_new_tokens": settings.max_new_tokens,
             "temperature": settings.temperature,
@@ -438,9 +436,8 @@ def _run_and_report(
     if plot_path is not None:
         from specchat.bench.plot import write_plot
 
-        title = (
-            f"{target_lm.name} + {draft_lm.name if draft_lm else 'no draft'} · {meta['device']} · {path_used}"
-        )
+        pair_name = f"{loaded.target_name} + {loaded.draft_name or 'no draft'}"
+        title = f"{pair_name} · {meta['device']} · {loaded.path_used}"
         write_plot(plot_path, records, methods, costs, title=title)
         out.print(f"wrote {plot_path}", highlight=False)
 
@@ -454,10 +451,14 @@ def _check_folders(*paths: Path | None) -> None:
 @dataclass
 class _Loaded:
     engine: Any
-    target: Any
-    draft: Any
-    pair: Any
+    target_name: str
+    draft_name: str | None
+    device: str
+    dtype: str
+    quant: str | None
     path_used: str
+    peer: tuple[Any, Any] | None
+    """The Hugging Face models for its peer rows (None: that peer cannot run on these kernels)."""
 
 
 def _model_names(target: str | None, draft: str | None) -> tuple[str, str | None]:
@@ -482,14 +483,20 @@ def _load_pair(
     no_lean: bool,
     threads: int | None,
     console: Any,
+    *,
+    hf_peer: bool = True,
 ) -> _Loaded:
-    """Load the pair once, prepare its CPU kernels and build the engine every run uses."""
+    """Load the pair as ``chat`` and ``generate`` load it, and build the engine every run uses.
+
+    On specchat's own kernels that is the packed cache (the GGUF's own blocks for the target), so
+    the bench times exactly the default; Hugging Face's ``generate`` cannot run those kernels, so
+    its peer is left out there (``hf_peer`` False). Elsewhere the float models are loaded once and
+    both the engine and the Hugging Face peer run on the same prepared layers.
+    """
     import torch
     from transformers.utils import logging as hf_logging
 
-    from specchat.engine.session import ChatEngine
-    from specchat.models import load_pair
-    from specchat.models.cpu_quant import prepare_cpu_pair
+    from specchat.models.loader import choose_cpu_path
 
     target_name, draft_name = _model_names(target, draft)
     hf_logging.set_verbosity_error()  # transformers' notices would break the progress bar
@@ -498,22 +505,73 @@ def _load_pair(
             raise BenchError("--threads must be 1 or more.")
         torch.set_num_threads(threads)
     with console.status("loading models…") as status:
-        target_lm, draft_lm = load_pair(
-            target_name,
-            draft_name,
-            device=device,
-            dtype=dtype,
-            quant=quant,
-            progress=lambda p: status.update(p.message),
+
+        def progress(p: Any) -> None:
+            status.update(p.message)
+
+        chosen = choose_cpu_path(cpu_path, device, quant, progress)
+        if chosen is not None and chosen.native:
+            return _load_native(target_name, draft_name, str(chosen), progress, console, hf_peer)
+        return _load_float(
+            target_name, draft_name, device, dtype, quant, str(chosen or cpu_path), no_lean, status
         )
-        status.update("preparing CPU kernels…")
-        pair = prepare_cpu_pair(
-            target_lm.model, draft_lm.model if draft_lm else None, cpu_path, lean=not no_lean
+
+
+def _load_native(
+    target: str, draft: str | None, cpu_path: str, progress: Any, console: Any, hf_peer: bool
+) -> _Loaded:
+    from specchat.engine.session import ChatEngine
+    from specchat.models.loader import load_for_decoding
+
+    pair = load_for_decoding(target, draft, cpu_path=cpu_path, progress=progress)
+    if hf_peer:
+        console.print(
+            f"note: Hugging Face generate cannot run specchat's kernels ({cpu_path}); its rows are "
+            "left out. --cpu-path int8/dyn8+head32768 runs both on the same fbgemm layers."
         )
+    return _Loaded(
+        engine=ChatEngine(pair.target, pair.tokenizer, pair.draft),
+        target_name=pair.target_name,
+        draft_name=pair.draft_name,
+        device=str(pair.device),
+        dtype="float32",
+        quant=None,
+        path_used=pair.kernels,
+        peer=None,
+    )
+
+
+def _load_float(
+    target: str,
+    draft: str | None,
+    device: str,
+    dtype: str,
+    quant: str | None,
+    cpu_path: str,
+    no_lean: bool,
+    status: Any,
+) -> _Loaded:
+    from specchat.engine.session import ChatEngine
+    from specchat.models import load_pair
+    from specchat.models.cpu_quant import prepare_cpu_pair
+
+    target_lm, draft_lm = load_pair(
+        target, draft, device=device, dtype=dtype, quant=quant, progress=lambda p: status.update(p.message)
+    )
+    status.update("preparing CPU kernels…")
+    pair = prepare_cpu_pair(target_lm.model, draft_lm.model if draft_lm else None, cpu_path, lean=not no_lean)
     # Prepared models (or their lean wrappers) offer the forward, config and device the engine uses.
     engine = ChatEngine(pair.target, target_lm.tokenizer, pair.draft)  # type: ignore[arg-type]
-    path_used = pair.path + (" (lean forward)" if pair.lean else "")
-    return _Loaded(engine, target_lm, draft_lm, pair, path_used)
+    return _Loaded(
+        engine=engine,
+        target_name=target_lm.name,
+        draft_name=draft_lm.name if draft_lm else None,
+        device=str(target_lm.device),
+        dtype=str(target_lm.dtype).removeprefix("torch."),
+        quant=target_lm.quant,
+        path_used=pair.path + (" (lean forward)" if pair.lean else ""),
+        peer=(pair.hf_target, pair.hf_draft),
+    )
 
 
 def _check(
@@ -562,7 +620,9 @@ def _check(
     from specchat.bench.check import check_methods, run_check
 
     console = Console(stderr=True)
-    loaded = _load_pair(target, draft, device, dtype, quant, cpu_path, no_lean, threads, console)
+    loaded = _load_pair(
+        target, draft, device, dtype, quant, cpu_path, no_lean, threads, console, hf_peer=False
+    )
     methods = check_methods(loaded.engine, start_gamma)
     started = time.perf_counter()
     with Progress(
@@ -586,7 +646,7 @@ def _check(
     for line in result.lines():
         click.echo(line)
     click.echo(
-        f"target {loaded.target.name}, draft {loaded.draft.name if loaded.draft else 'none'}, "
+        f"target {loaded.target_name}, draft {loaded.draft_name or 'none'}, "
         f"CPU path {loaded.path_used}, γ {start_gamma}; {elapsed:.0f} s"
     )
     if json_path is not None:
@@ -595,8 +655,8 @@ def _check(
         meta = {
             "command": " ".join(["specchat bench", *_own_args()]),
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
-            "target": loaded.target.name,
-            "draft": loaded.draft.name if loaded.draft else None,
+            "target": loaded.target_name,
+            "draft": loaded.draft_name,
             "cpu_path": loaded.path_used,
             "gamma": start_gamma,
             "torch": torch.__version__,

@@ -109,7 +109,7 @@ def load_for_decoding(
     """
     from specchat.models.cpu_quant import parse_cpu_path, prepare_cpu_pair
 
-    chosen = _choose_cpu_path(cpu_path, device, quant, progress)  # a typo fails before any loading
+    chosen = choose_cpu_path(cpu_path, device, quant, progress)  # a typo fails before any loading
     if chosen is not None and chosen.native:
         return _load_native_pair(target, draft, chosen, progress)
     cpu_path = str(chosen) if chosen is not None else cpu_path
@@ -145,7 +145,7 @@ def load_for_decoding(
     )
 
 
-def _choose_cpu_path(
+def choose_cpu_path(
     cpu_path: str, device: str, quant: str | None, progress: ProgressCallback | None
 ) -> CpuPath | None:
     """The CPU path to apply (None: GPUs and bitsandbytes models keep their layers).
