@@ -13,7 +13,7 @@ It answers the calls :class:`specchat.engine.kv.CachedLM` makes, like the lean f
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -167,11 +167,18 @@ def _rope_inverse_frequencies(shape: Shape) -> torch.Tensor:
     return 1.0 / (shape.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
 
 
-def pack_hf(hf_model: Any, *, bits: int = 4, head_rows: int | None = None) -> PackedModel:
+def pack_hf(
+    hf_model: Any,
+    *,
+    bits: int = 4,
+    head_rows: int | None = None,
+    on_layer: Callable[[int, int], None] | None = None,
+) -> PackedModel:
     """Quantize a loaded Hugging Face Llama / Qwen2 model for the kernels (tests, drafts, HF folders).
 
     ``bits`` 4 quantizes every matrix to q4, 8 to q8; ``head_rows`` keeps only the first ids of
-    the output head (drafts only: see specchat.models.cpu_quant's narrow head).
+    the output head (drafts only: see specchat.models.cpu_quant's narrow head); ``on_layer`` as
+    in :func:`pack_gguf`.
     """
     from specchat.models.lean import lean_supported
 
@@ -216,6 +223,8 @@ def pack_hf(hf_model: Any, *, bits: int = 4, head_rows: int | None = None) -> Pa
         packed.tensors[f"layers.{i}.ffn_norm"] = (
             layer.post_attention_layernorm.weight.detach().float().clone()
         )
+        if on_layer is not None:
+            on_layer(i + 1, shape.layers)
     return packed
 
 
@@ -263,12 +272,19 @@ def gguf_tensor_name(name: str) -> str:
     return f"blk.{index}.{GGUF_NAMES[part]}.{suffix}"
 
 
-def pack_gguf(path: str, *, mode: str = "gguf", head_rows: int | None = None) -> PackedModel:
+def pack_gguf(
+    path: str,
+    *,
+    mode: str = "gguf",
+    head_rows: int | None = None,
+    on_layer: Callable[[int, int], None] | None = None,
+) -> PackedModel:
     """The kernels' tensors straight from a GGUF file's quantized blocks.
 
     ``mode`` "gguf": keep Q4_K and Q6_K tensors as they are (the target: the very weights llama.cpp
     reads), requantizing any other type to q8; "q4": keep Q4_K, requantize the rest to q4 (drafts,
-    fewer bytes); "q8": requantize everything to q8.
+    fewer bytes); "q8": requantize everything to q8. ``on_layer(done, layers)`` runs after each
+    layer: progress for the caller, and the point where it may raise to abandon packing.
     """
     if mode not in ("gguf", "q4", "q8"):
         raise ValueError(f"unknown packing mode {mode!r}")
@@ -336,4 +352,6 @@ def pack_gguf(path: str, *, mode: str = "gguf", head_rows: int | None = None) ->
                 packed.tensors[f"{name}.bias"] = vector(bias)
         for part in ("attn_norm", "ffn_norm"):
             packed.tensors[f"layers.{i}.{part}"] = vector(gguf_tensor_name(f"layers.{i}.{part}"))
+        if on_layer is not None:
+            on_layer(i + 1, shape.layers)
     return packed

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -195,7 +196,7 @@ def _pack(
     emit(progress, LoadProgress(name, "kernels", 0, 1, f"packing {name} ({recipe.label}), once"))
     gguf = _source_gguf(resolved, progress)
     if gguf is not None:
-        _pack_gguf(gguf, name, recipe, folder)
+        _pack_gguf(gguf, name, recipe, folder, progress)
     else:
         _pack_float(spec, name, recipe, folder, progress)
     seconds = time.monotonic() - started
@@ -233,14 +234,17 @@ def _source_gguf(resolved: Any, progress: ProgressCallback | None) -> Path | Non
     return None
 
 
-def _pack_gguf(gguf: Path, name: str, recipe: PackRecipe, folder: Path) -> None:
+def _pack_gguf(
+    gguf: Path, name: str, recipe: PackRecipe, folder: Path, progress: ProgressCallback | None
+) -> None:
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
     from specchat.kernels.native import pack_gguf
     from specchat.models.errors_util import as_load_error
 
     with as_load_error(f"cannot pack {gguf} for the CPU kernels"):
-        packed = pack_gguf(str(gguf), mode=recipe.mode, head_rows=recipe.head_rows)
+        each_layer = _layer_progress(name, recipe, progress)
+        packed = pack_gguf(str(gguf), mode=recipe.mode, head_rows=recipe.head_rows, on_layer=each_layer)
         config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     if hasattr(config, "quantization_config"):
@@ -250,6 +254,19 @@ def _pack_gguf(gguf: Path, name: str, recipe: PackRecipe, folder: Path) -> None:
     save_packed(
         folder, packed, config=config, generation_config=generation, tokenizer=tokenizer, origin=str(gguf)
     )
+
+
+def _layer_progress(
+    name: str, recipe: PackRecipe, progress: ProgressCallback | None
+) -> Callable[[int, int], None]:
+    """One progress line per packed layer: a bar for the user, and the point where quitting (a
+    callback that raises) stops packing instead of waiting for it to finish."""
+
+    def report(done: int, layers: int) -> None:
+        message = f"packing {name} ({recipe.label}), once: layer {done}/{layers}"
+        emit(progress, LoadProgress(name, "kernels", done, layers, message))
+
+    return report
 
 
 def _pack_float(
@@ -262,7 +279,8 @@ def _pack_float(
     loaded = load_model(spec, device="cpu", dtype="float32", progress=progress)
     bits = 8 if recipe.mode in ("gguf", "q8") else 4
     with as_load_error(f"cannot pack {name} for the CPU kernels"):
-        packed = pack_hf(loaded.model, bits=bits, head_rows=recipe.head_rows)
+        each_layer = _layer_progress(name, recipe, progress)
+        packed = pack_hf(loaded.model, bits=bits, head_rows=recipe.head_rows, on_layer=each_layer)
     save_packed(
         folder,
         packed,

@@ -66,3 +66,28 @@ def test_a_draft_with_the_same_vocabulary_reuses_the_targets_tokenizer(
     target = load_native(str(tiny_folders[0]), PackRecipe("q8"))
     draft = load_native(str(tiny_folders[1]), PackRecipe("q4"), share_tokenizer=target)
     assert draft.tokenizer is target.tokenizer
+
+
+class Quit(BaseException):
+    """What the app's progress callback raises when the user quits mid-load."""
+
+
+@pytest.mark.parametrize("source", ["gguf", "folder"])
+def test_packing_reports_each_layer_and_stops_when_the_callback_gives_up(
+    source: str, tiny_gguf: Path, tiny_folders: tuple[Path, Path]
+) -> None:
+    """Quitting during the one-time packing must not wait for the whole model to be packed."""
+    spec, recipe = (
+        (str(tiny_gguf), PackRecipe("gguf")) if source == "gguf" else (str(tiny_folders[0]), PackRecipe("q4"))
+    )
+    layers: list[str] = []
+
+    def progress(event: LoadProgress) -> None:
+        if ": layer " in event.message:
+            layers.append(event.message)
+            raise Quit
+
+    with pytest.raises(Quit):
+        load_native(spec, recipe, progress)
+    assert len(layers) == 1 and layers[0].endswith("layer 1/2")
+    assert not any(is_packed(p) for p in packed_dir().glob("*"))  # nothing half-packed is kept
