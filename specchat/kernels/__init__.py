@@ -42,14 +42,21 @@ KERNELS_ENV = "SPECCHAT_KERNELS_DIR"
 def build_dir() -> Path:
     """Where the built library lives: $SPECCHAT_KERNELS_DIR, else the cache folder's kernels/.
 
-    Keyed by the source, the torch version and the flags, so an upgrade rebuilds it.
+    Keyed by the source, the torch version and the flags, so an upgrade rebuilds it, and by where
+    the source lives: torch's build files name that path, so two installations sharing one cache
+    would otherwise rebuild the library each time the other had used it.
     """
     import torch
 
     from specchat.models.cache import cache_dir
 
-    source = SOURCE.read_bytes()
-    key = hashlib.sha256(source + torch.__version__.encode() + " ".join(FLAGS).encode()).hexdigest()[:12]
+    parts = (
+        SOURCE.read_bytes(),
+        str(SOURCE.resolve()).encode(),
+        torch.__version__.encode(),
+        " ".join(FLAGS).encode(),
+    )
+    key = hashlib.sha256(b"\0".join(parts)).hexdigest()[:12]
     override = os.environ.get(KERNELS_ENV)
     return (Path(override).expanduser() if override else cache_dir() / "kernels") / key
 
