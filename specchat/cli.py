@@ -1,14 +1,17 @@
 """The `specchat` command: chat (default), generate, models, bench.
 
 Heavy imports (torch, transformers, textual) happen inside the commands, so `specchat --help`
-is instant. Every SpecchatError becomes one line on stderr and exit status 2; Ctrl+C stops
-generation at the next round boundary, prints what was generated and exits with 130.
+is instant. Every SpecchatError becomes one line on stderr and exit status 2; Ctrl+C (or
+SIGTERM) stops generation at the next round boundary, prints what was generated and exits
+with 130 (143).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import os
 import signal
 import sys
 import threading
@@ -30,6 +33,15 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 INTERRUPTED = 130
+"""Exit status after Ctrl+C (128 + SIGINT)."""
+TERMINATED = 143
+"""Exit status after SIGTERM (128 + SIGTERM)."""
+UNEXPECTED = 1
+"""Exit status after an unexpected error (its traceback is in the log file)."""
+USER_ERROR = 2
+"""Exit status after a bad flag, setting or input (click uses 2 for usage errors too)."""
+PIPE_CLOSED = 141
+"""Exit status when stdout's reader closed the pipe early (128 + SIGPIPE, as the shell reports)."""
 
 # Colours of the four token kinds in --format ansi (the TUI takes them from its theme).
 KIND_STYLES = {
@@ -92,34 +104,147 @@ def model_options(func: F) -> F:
     return func
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived where nothing could stop gracefully (loading, or a second signal).
+
+    A BaseException, like KeyboardInterrupt: code that turns library errors into one-line
+    messages (``except Exception``) must let it through, and every ``finally`` still runs.
+    """
+
+
 def reports_errors(func: F) -> F:
     """Turn user errors into one clear line and an exit status, never a traceback."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return func(*args, **kwargs)
+            with terminate_raises():
+                return func(*args, **kwargs)
         except SpecchatError as err:
             click.secho(f"specchat: {err}", fg="red", err=True)
             sys.exit(err.exit_code)
         except KeyboardInterrupt:
             click.echo("\nspecchat: interrupted.", err=True)
             sys.exit(INTERRUPTED)
+        except Terminated:
+            click.echo("\nspecchat: stopped by SIGTERM.", err=True)
+            sys.exit(TERMINATED)
+        except BrokenPipeError:
+            # The reader went away (`specchat generate … | head`): nothing to say, and
+            # nothing more may be written to stdout, not even at exit.
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives until exit
+            sys.exit(PIPE_CLOSED)
+        except Exception as err:  # a bug or the environment: one line here, details in the log
+            report_unexpected(err)
+            sys.exit(UNEXPECTED)
 
     return wrapper  # type: ignore[return-value]
+
+
+def report_unexpected(err: BaseException) -> None:
+    from specchat import logs
+
+    line = logs.log_unexpected("unexpected error", err)
+    for traceback in logs.debug_tracebacks():  # with --debug
+        click.echo(traceback, err=True)
+    click.secho(f"specchat: {line}", fg="red", err=True)
+
+
+@contextlib.contextmanager
+def terminate_raises() -> Iterator[None]:
+    """SIGTERM raises Terminated, as Ctrl+C raises KeyboardInterrupt: the command unwinds (files
+    in progress are cleaned up), prints one line and exits 143, instead of dying mid-write."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Terminated
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def settings_from(options: dict[str, Any]) -> Settings:
     return load_settings({k: v for k, v in options.items() if v is not None})
 
 
-@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+class SpecchatGroup(click.Group):
+    """The `specchat` group: usage errors in one line, and where settings live in --help."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            result = super().main(*args, **kwargs)
+        except click.exceptions.Exit as done:  # --help, --version
+            sys.exit(done.exit_code)
+        except click.ClickException as err:
+            sys.exit(usage_error(err))
+        except click.exceptions.Abort:
+            click.echo("\nspecchat: interrupted.", err=True)
+            sys.exit(INTERRUPTED)
+        return result
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from specchat.config import config_path, data_dir
+
+        with formatter.section("Files"):
+            formatter.write_dl(
+                [
+                    ("settings", f"{config_path()} (SPECCHAT_CONFIG names another file)"),
+                    ("conversations", f"{data_dir() / 'conversations'} (SPECCHAT_DATA_DIR moves the folder)"),
+                    ("log", f"{data_dir() / 'logs' / 'specchat.log'} (tracebacks of unexpected errors)"),
+                ]
+            )
+        formatter.write_paragraph()
+        formatter.write_text(
+            "Every option of chat and generate can be set in the settings file or as "
+            "SPECCHAT_<NAME>; flags win. Exit status: 0 done, 1 unexpected error, 2 bad input, "
+            "130 Ctrl+C, 141 output pipe closed, 143 SIGTERM."
+        )
+
+
+def usage_error(err: click.ClickException) -> int:
+    """A click error (unknown option, wrong type, bad choice) as one line; returns its status."""
+    message = err.format_message().replace("\n", " ")
+    ctx = getattr(err, "ctx", None)
+    hint = f" See '{ctx.command_path} --help'." if ctx is not None else ""
+    click.secho(f"specchat: {message}{hint}", fg="red", err=True)
+    return err.exit_code if err.exit_code else USER_ERROR
+
+
+def debug_option(func: F) -> F:
+    def enable(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+        if value:
+            from specchat import logs
+
+            logs.set_debug(True)
+
+    return click.option(
+        "--debug",
+        is_flag=True,
+        expose_value=False,
+        is_eager=True,
+        callback=enable,
+        help="Also print the traceback of an unexpected error (it is always in the log file).",
+    )(func)
+
+
+@click.group(
+    cls=SpecchatGroup,
+    invoke_without_command=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(__version__, prog_name="specchat")
 @click.option(
     "--server",
     metavar="URL",
     help="Attach to an OpenAI-compatible server instead of loading models (any command).",
 )
+@debug_option
 @click.pass_context
 def main(ctx: click.Context, server: str | None) -> None:
     """Chat with a local LLM and watch speculative decoding work, token by token.
@@ -136,17 +261,26 @@ def main(ctx: click.Context, server: str | None) -> None:
 @main.command()
 @model_options
 @click.option("--theme", help="Theme name (see themes/).")
+@debug_option
 @reports_errors
 def chat(**options: Any) -> None:
     """Open the chat (the default command)."""
     settings = settings_from(options)
     from specchat.ui.app import run_chat
+    from specchat.ui.themes import check_theme_name
 
+    if options.get("theme") is not None:
+        check_theme_name(options["theme"])
     sys.exit(run_chat(settings))
 
 
 @main.command()
-@click.argument("prompt")
+@click.argument("prompt", required=False)
+@click.option(
+    "--prompt-file",
+    metavar="FILE",
+    help="Read the prompt from FILE (UTF-8 text; '-' is standard input) instead of PROMPT.",
+)
 @model_options
 @click.option(
     "--format",
@@ -156,27 +290,89 @@ def chat(**options: Any) -> None:
     show_default=True,
     help="text: the reply; ansi: coloured by token kind, with legend and summary; jsonl: the event stream.",
 )
+@debug_option
 @reports_errors
-def generate(prompt: str, output_format: str, **options: Any) -> None:
+def generate(prompt: str | None, prompt_file: str | None, output_format: str, **options: Any) -> None:
     """Generate one reply to PROMPT headlessly ('-' reads the prompt from stdin)."""
-    if prompt == "-":
-        prompt = sys.stdin.read()
-    if not prompt.strip():
-        raise InvalidSettingError("the prompt is empty: pass some text, or '-' to read it from stdin.")
+    prompt = read_prompt(prompt, prompt_file)
     settings = settings_from(options)
     controls = controls_from(settings)
     controls.validate()
-    engine: Backend = connect_server(settings) if settings.server else load_engine(settings)
+    engine: Backend
+    if settings.server:
+        engine = connect_server(settings)
+    else:
+        check_draft_model(settings)
+        engine = load_engine(settings)
     messages = [{"role": "system", "content": settings.system_prompt}] if settings.system_prompt else []
     messages.append({"role": "user", "content": prompt})
     cancel = threading.Event()
-    with cancel_on_sigint(cancel):
+    with stop_on_signals(cancel) as signals:
         stream = engine.stream_chat(messages, controls, cancel)
         summary = PRINTERS[output_format](stream)
     if settings.server and output_format != "jsonl":
         click.echo(f"specchat: {engine.capabilities.describe()}", err=True)
     if summary is not None and summary.stop == "cancelled":
-        sys.exit(INTERRUPTED)
+        sys.exit(signals.exit_status)
+
+
+def read_prompt(prompt: str | None, prompt_file: str | None) -> str:
+    """The prompt as text, checked before any model loads: one clear line when it is unusable."""
+    if prompt is not None and prompt_file is not None:
+        raise InvalidSettingError("give the prompt once: either PROMPT or --prompt-file, not both.")
+    if prompt_file is not None:
+        text = decode_prompt(read_prompt_file(prompt_file), f"the prompt file {prompt_file}")
+    elif prompt == "-":
+        text = decode_prompt(sys.stdin.buffer.read(), "standard input")
+    elif prompt is not None:
+        text = check_prompt_argument(prompt)
+    else:
+        raise InvalidSettingError(
+            "no prompt: pass PROMPT, '-' to read standard input, or --prompt-file FILE."
+        )
+    if not text.strip():
+        raise InvalidSettingError("the prompt is empty: pass some text, or '-' to read it from stdin.")
+    return text
+
+
+def read_prompt_file(name: str) -> bytes:
+    if name == "-":
+        return sys.stdin.buffer.read()
+    try:
+        with open(name, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError as err:
+        raise InvalidSettingError(f"the prompt file {name} does not exist.") from err
+    except IsADirectoryError as err:
+        raise InvalidSettingError(f"the prompt file {name} is a folder: name a text file.") from err
+    except OSError as err:
+        raise InvalidSettingError(f"cannot read the prompt file {name}: {err.strerror or err}.") from err
+
+
+def decode_prompt(data: bytes, where: str) -> str:
+    if b"\x00" in data:
+        raise InvalidSettingError(f"{where} looks binary (it holds NUL bytes): the prompt must be text.")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InvalidSettingError(
+            f"{where} is not UTF-8 text (byte {data[err.start]:#04x} at offset {err.start}): "
+            "convert it first, e.g. with iconv -t UTF-8."
+        ) from err
+
+
+def check_prompt_argument(prompt: str) -> str:
+    """Bytes that are not UTF-8 reach argv as lone surrogates: refuse them before loading."""
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as err:
+        byte = ord(prompt[err.start]) - 0xDC00 if 0xDC80 <= ord(prompt[err.start]) <= 0xDCFF else None
+        what = f"byte {byte:#04x}" if byte is not None else f"character {prompt[err.start]!r}"
+        raise InvalidSettingError(
+            f"the prompt argument is not UTF-8 text ({what} at position {err.start}): "
+            "check your terminal's encoding, or pass the text with --prompt-file."
+        ) from err
+    return prompt
 
 
 def controls_from(settings: Settings) -> Any:
@@ -192,6 +388,14 @@ def controls_from(settings: Settings) -> Any:
         max_new_tokens=settings.max_new_tokens,
         seed=settings.seed,
     )
+
+
+def check_draft_model(settings: Settings) -> None:
+    """Before loading anything: a drafter that needs the draft model needs one named."""
+    if drafter_spec(settings.drafter).needs_draft_model and not settings.draft:
+        raise InvalidSettingError(
+            f"--drafter {settings.drafter} needs a draft model: pass --draft, or use --drafter ngram."
+        )
 
 
 def load_engine(settings: Settings) -> ChatEngine:
@@ -231,24 +435,34 @@ def connect_server(settings: Settings) -> RemoteBackend:
     return backend
 
 
-class cancel_on_sigint:
-    """First Ctrl+C asks the engine to stop after the current round; a second one aborts."""
+class stop_on_signals:
+    """While a reply streams, the first Ctrl+C or SIGTERM asks the engine to stop after the
+    current round: what was generated is printed, with its summary. A second one aborts."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self, cancel: threading.Event) -> None:
         self.cancel = cancel
-        self.previous: Any = None
+        self.received: int | None = None
+        self.previous: dict[int, Any] = {}
 
     def _handler(self, signum: int, frame: Any) -> None:
         if self.cancel.is_set():
-            raise KeyboardInterrupt
+            raise KeyboardInterrupt if signum == signal.SIGINT else Terminated
+        self.received = signum
         self.cancel.set()
 
-    def __enter__(self) -> cancel_on_sigint:
-        self.previous = signal.signal(signal.SIGINT, self._handler)
+    @property
+    def exit_status(self) -> int:
+        return TERMINATED if self.received == signal.SIGTERM else INTERRUPTED
+
+    def __enter__(self) -> stop_on_signals:
+        self.previous = {signum: signal.signal(signum, self._handler) for signum in self.SIGNALS}
         return self
 
     def __exit__(self, *exc: object) -> None:
-        signal.signal(signal.SIGINT, self.previous)
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
 
 
 class LoadProgressPrinter:

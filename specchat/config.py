@@ -5,14 +5,18 @@ Imports neither torch nor textual, so every front end can read settings cheaply.
 
 from __future__ import annotations
 
+import contextlib
+import difflib
+import json
 import os
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+import tomlkit
+import tomlkit.exceptions
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from specchat.engine.registry import DRAFTER_NAMES
 from specchat.errors import InvalidSettingError
@@ -20,10 +24,17 @@ from specchat.errors import InvalidSettingError
 APP_NAME = "specchat"
 
 
+SEED_MAX = 2**64 - 1
+"""torch seeds a generator with an unsigned 64-bit integer."""
+NONE_WORDS = ("", "none")
+"""Written for an optional setting (draft, top_k, seed, quant), these mean "not set"."""
+
+
 class Settings(BaseModel):
     """Everything a user may set. Field names double as TOML keys and SPECCHAT_<NAME> variables."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # inf and nan are never meaningful here (--temperature inf sampled uniformly).
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     target: str = "qwen-coder-1.5b"
     draft: str | None = "qwen-coder-0.5b"
@@ -37,7 +48,7 @@ class Settings(BaseModel):
     top_k: int | None = Field(None, ge=1)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_new_tokens: int = Field(512, ge=1)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, le=SEED_MAX)
     system_prompt: str = "You are a helpful assistant."
     device: str = "auto"
     dtype: str = "auto"
@@ -62,6 +73,34 @@ class Settings(BaseModel):
             raise ValueError(f"unknown drafter {value!r}: use {', '.join(DRAFTER_NAMES)}")
         return value
 
+    @field_validator("draft", "top_k", "seed", "quant", mode="before")
+    @classmethod
+    def _none_words_mean_unset(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() in NONE_WORDS:
+            return None
+        return value
+
+    @model_validator(mode="after")
+    def _quant_or_cpu_kernels(self) -> Settings:
+        if self.quant is not None and self.cpu_path.strip().lower() not in ("auto", "none"):
+            raise ValueError(
+                f"--quant {self.quant} and --cpu-path {self.cpu_path} cannot be combined: "
+                "quantize with one or the other"
+            )
+        return self
+
+
+FLAGS = {"schedule": "--gamma-schedule", "system_prompt": "--system"}
+"""Command-line spellings that are not simply --<name-with-dashes>."""
+
+
+def flag_for(name: str) -> str:
+    return FLAGS.get(name, "--" + name.replace("_", "-"))
+
+
+def env_for(name: str) -> str:
+    return f"SPECCHAT_{name.upper()}"
+
 
 def config_path() -> Path:
     override = os.environ.get("SPECCHAT_CONFIG")
@@ -79,42 +118,142 @@ def data_dir() -> Path:
 def _from_env() -> dict[str, Any]:
     values: dict[str, Any] = {}
     for name in Settings.model_fields:
-        raw = os.environ.get(f"SPECCHAT_{name.upper()}")
-        if raw is not None and name != "keys":
-            values[name] = None if raw.lower() in ("", "none") else raw
+        raw = os.environ.get(env_for(name))
+        if raw is None:
+            continue
+        if name == "keys":
+            values[name] = parse_keys_variable(raw)
+        else:
+            values[name] = None if raw.strip().lower() in NONE_WORDS else raw
     return values
 
 
-def _read_file(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        return {}
+def parse_keys_variable(raw: str) -> dict[str, Any]:
+    """SPECCHAT_KEYS as a TOML inline table ({gamma_up = "ctrl+up"}) or a JSON object."""
+    text = raw.strip()
+    value: Any = None
     try:
+        value = json.loads(text)
+    except ValueError:
+        with contextlib.suppress(tomllib.TOMLDecodeError):
+            value = tomllib.loads(f"keys = {text}")["keys"]
+    if not isinstance(value, dict):
+        raise InvalidSettingError(
+            f"SPECCHAT_KEYS={raw!r} is not a table: write it as TOML "
+            """({gamma_up = "ctrl+up", send = "enter"}) or JSON ({"gamma_up": "ctrl+up"})."""
+        )
+    return value
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The config file's values ({} when there is none); one clear line when it is unreadable."""
+    try:
+        if not path.exists():
+            return {}
         return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as err:
-        raise InvalidSettingError(f"cannot read config file {path}: {err}") from err
+    except UnicodeDecodeError as err:
+        raise InvalidSettingError(
+            f"cannot read config file {path}: it is not UTF-8 text (byte {err.object[err.start]:#04x} "
+            f"at offset {err.start}); save it as UTF-8."
+        ) from err
+    except tomllib.TOMLDecodeError as err:
+        raise InvalidSettingError(f"cannot read config file {path}: it is not valid TOML ({err}).") from err
+    except OSError as err:
+        raise InvalidSettingError(f"cannot read config file {path}: {err.strerror or err}.") from err
 
 
 def load_settings(overrides: dict[str, Any] | None = None, path: Path | None = None) -> Settings:
-    """File, then environment, then ``overrides`` (CLI flags; None values are ignored)."""
+    """File, then environment, then ``overrides`` (CLI flags; None values are ignored).
+
+    A bad value is reported as one line that names where it came from (the file, the
+    variable or the flag) and what is allowed.
+    """
     path = path or config_path()
-    merged = {**_read_file(path), **_from_env()}
-    merged.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    from_file = read_config_file(path)
+    from_env = _from_env()
+    from_flags = {k: v for k, v in (overrides or {}).items() if v is not None}
+    merged = {**from_file, **from_env, **from_flags}
+    # [keys] entries merge, so SPECCHAT_KEYS can remap one action and keep the file's others.
+    keymaps = [layer.get("keys") for layer in (from_file, from_env, from_flags)]
+    if all(isinstance(k, dict) for k in keymaps if k is not None) and any(keymaps):
+        merged["keys"] = {k: v for layer in keymaps if layer for k, v in layer.items()}
     try:
         return Settings(**merged)
     except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "settings"
-        raise InvalidSettingError(
-            f"invalid setting {where}: {first['msg']} (from {path}, env or flags)"
-        ) from err
+        raise InvalidSettingError(_explain(err.errors()[0], path, from_file, from_env, from_flags)) from err
+
+
+def _explain(
+    error: Any, path: Path, from_file: dict[str, Any], from_env: dict[str, Any], from_flags: dict[str, Any]
+) -> str:
+    """One line: which setting, from where, with what value, and what is allowed."""
+    loc = [str(part) for part in error["loc"]]
+    message = str(error["msg"])
+    message = message.removeprefix("Value error, ")
+    message = message[:1].lower() + message[1:]
+    if not loc:
+        return f"{message}."
+    name = loc[0]
+    if error["type"] == "extra_forbidden":
+        known = sorted(Settings.model_fields)
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"known settings: {', '.join(known)}"
+        return f"unknown setting {name!r} in {path}: {hint}"
+    dotted = ".".join(loc)
+    value = error.get("input")
+    if len(loc) > 1:  # an entry of a table ([keys])
+        source = "SPECCHAT_KEYS" if name in from_env else str(path)
+        where = f"{dotted} = {value!r} in {source}"
+    elif name in from_flags:
+        where = f"{flag_for(name)} {value}"
+    elif name in from_env:
+        where = f"{env_for(name)}={os.environ.get(env_for(name), value)}"
+    else:
+        where = f"{dotted} = {value!r} in {path}"
+    if name == "seed" and error["type"] in ("less_than_equal", "greater_than_equal"):
+        message = f"a seed is a whole number from 0 to {SEED_MAX} (2^64 − 1)"
+    elif error["type"] == "finite_number":
+        message = "it must be a finite number"
+    return f"{where} is invalid: {message}."
 
 
 def save_settings(settings: Settings, path: Path | None = None) -> Path:
-    """Write atomically, so a crash never leaves half a config file."""
+    """Write every setting into the config file, keeping its comments and layout."""
+    return update_config_file(settings.model_dump(exclude_none=True), path)
+
+
+def update_config_file(changes: dict[str, Any], path: Path | None = None) -> Path:
+    """Set ``changes`` in the config file and leave everything else as the user wrote it.
+
+    tomlkit edits the parsed document in place, so comments, blank lines and key order
+    survive. Written atomically (temporary file, then rename): a crash never leaves half a
+    file. Raises InvalidSettingError with one line when the file cannot be read or written.
+    """
     path = path or config_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = settings.model_dump(exclude_none=True)
-    tmp = path.with_suffix(".toml.tmp")
-    tmp.write_text(tomli_w.dumps(data), encoding="utf-8")
-    os.replace(tmp, path)
+    document = _read_document(path)
+    for name, value in changes.items():
+        current = document.get(name)
+        if isinstance(value, dict) and isinstance(current, dict):
+            for key in [k for k in current if k not in value]:
+                del current[key]
+            for key, item in value.items():
+                current[key] = item
+        else:
+            document[name] = value
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(tomlkit.dumps(document), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as err:
+        raise InvalidSettingError(f"cannot write the config file {path}: {err.strerror or err}.") from err
     return path
+
+
+def _read_document(path: Path) -> tomlkit.TOMLDocument:
+    if not path.exists():
+        return tomlkit.document()
+    try:
+        return tomlkit.parse(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomlkit.exceptions.TOMLKitError) as err:
+        raise InvalidSettingError(f"cannot update the config file {path}: {err}") from err

@@ -48,3 +48,45 @@ def test_a_broken_file_is_one_clear_error(config_file: Path) -> None:
     config_file.write_text("gamma = [", encoding="utf-8")
     with pytest.raises(InvalidSettingError, match="cannot read config file"):
         load_settings()
+
+
+HAND_WRITTEN = """\
+# specchat settings, written by hand
+gamma = 3          # three drafts: my machine's sweet spot
+drafter = "model"
+
+# colours
+theme = "specchat-dark"
+
+[keys]
+# F-keys are awkward on this laptop
+gamma_up = "ctrl+up"
+"""
+
+
+def test_remembering_a_choice_keeps_the_users_comments_and_layout(config_file: Path) -> None:
+    from specchat.ui.prefs import remember
+
+    config_file.write_text(HAND_WRITTEN, encoding="utf-8")
+    remember("theme", "specchat-light")
+    assert config_file.read_text(encoding="utf-8") == HAND_WRITTEN.replace(
+        'theme = "specchat-dark"', 'theme = "specchat-light"'
+    )
+    remember("system_prompt", 'Say "hi".\nThen stop.')
+    lines = config_file.read_text(encoding="utf-8").splitlines()
+    added = [line for line in lines if line.startswith("system_prompt")]
+    assert len(added) == 1 and lines.index(added[0]) < lines.index("[keys]")
+    lines.remove(added[0])
+    assert lines == HAND_WRITTEN.replace("specchat-dark", "specchat-light").splitlines()
+    settings = load_settings()
+    assert settings.system_prompt == 'Say "hi".\nThen stop.' and settings.theme == "specchat-light"
+    assert settings.keys == {"gamma_up": "ctrl+up"} and settings.gamma == 3
+
+
+def test_saving_settings_keeps_comments_too(config_file: Path) -> None:
+    config_file.write_text(HAND_WRITTEN, encoding="utf-8")
+    save_settings(load_settings().model_copy(update={"gamma": 5}))
+    text = config_file.read_text(encoding="utf-8")
+    assert "gamma = 5          # three drafts: my machine's sweet spot" in text
+    assert "# F-keys are awkward on this laptop" in text
+    assert load_settings().gamma == 5

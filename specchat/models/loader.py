@@ -124,7 +124,13 @@ def load_for_decoding(
         memory_guard(target_lm.name, target_lm.device),
         as_load_error(f"cannot prepare CPU kernels {cpu_path!r}"),
     ):
-        pair = prepare_cpu_pair(target_lm.model, draft_lm.model if draft_lm else None, cpu_path)
+        pair = prepare_cpu_pair(
+            target_lm.model,
+            draft_lm.model if draft_lm else None,
+            cpu_path,
+            # A progress callback may raise to abandon loading: let it between packing jobs.
+            between_jobs=lambda: emit(progress, LoadProgress(label, "kernels", 0, 1, "packing CPU kernels")),
+        )
     if packing:
         seconds = time.monotonic() - started
         emit(progress, LoadProgress(label, "ready", 1, 1, f"CPU kernels: {pair.path} ({seconds:.1f} s)"))

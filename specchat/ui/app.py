@@ -11,21 +11,28 @@ Live panels redraw on a timer from :class:`~specchat.ui.live.LiveStats`, never p
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import signal
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.style import Style
+from rich.text import Text
 from textual import events, on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.theme import Theme
 from textual.timer import Timer
 from textual.widgets import Footer, Header, Static
-from textual.worker import Worker, get_current_worker
+from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState, get_current_worker
 
+from specchat import logs
 from specchat.backend import Capabilities
 from specchat.config import Settings, data_dir
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
@@ -61,6 +68,8 @@ NARROW_WIDTH = 96
 """Below this many columns the side panel hides and a one-line summary shows instead."""
 TEMPERATURE_STEP = 0.1
 TEMPERATURE_MAX = 2.0
+QUIT_GRACE = 5.0
+"""Seconds quitting waits for the streaming reply's current round, so its summary is saved."""
 THEME_ORDER = ("specchat-dark", "specchat-light", "specchat-projector", "specchat-colorblind")
 
 
@@ -70,8 +79,12 @@ LEGEND_NOTES = {
 }
 
 
-class LoadCancelled(Exception):
-    """Raised from the progress callback to abandon loading when the app quits."""
+class LoadCancelled(BaseException):
+    """Raised from the progress callback to abandon loading when the app quits.
+
+    A BaseException, like KeyboardInterrupt: it is not an error, and the loader's handlers
+    that turn library errors into one-line messages must let it through.
+    """
 
 
 @dataclass
@@ -85,7 +98,7 @@ class ActiveReply:
     tokens: list[TokenEvent] = field(default_factory=list)
     rounds: list[RoundEvent] = field(default_factory=list)
     summary: SummaryEvent | None = None
-    worker: Worker[None] | None = None
+    worker: Worker[str | None] | None = None
     drain_timer: Timer | None = None
     stopping: bool = False
 
@@ -103,9 +116,12 @@ class SpecchatApp(App[int]):
         target_name: str | None = None,
         draft_name: str | None = None,
         device: str = "",
+        handle_signals: bool = False,
     ) -> None:
         super().__init__()
         self.settings = settings
+        self.handle_signals = handle_signals
+        """Quit cleanly on SIGTERM/SIGHUP/SIGINT (the real terminal; tests leave them alone)."""
         self.engine: bridge.Engine | None = None
         self.controls: Controls | None = None
         self._given = (
@@ -122,25 +138,29 @@ class SpecchatApp(App[int]):
         self.reply: ActiveReply | None = None
         self.loading_screen: LoadingScreen | None = None
         self._reply_seq = 0
+        self._exit_status = 0
+        self._save_failed = False
+        self._unsaved_told_at = 0
         self._panel_key: object = None
-        self._notes: list[str] = []
+        self.startup_notes: list[str] = []
+        """Warnings about the settings (themes, keys), shown when the app opens."""
         self._styles_for: tuple[str, dict[str, Style]] = ("", {})
 
         specs, errors = themes.discover()
-        self._notes.extend(errors)
+        self.startup_notes.extend(errors)
         self.theme_specs = specs
         for spec in specs.values():
             self.register_theme(spec.theme)
         wanted = settings.theme
         if wanted not in self.available_themes:
-            self._notes.append(f"unknown theme {wanted!r}: using {themes.DEFAULT_THEME}.")
+            self.startup_notes.append(f"unknown theme {wanted!r}: using {themes.DEFAULT_THEME}.")
             wanted = themes.DEFAULT_THEME if themes.DEFAULT_THEME in self.available_themes else "textual-dark"
         self.theme = wanted
-        unknown = keys.unknown_ids(settings.keys)
-        if unknown:
-            known = ", ".join(sorted(keys.BINDING_IDS))
-            self._notes.append(f"unknown key ids in [keys]: {', '.join(unknown)} (known: {known}).")
-        self.set_keymap({k: v for k, v in settings.keys.items() if k in keys.BINDING_IDS})
+        # Remaps that collide, or name keys no terminal sends, are dropped with a warning: the
+        # action keeps its default key rather than silently losing it.
+        self.keymap, warnings = keys.check_keymap(settings.keys)
+        self.startup_notes.extend(warnings)
+        self.set_keymap(self.keymap)
 
     # ----------------------------------------------------------------- layout
 
@@ -151,19 +171,22 @@ class SpecchatApp(App[int]):
                 yield Transcript(SystemNote(self.conversation.system_prompt), id="transcript")
                 yield Legend(id="legend")
                 yield Static(id="compact-figures", markup=False)
-                yield PromptInput(id="prompt")
+                yield PromptInput(self.keymap, id="prompt")
             yield SidePanel(id="side")
         yield Footer()
 
     def on_mount(self) -> None:
         self.main_screen: Screen[Any] = self.screen
+        if self.handle_signals:
+            self._quit_on_signals()
         self.theme_changed_signal.subscribe(self, self._on_theme_changed)
         self.set_interval(PANEL_INTERVAL, self.refresh_panels)
         self._update_legend()
         self.refresh_panels(force=True)
-        for note in self._notes:
+        for note in self.startup_notes:
             self.notify(note, severity="warning", timeout=8)
         self.prompt.focus()
+        self._hold_prompt()
         if self._given is not None:
             self._use_engine(self._given)
         else:
@@ -172,6 +195,16 @@ class SpecchatApp(App[int]):
             self.loading_screen = LoadingScreen(settings.target, settings.draft, settings.server)
             self.push_screen(self.loading_screen)
             self._load_models()
+
+    def _quit_on_signals(self) -> None:
+        """SIGTERM, SIGHUP and SIGINT quit as Ctrl+Q does: the reply is kept, the terminal restored.
+
+        Python's default for SIGTERM ends the process at once, leaving the terminal in the
+        alternate screen with mouse tracking on and the streaming reply unsaved.
+        """
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            loop.add_signal_handler(signum, self.request_quit, 128 + signum)
 
     def on_resize(self, event: events.Resize) -> None:
         # Narrow terminals give the transcript the whole width; one line of figures remains.
@@ -207,9 +240,9 @@ class SpecchatApp(App[int]):
         except SpecchatError as err:
             self.post_message(LoadFailed(str(err), err.exit_code))
             return
-        except Exception as err:  # shown as one line, never a traceback
+        except Exception as err:  # shown as one line; the traceback goes to the log file
             what = "attach to the server" if self.settings.server else "load the models"
-            self.post_message(LoadFailed(f"could not {what}: {type(err).__name__}: {err}", 1))
+            self.post_message(LoadFailed(logs.log_unexpected(f"could not {what}", err), 1))
             return
         self.post_message(EngineLoaded(loaded))
 
@@ -221,7 +254,7 @@ class SpecchatApp(App[int]):
         messages: list[dict[str, str]],
         controls: Controls,
         buffer: bridge.EventBuffer,
-    ) -> None:
+    ) -> str | None:
         # The worker's cancelled event is the engine's stop flag: Esc sets it, and Textual
         # sets it for every worker when the app quits.
         cancel = get_current_worker().cancelled_event
@@ -229,6 +262,7 @@ class SpecchatApp(App[int]):
             engine, messages, controls, cancel, buffer, lambda: self.post_message(ReplyEvents(reply_id))
         )
         self.post_message(ReplyClosed(reply_id, error))
+        return error
 
     def on_load_progressed(self, message: LoadProgressed) -> None:
         if self.loading_screen is not None:
@@ -269,6 +303,7 @@ class SpecchatApp(App[int]):
             legend.redraw()
         for line in loaded.notes:
             self.notify(line, severity="warning", timeout=12)
+        self._hold_prompt()
         self.refresh_panels(force=True)
 
     @property
@@ -280,16 +315,26 @@ class SpecchatApp(App[int]):
 
     @on(PromptInput.Submitted)
     def _on_submitted(self, message: PromptInput.Submitted) -> None:
-        if self.engine is None or self.controls is None:
-            self.notify("The models are still loading.", severity="warning")
+        # The box refuses to send while it holds a reason (see _hold_prompt); this catches a
+        # message already on its way when a reply started, and gives its text back.
+        reason = self._why_not_send()
+        if reason is not None:
+            message.prompt.give_back(message.text)
+            self.notify(reason, severity="warning")
             return
-        if self.reply is not None:
-            self.notify("A reply is streaming: Esc stops it.", severity="warning")
-            return
-        message.prompt.clear()
         self.conversation.turns.append(Turn("user", message.text))
         self.transcript.mount(UserMessage(message.text))
         self._start_reply()
+
+    def _why_not_send(self) -> str | None:
+        if self.engine is None or self.controls is None:
+            return "The models are still loading: your message stays in the box."
+        if self.reply is not None:
+            return "A reply is streaming: Esc stops it. Your message stays in the box."
+        return None
+
+    def _hold_prompt(self) -> None:
+        self.prompt.hold = self._why_not_send()
 
     def send_prompt(self) -> None:
         """Send what the message box holds (the palette's "Send")."""
@@ -342,6 +387,17 @@ class SpecchatApp(App[int]):
         reply = self.reply
         if reply is None or message.reply_id != reply.id:
             return
+        if message.error and not reply.tokens:
+            self._close_reply(reply)
+            await self._take_back(reply, message.error)
+            self._save()
+        else:
+            self._keep_reply(reply, message.error)
+            if message.error:
+                self.notify(message.error, severity="error", timeout=10)
+        self.refresh_panels(force=True)
+
+    def _close_reply(self, reply: ActiveReply) -> None:
         self._drain(reply)  # never drop the last tokens
         if reply.drain_timer is not None:
             reply.drain_timer.stop()
@@ -349,26 +405,16 @@ class SpecchatApp(App[int]):
             reply.settings.update(self._server_settings(reply.settings))
         self.reply = None
         self._set_busy(False)
-        if message.error and not reply.tokens:
-            await self._take_back(reply, message.error)
-        else:
-            text = "".join(t.text for t in reply.tokens)
-            self.conversation.turns.append(
-                Turn(
-                    "assistant",
-                    text,
-                    reply.tokens,
-                    reply.rounds,
-                    reply.summary,
-                    reply.settings,
-                    message.error,
-                )
-            )
-            reply.widget.finish(reply.summary, reply.settings, message.error)
-            if message.error:
-                self.notify(message.error, severity="error", timeout=10)
+
+    def _keep_reply(self, reply: ActiveReply, error: str | None) -> None:
+        """Close the reply and add what it generated to the conversation, saved at once."""
+        self._close_reply(reply)
+        text = "".join(t.text for t in reply.tokens)
+        self.conversation.turns.append(
+            Turn("assistant", text, reply.tokens, reply.rounds, reply.summary, reply.settings, error)
+        )
+        reply.widget.finish(reply.summary, reply.settings, error)
         self._save()
-        self.refresh_panels(force=True)
 
     def _server_settings(self, asked: dict[str, Any]) -> dict[str, Any]:
         """A server's reply footer: its drafter, and the γ it used where that is known (only
@@ -389,18 +435,76 @@ class SpecchatApp(App[int]):
             users = list(self.transcript.query_children(UserMessage).results(UserMessage))
             if users:
                 await users[-1].remove()
-            prompt = self.prompt
-            if not prompt.text.strip():
-                prompt.text = text
+            self.prompt.give_back(text)
         await self.transcript.mount(Notice(f"error: {error}"))
         self.notify(error, severity="error", timeout=10)
         self.live.load(self.conversation.turns)
 
     def _set_busy(self, busy: bool) -> None:
         prompt = self.prompt
+        self._hold_prompt()
         prompt.set_class(busy, "-busy")
         prompt.border_title = "streaming · Esc stops" if busy else ""
         self.refresh_bindings()
+
+    # ------------------------------------------------------------ quitting
+
+    async def action_quit(self) -> None:
+        """Ctrl+Q, the palette's Quit, SIGTERM: keep the reply that is streaming, then exit."""
+        await self._keep_reply_before_exit()
+        self.exit(return_code=self._exit_status)
+
+    def request_quit(self, exit_status: int) -> None:
+        """Quit as Ctrl+Q does, from a signal handler (runs on the app's event loop)."""
+        self._exit_status = exit_status
+        self.call_later(self.action_quit)
+
+    async def _keep_reply_before_exit(self) -> None:
+        reply = self.reply
+        if reply is None or reply.worker is None:
+            return
+        reply.stopping = True
+        reply.worker.cancelled_event.set()
+        self.prompt.border_title = "saving the reply…"
+        # The engine stops at the next round boundary and sends its summary (stop
+        # "cancelled"): a round is short, so wait for it rather than lose the figures.
+        with contextlib.suppress(TimeoutError, WorkerCancelled, WorkerFailed):
+            await asyncio.wait_for(reply.worker.wait(), QUIT_GRACE)
+        error = None
+        if reply.worker.state != WorkerState.SUCCESS:
+            error = "specchat quit while this reply was still being generated"
+        elif isinstance(reply.worker.result, str):
+            error = reply.worker.result
+        self._keep_reply(reply, error)
+
+    def _handle_exception(self, error: Exception) -> None:
+        """A bug: save what can be saved, log the traceback, and leave one line on exit.
+
+        Textual exits the app after any unhandled exception and prints the traceback; the
+        conversation (and the reply streaming) is saved first, and the traceback goes to the
+        log file instead (printed as well with --debug).
+        """
+        line = logs.log_unexpected("specchat stopped on an unexpected error", error)
+        with contextlib.suppress(Exception):
+            self._save_after_crash()
+        super()._handle_exception(error)
+        if not logs.debug_enabled():
+            self._exit_renderables[:] = [Text(f"specchat: {line}", style="red")]
+
+    def _save_after_crash(self) -> None:
+        reply = self.reply
+        if reply is not None:
+            self.reply = None
+            if reply.worker is not None:
+                reply.worker.cancelled_event.set()
+            tokens = reply.tokens + [e for e in reply.buffer.drain() if isinstance(e, TokenEvent)]
+            text = "".join(t.text for t in tokens)
+            error = "specchat stopped on an unexpected error while this reply streamed"
+            self.conversation.turns.append(
+                Turn("assistant", text, tokens, reply.rounds, None, reply.settings, error)
+            )
+        if self.conversation.turns:
+            self.store.save(self.conversation)
 
     # ------------------------------------------------------------ actions
 
@@ -483,7 +587,7 @@ class SpecchatApp(App[int]):
         if isinstance(self.screen, HelpScreen):
             self.screen.dismiss()
         else:
-            self.push_screen(HelpScreen(self.settings.keys))
+            self.push_screen(HelpScreen(self.keymap))
 
     def action_edit_system_prompt(self) -> None:
         if isinstance(self.screen, SystemPromptScreen):
@@ -618,8 +722,12 @@ class SpecchatApp(App[int]):
             return
         self._panel_key = key
         figs = figures(self.live, view)
-        self.main_screen.query_one(SidePanel).show(figs, self.effective_keys)
-        self.main_screen.query_one("#compact-figures", Static).update(
+        try:
+            self.main_screen.query_one(SidePanel).show(figs, self.effective_keys)
+            compact = self.main_screen.query_one("#compact-figures", Static)
+        except NoMatches:  # the app is closing and its panels are already gone
+            return
+        compact.update(
             f"α {figs.alpha} (rolling {figs.alpha_rolling}) · τ {figs.tau} · {figs.tokens_per_s} tok/s · "
             f"γ {figs.gamma} {figs.schedule} · drafter {figs.drafter} · T {figs.temperature}"
         )
@@ -641,7 +749,7 @@ class SpecchatApp(App[int]):
 
     @property
     def effective_keys(self) -> dict[str, str]:
-        return {spec.id: keys.effective_key(spec, self.settings.keys) for spec in keys.ALL_KEYS}
+        return {spec.id: keys.effective_key(spec, self.keymap) for spec in keys.ALL_KEYS}
 
     def _update_legend(self) -> None:
         legend = self.main_screen.query_one(Legend) if hasattr(self, "main_screen") else None
@@ -688,17 +796,49 @@ class SpecchatApp(App[int]):
         transcript.restart()
 
     def _save(self) -> None:
-        """Auto-save (atomically) once the conversation has a message."""
-        if not self.conversation.turns:
-            return
+        """Auto-save (atomically). A conversation left with no message has no file.
+
+        A failed save (read-only or full disk) changes nothing on screen: the user is told,
+        and the next change tries again.
+        """
+        before = self.conversation.id
         try:
-            self.store.save(self.conversation)
+            if self.conversation.turns:
+                path = self.store.save(self.conversation)
+                if self.conversation.id != before:
+                    self.notify(
+                        f"This conversation was changed by another specchat meanwhile: its version "
+                        f"is kept, and this one is now saved as {path.name}.",
+                        title="saved as a copy",
+                        severity="warning",
+                        timeout=20,
+                    )
+            else:
+                self.store.delete(self.conversation.id)
         except OSError as err:
-            self.notify(f"cannot save the conversation: {err}", severity="error")
+            # Say it once per message, not at each of the saves a reply makes.
+            turns = len(self.conversation.turns)
+            if self._save_failed and turns - self._unsaved_told_at < 2:
+                return
+            self._save_failed, self._unsaved_told_at = True, turns
+            reason = err.strerror or str(err)
+            self.notify(
+                f"The conversation was NOT saved ({reason}: {self.store.folder}). It stays on screen; "
+                "free some space or fix the folder's permissions, and the next message saves it.",
+                title="not saved",
+                severity="error",
+                timeout=20,
+            )
+            return
+        if self._save_failed:
+            self._save_failed = False
+            self.notify("The conversation is saved again.", title="saved")
 
 
 def run_chat(settings: Settings) -> int:
     """Open the chat: load the models behind a loading screen, then chat. Returns an exit code."""
-    app = SpecchatApp(settings)
+    app = SpecchatApp(settings, handle_signals=True)
     app.run()
+    for traceback in logs.debug_tracebacks():
+        print(traceback, file=sys.stderr)
     return app.return_code or 0

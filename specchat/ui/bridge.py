@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from specchat import logs
 from specchat.backend import FIGURE_LABELS, Backend, Capabilities
 from specchat.engine.events import Event
 from specchat.errors import SpecchatError
@@ -169,6 +170,6 @@ def run_reply(
                 wake()
     except SpecchatError as err:
         return str(err)
-    except Exception as err:  # the UI must show a line, not crash or print a traceback
-        return f"the reply failed: {type(err).__name__}: {err}"
+    except Exception as err:  # the UI shows a line; the traceback goes to the log file
+        return logs.log_unexpected("the reply failed", err)
     return None

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 def system_commands(app: SpecchatApp) -> Iterator[SystemCommand]:
-    keymap = app.settings.keys
+    keymap = app.keymap
     send = next(spec for spec in PROMPT_KEYS if spec.id == "send")
     yield SystemCommand(
         send.description, _help(send.id, display_key(effective_key(send, keymap))), app.send_prompt

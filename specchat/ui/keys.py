@@ -12,10 +12,12 @@ show the keys actually in force.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from textual.binding import Binding, BindingType
+from textual.keys import KEY_NAME_REPLACEMENTS, Keys, key_to_character
 
 from specchat.engine.gamma import SCHEDULES
 from specchat.engine.registry import DRAFTERS
@@ -123,12 +125,126 @@ def bindings(specs: Iterable[KeySpec], *, priority: bool = False) -> list[Bindin
     ]
 
 
+def key_list(keys: str) -> list[str]:
+    """ "ctrl+r, F3,?" -> ["ctrl+r", "f3", "question_mark"]: Textual's names for each key."""
+    return [normalize_key(key) for key in keys.split(",") if key.strip()]
+
+
+def normalize_key(key: str) -> str:
+    """A key as Textual names it in its events: one character by its name, the rest lower case."""
+    key = key.strip()
+    if len(key) == 1:
+        return _character_key(key)
+    *modifiers, name = key.split("+")
+    name = name if len(name) == 1 else name.lower()
+    return "+".join([*(m.lower() for m in modifiers), name])
+
+
+def _character_key(character: str) -> str:
+    if character.isalnum():
+        return character
+    try:
+        name = unicodedata.name(character).lower().replace("-", "_").replace(" ", "_")
+    except ValueError:
+        return character
+    return KEY_NAME_REPLACEMENTS.get(name, name)
+
+
 def effective_key(spec: KeySpec, keymap: Mapping[str, str]) -> str:
     return keymap.get(spec.id, spec.key)
 
 
 def unknown_ids(keymap: Mapping[str, str]) -> list[str]:
     return sorted(set(keymap) - BINDING_IDS)
+
+
+MODIFIERS = frozenset({"ctrl", "shift", "alt", "meta", "super", "hyper"})
+NAMED_KEYS = frozenset(
+    key.value.rsplit("+", 1)[-1] for key in Keys if not key.value.startswith("<")
+) | {"enter", "tab", "space", "backspace", "escape", "return", "delete", "insert"}
+RESERVED: dict[str, str] = {
+    "ctrl+q": "quit",
+    "ctrl+p": "the command palette",
+    "ctrl+c": "copy",
+    "tab": "moving the focus",
+    "shift+tab": "moving the focus",
+}
+"""Keys Textual itself binds: remapping an action onto one would hide Textual's."""
+
+
+def is_known_key(key: str) -> bool:
+    """Whether a terminal can send ``key`` (Textual's spelling, as normalize_key returns it)."""
+    *modifiers, name = key.split("+")
+    if not name or any(m not in MODIFIERS for m in modifiers):
+        return False
+    return len(name) == 1 or name in NAMED_KEYS or key_to_character(name) is not None
+
+
+def check_keymap(keymap: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The remaps that can be honoured, and one warning for each that cannot.
+
+    A remap is dropped (its action keeps its default key) when its id is unknown, when it
+    names a key no terminal sends, when it takes a key Textual needs or a printable character
+    (typing would trigger it), or when it collides with a key another action uses.
+    """
+    warnings: list[str] = []
+    specs = {spec.id: spec for spec in ALL_KEYS}
+    unknown = unknown_ids(keymap)
+    if unknown:
+        warnings.append(
+            f"[keys] {', '.join(unknown)}: no such action (known: {', '.join(sorted(BINDING_IDS))})."
+        )
+    accepted: dict[str, list[str]] = {}
+    for binding_id, value in keymap.items():
+        if binding_id not in specs:
+            continue
+        problem = _remap_problem(binding_id, str(value))
+        if problem:
+            default = display_key(specs[binding_id].key)
+            warnings.append(f"[keys] {binding_id} = {value!r}: {problem}; keeping {default}.")
+        else:
+            accepted[binding_id] = key_list(str(value))
+    _drop_collisions(accepted, keymap, warnings)
+    return {binding_id: ",".join(keys) for binding_id, keys in accepted.items()}, warnings
+
+
+def _remap_problem(binding_id: str, value: str) -> str | None:
+    keys = key_list(value)
+    if not keys:
+        return "no key given"
+    for key in keys:
+        if not is_known_key(key):
+            return f"{key!r} is not a key a terminal sends"
+        if key in RESERVED:
+            return f"{display_key(key)} is Textual's key for {RESERVED[key]}"
+        if key_to_character(key) is not None and not (binding_id in ("send", "newline") and key == "space"):
+            return f"{key!r} types a character, so typing would trigger it"
+    return None
+
+
+def _drop_collisions(
+    accepted: dict[str, list[str]], keymap: Mapping[str, str], warnings: list[str]
+) -> None:
+    """Undo remaps whose keys another action uses, until no key belongs to two actions."""
+    specs = {spec.id: spec for spec in ALL_KEYS}
+    while True:
+        owners: dict[str, list[str]] = {}
+        for spec in ALL_KEYS:
+            for key in accepted.get(spec.id) or key_list(spec.key):
+                owners.setdefault(key, []).append(spec.id)
+        clash = next(((key, ids) for key, ids in owners.items() if len(ids) > 1), None)
+        if clash is None:
+            return
+        key, ids = clash
+        remapped = [binding_id for binding_id in ids if binding_id in accepted]
+        for binding_id in remapped:
+            others = ", ".join(i for i in ids if i != binding_id)
+            default = display_key(specs[binding_id].key)
+            warnings.append(
+                f"[keys] {binding_id} = {keymap[binding_id]!r}: {others} already uses "
+                f"{display_key(key)}; keeping {default}."
+            )
+            del accepted[binding_id]
 
 
 _NAMES = {

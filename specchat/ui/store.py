@@ -32,6 +32,16 @@ class ConversationError(SpecchatError):
     """A saved conversation that cannot be read (not JSON, or not a specchat conversation)."""
 
 
+class NewerFormatError(ValueError):
+    """Saved by a newer specchat: never read (or overwritten) by this one."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(
+            f"it was saved by a newer specchat (format version {version}; this one reads up to "
+            f"{VERSION}): upgrade specchat to open it"
+        )
+
+
 @dataclass
 class Turn:
     """One message. Assistant turns carry the events that produced them."""
@@ -59,19 +69,24 @@ class Turn:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Turn:
+        _expect(data, dict, "a message")
         role = data["role"]
         if role not in ("user", "assistant"):
             raise ValueError(f"unknown role {role!r}")
         stats = data.get("stats")
-        return cls(
+        error = data.get("error")
+        turn = cls(
             role=role,
             content=str(data["content"]),
-            tokens=[_token(t) for t in data.get("tokens") or []],
-            rounds=[_round(r) for r in data.get("rounds") or []],
-            summary=_summary(stats) if stats else None,
-            settings=dict(data.get("settings") or {}),
-            error=data.get("error"),
+            tokens=[_token(_expect(t, dict, "a token")) for t in _list(data, "tokens")],
+            rounds=[_round(_expect(r, dict, "a round")) for r in _list(data, "rounds")],
+            summary=_summary(_expect(stats, dict, "stats")) if stats else None,
+            settings=dict(_expect(data.get("settings") or {}, dict, "settings")),
+            error=None if error is None else str(error),
         )
+        if turn.summary is not None:
+            _check_figures(turn.summary)
+        return turn
 
 
 @dataclass
@@ -87,8 +102,7 @@ class Conversation:
     @classmethod
     def new(cls, system_prompt: str, target: str, draft: str | None) -> Conversation:
         now = _now()
-        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-        return cls(f"{stamp}-{secrets.token_hex(3)}", system_prompt, target, draft, [], now, now)
+        return cls(new_id(), system_prompt, target, draft, [], now, now)
 
     @property
     def title(self) -> str:
@@ -120,15 +134,22 @@ class Conversation:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Conversation:
+        _expect(data, dict, "a conversation object")
         if data.get("format") != FORMAT:
             raise ValueError("not a specchat conversation")
-        models = data.get("models") or {}
+        version = data.get("version", VERSION)
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise ValueError(f"format version {version!r} is not a number")
+        if version > VERSION:
+            raise NewerFormatError(version)
+        models = _expect(data.get("models") or {}, dict, "models")
+        draft = models.get("draft")
         return cls(
             id=str(data["id"]),
             system_prompt=str(data.get("system_prompt", "")),
             target=str(models.get("target", "")),
-            draft=models.get("draft"),
-            turns=[Turn.from_json(m) for m in data.get("messages", [])],
+            draft=None if draft is None else str(draft),
+            turns=[Turn.from_json(m) for m in _list(data, "messages")],
             created=str(data.get("created", "")),
             updated=str(data.get("updated", "")),
         )
@@ -136,7 +157,7 @@ class Conversation:
 
 @dataclass(frozen=True)
 class SavedInfo:
-    """One row of the conversation list."""
+    """One row of the conversation list (a file that cannot be read is listed with why)."""
 
     id: str
     title: str
@@ -144,6 +165,7 @@ class SavedInfo:
     turns: int
     alpha: float | None
     path: Path
+    problem: str | None = None
 
 
 class ConversationStore:
@@ -153,35 +175,74 @@ class ConversationStore:
         self.root = root
         self.folder = root / "conversations"
         self.exports = root / "exports"
+        self._seen: dict[str, tuple[int, int, int]] = {}
+        """Each file as this store last read or wrote it (inode, size, mtime)."""
 
     def path_for(self, conversation_id: str) -> Path:
         return self.folder / f"{conversation_id}.json"
 
     def save(self, conversation: Conversation) -> Path:
+        """Write the conversation atomically. If its file changed since this store read or
+        wrote it (another specchat has it open too), that version is kept and this one gets
+        a new id and file: two copies never overwrite each other's messages."""
         conversation.updated = _now()
         path = self.path_for(conversation.id)
-        _write_atomic(path, json.dumps(conversation.to_json(), ensure_ascii=False, indent=1))
+        current = _stamp(path)
+        if current is not None and current != self._seen.get(conversation.id):
+            conversation.id = new_id()
+            path = self.path_for(conversation.id)
+        # Compact: json's fast C encoder only runs without indent, and this runs on the UI thread
+        # twice per reply, over the whole conversation (every token of every reply).
+        _write_atomic(path, json.dumps(conversation.to_json(), ensure_ascii=False, separators=(",", ":")))
+        self._remember(conversation.id, path)
         return path
 
     def load(self, conversation_id: str) -> Conversation:
-        return self.load_path(self.path_for(conversation_id))
+        path = self.path_for(conversation_id)
+        conversation = self.load_path(path)
+        self._remember(conversation.id, path)
+        return conversation
+
+    def _remember(self, conversation_id: str, path: Path) -> None:
+        stamp = _stamp(path)
+        if stamp is not None:
+            self._seen[conversation_id] = stamp
+
+    def delete(self, conversation_id: str) -> None:
+        """Remove a conversation's file (one that ended up empty); missing is fine."""
+        self.path_for(conversation_id).unlink(missing_ok=True)
 
     @staticmethod
     def load_path(path: Path) -> Conversation:
+        """Read one file. The file is the conversation's identity: its id is the file's name,
+        so a file renamed by hand opens and keeps saving to itself."""
         try:
-            return Conversation.from_json(json.loads(path.read_text(encoding="utf-8")))
+            conversation = Conversation.from_json(json.loads(path.read_text(encoding="utf-8")))
         except FileNotFoundError as err:
-            raise ConversationError(f"no saved conversation at {path}.") from err
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            raise ConversationError(f"cannot read the conversation {path}: {err}") from err
+            raise ConversationError(f"no saved conversation at {path} (was it moved or deleted?).") from err
+        except UnicodeDecodeError as err:
+            raise ConversationError(f"cannot read the conversation {path}: it is not UTF-8 text.") from err
+        except json.JSONDecodeError as err:
+            raise ConversationError(
+                f"cannot read the conversation {path}: it is not complete JSON ({err.msg} at line "
+                f"{err.lineno}); the file is left as it is."
+            ) from err
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            reason = err.strerror if isinstance(err, OSError) and err.strerror else _reason(err)
+            raise ConversationError(f"cannot read the conversation {path}: {reason}.") from err
+        conversation.id = path.stem
+        return conversation
 
     def saved(self) -> list[SavedInfo]:
-        """Newest first. Unreadable files are skipped (they are never overwritten)."""
+        """Newest first; files that cannot be read come last, with the reason (never overwritten)."""
         rows: list[SavedInfo] = []
+        broken: list[SavedInfo] = []
         for path in self.folder.glob("*.json") if self.folder.is_dir() else []:
             try:
                 conversation = self.load_path(path)
-            except ConversationError:
+            except ConversationError as err:
+                reason = str(err).split(": ", 1)[-1]
+                broken.append(SavedInfo(path.stem, path.name, "", 0, None, path, reason))
                 continue
             replies = [t for t in conversation.turns if t.role == "assistant"]
             drafted = sum(r.drafted for t in replies for r in t.rounds)
@@ -196,7 +257,8 @@ class ConversationStore:
                     path=path,
                 )
             )
-        return sorted(rows, key=lambda r: (r.updated, r.id), reverse=True)
+        rows.sort(key=lambda r: (r.updated, r.id), reverse=True)
+        return rows + sorted(broken, key=lambda r: r.id)
 
     def export_markdown(self, conversation: Conversation, path: Path | None = None) -> Path:
         path = path or self.exports / f"{conversation.id}.md"
@@ -266,6 +328,49 @@ def _round(data: dict[str, Any]) -> RoundEvent:
 
 def _summary(data: dict[str, Any]) -> SummaryEvent:
     return SummaryEvent.from_json(data)
+
+
+def _expect(value: Any, kind: type, what: str) -> Any:
+    if not isinstance(value, kind):
+        raise TypeError(f"{what} should be a JSON {'object' if kind is dict else 'list'}, not {value!r:.40}")
+    return value
+
+
+def _list(data: dict[str, Any], key: str) -> list[Any]:
+    value = data.get(key)
+    return [] if value is None else list(_expect(value, list, key))
+
+
+def _check_figures(summary: SummaryEvent) -> None:
+    """Figures are drawn with format specs: a string where a number belongs would crash the view."""
+    if summary.stop not in STOP_WORDS:
+        raise ValueError(f"stats.stop {summary.stop!r} is not a stop reason")
+    for name in ("alpha", "tau"):
+        value = getattr(summary, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise ValueError(f"stats.{name} should be a number, not {value!r}")
+    for value in summary.per_position:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise ValueError(f"stats.per_position holds {value!r}, not a number")
+
+
+def _reason(err: BaseException) -> str:
+    if isinstance(err, KeyError):
+        return f"it lacks {err.args[0]!r}"
+    return str(err) or type(err).__name__
+
+
+def new_id() -> str:
+    """A conversation id: when it started, and random digits so two copies never pick the same."""
+    return f"{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_ino, info.st_size, info.st_mtime_ns
 
 
 def _now() -> str:

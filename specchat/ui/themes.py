@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from rich.style import Style
-from textual.theme import Theme
+from textual.color import Color
+from textual.theme import BUILTIN_THEMES, Theme
 
 from specchat.config import config_path
 from specchat.engine.events import TOKEN_KINDS, TokenKind
@@ -91,6 +92,8 @@ def user_dir() -> Path:
 def load_theme(path: Path) -> ThemeSpec:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ThemeError(f"cannot read theme {path}: it is not UTF-8 text; save it as UTF-8.") from err
     except (OSError, tomllib.TOMLDecodeError) as err:
         raise ThemeError(f"cannot read theme {path}: {err}") from err
     return theme_from_dict(data, path)
@@ -103,13 +106,20 @@ def theme_from_dict(data: dict[str, Any], path: Path | None = None) -> ThemeSpec
         raise ThemeError(f"{where} has no name.")
     if "primary" not in data:
         raise ThemeError(f"{where} ({name}) has no primary colour.")
+    for key in _PALETTE_FIELDS:
+        if key in data:
+            _check_colour(data[key], f"{where} ({name}): {key}")
+    if not isinstance(data.get("dark", True), bool):
+        raise ThemeError(f"{where} ({name}): dark must be true or false, not {data['dark']!r}.")
     tokens = data.get("tokens") or {}
     missing = [kind for kind in TOKEN_KINDS if kind not in tokens]
     if missing:
         raise ThemeError(f"{where} ({name}) lacks token styles for: {', '.join(missing)}.")
+    if not isinstance(tokens, dict):
+        raise ThemeError(f"{where} ({name}): [tokens] must be a table of the four token styles.")
     for kind in TOKEN_KINDS:
         try:
-            Style.parse(tokens[kind])
+            Style.parse(str(tokens[kind]))
         except Exception as err:  # rich raises StyleSyntaxError / ColorParseError
             raise ThemeError(f"{where} ({name}): bad style for {kind}: {err}") from err
     variables = {str(k): str(v) for k, v in (data.get("variables") or {}).items()}
@@ -122,6 +132,35 @@ def theme_from_dict(data: dict[str, Any], path: Path | None = None) -> ThemeSpec
         tokens={k: tokens[k] for k in TOKEN_KINDS},
         description=str(data.get("description", "")),
         path=path,
+    )
+
+
+def _check_colour(value: Any, what: str) -> None:
+    """Textual parses palette colours only when the theme is applied, and crashes the app there."""
+    try:
+        Color.parse(value)
+    except Exception as err:  # ColorParseError, or a value that is not even a string
+        raise ThemeError(
+            f"{what} = {value!r} is not a colour: use #rrggbb, rgb(…), hsl(…) or a colour name."
+        ) from err
+
+
+def theme_names() -> list[str]:
+    """Every theme the chat can show: theme files (packaged and the user's) and Textual's own."""
+    specs, _ = discover()
+    return sorted(set(specs) | set(BUILTIN_THEMES))
+
+
+def check_theme_name(name: str) -> None:
+    """For --theme: an unknown name is one line listing the themes there are."""
+    specs, errors = discover()
+    if name in specs or name in BUILTIN_THEMES:
+        return
+    broken = next((e for e in errors if f"({name})" in e), None)
+    if broken is not None:
+        raise ThemeError(broken)
+    raise ThemeError(
+        f"unknown theme {name!r}: use one of {', '.join(sorted(specs))}, or add {user_dir()}/{name}.toml."
     )
 
 

@@ -115,8 +115,8 @@ def test_ngram_needs_no_draft_model(tiny_folders: tuple[Path, Path]) -> None:
 BAD_INPUTS = {
     "gamma below one": (["--gamma", "0"], "gamma"),
     "negative temperature": (["--temperature", "-1"], "temperature"),
-    "top-p zero": (["--top-p", "0"], "top_p"),
-    "top-p above one": (["--top-p", "1.5"], "top_p"),
+    "top-p zero": (["--top-p", "0"], "--top-p"),
+    "top-p above one": (["--top-p", "1.5"], "--top-p"),
     "unknown CPU path": (["--cpu-path", "int3/fp32"], "CPU path"),
 }
 

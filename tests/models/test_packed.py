@@ -60,7 +60,9 @@ def test_recipes_are_kept_apart(tiny_folders: tuple[Path, Path]) -> None:
     assert len(names) == 2 and any("+head40" in n for n in names)
 
 
-def test_a_draft_with_the_same_vocabulary_reuses_the_targets_tokenizer(tiny_folders: tuple[Path, Path]) -> None:
+def test_a_draft_with_the_same_vocabulary_reuses_the_targets_tokenizer(
+    tiny_folders: tuple[Path, Path],
+) -> None:
     target = load_native(str(tiny_folders[0]), PackRecipe("q8"))
     draft = load_native(str(tiny_folders[1]), PackRecipe("q4"), share_tokenizer=target)
     assert draft.tokenizer is target.tokenizer

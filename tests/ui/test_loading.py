@@ -82,3 +82,61 @@ async def test_a_load_failure_is_a_readable_message_and_a_clean_exit(monkeypatch
         assert "Traceback" not in status
         await pilot.press("q")
     assert app.return_code == ModelNotFoundError.exit_code
+
+
+FBGEMM_PATH = "int8/dyn8+head32768"
+"""Packed at every start (fbgemm), job by job: the path whose packing a quit must interrupt."""
+
+
+def test_packing_cpu_kernels_stops_between_jobs_when_loading_is_abandoned(
+    tiny_pair: TinyPair, tmp_path: Path
+) -> None:
+    """Quitting while the CPU kernels are packed must not wait for every remaining job."""
+    from specchat.models import load_for_decoding
+    from specchat.ui.app import LoadCancelled
+
+    target, draft = save_tiny_pair(tiny_pair, tmp_path)
+    seen: list[str] = []
+
+    def progress(event: LoadProgress) -> None:
+        seen.append(event.message)
+        if event.message == "packing CPU kernels":
+            raise LoadCancelled
+
+    with pytest.raises(LoadCancelled):
+        load_for_decoding(str(target), str(draft), device="cpu", cpu_path=FBGEMM_PATH, progress=progress)
+    assert seen.count("packing CPU kernels") >= 1
+
+
+async def test_quitting_while_loading_is_prompt(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    import time
+
+    jobs_done: list[int] = []
+    stop = threading.Event()
+
+    def slow_packing(s: Any, progress: Any) -> bridge.LoadedEngine:
+        for job in range(200):  # 20 s of packing unless the progress callback gives up
+            progress(LoadProgress("CPU kernels", "kernels", job, 200, "packing CPU kernels"))
+            time.sleep(0.1)
+            jobs_done.append(job)
+        stop.set()
+        raise AssertionError("loading should have been abandoned")
+
+    monkeypatch.setattr(bridge, "load_engine", slow_packing)
+    app = SpecchatApp(settings())
+    started = time.monotonic()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: len(jobs_done) >= 2)
+        await pilot.press("ctrl+q")
+    await wait_until_thread_ends(jobs_done)
+    assert time.monotonic() - started < 5 and not stop.is_set()
+
+
+async def wait_until_thread_ends(jobs_done: list[int]) -> None:
+    import asyncio
+
+    count = -1
+    while count != len(jobs_done):
+        count = len(jobs_done)
+        await asyncio.sleep(0.25)

@@ -58,14 +58,15 @@ def test_saving_is_atomic_and_leaves_no_temporary_files(tmp_path: Path) -> None:
     assert [p.name for p in store.folder.iterdir()] == [f"{conv.id}.json"]
 
 
-def test_listing_skips_unreadable_files_and_reports_alpha(tmp_path: Path) -> None:
+def test_listing_shows_unreadable_files_last_and_reports_alpha(tmp_path: Path) -> None:
     store = ConversationStore(tmp_path)
     conv = conversation()
     store.save(conv)
     (store.folder / "junk.json").write_text("{not json")
     rows = store.saved()
-    assert [r.id for r in rows] == [conv.id]
+    assert [r.id for r in rows] == [conv.id, "junk"]
     assert rows[0].alpha == 0.5 and rows[0].turns == 2 and rows[0].title == "hi"
+    assert rows[0].problem is None and "not complete JSON" in str(rows[1].problem)
     with pytest.raises(ConversationError, match="cannot read"):
         store.load("junk")
 

@@ -30,9 +30,8 @@ class ConversationsScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="conversations-box"):
             if self.saved:
-                yield OptionList(
-                    *[Option(_row(info), id=info.id) for info in self.saved], id="conversation-list"
-                )
+                options = [Option(_row(i), id=i.id, disabled=i.problem is not None) for i in self.saved]
+                yield OptionList(*options, id="conversation-list")
             else:
                 yield Static(f"No saved conversations yet in {self.store.folder}.", id="conversation-empty")
             yield Static(
@@ -65,6 +64,8 @@ class ConversationsScreen(ModalScreen[str | None]):
 
 
 def _row(info: SavedInfo) -> Text:
+    if info.problem is not None:
+        return Text.assemble((info.title, "bold"), "\n", (f"cannot be opened: {info.problem}", "dim"))
     when = _when(info.updated)
     return Text.assemble(
         (info.title, "bold"), "\n", (f"{when} · {info.turns} messages · α {fmt(info.alpha)}", "dim")
