@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 LaneName = Literal["plain", "speculative"]
 RACE_FORMAT = 1
 """Version of the race's JSON export."""
+RACE_TOKENS = 128
+"""Tokens per lane unless the user says otherwise: long enough to settle, short enough for a talk."""
+WARM_UP_TOKENS = 4
+"""Tokens decoded both ways, untimed, before a race (a fresh process's first passes are slow)."""
 
 
 @dataclass(frozen=True, slots=True)
