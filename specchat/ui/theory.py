@@ -87,11 +87,12 @@ class TheoryTracker:
         self.plain_rate: float | None = None
         self.plain_source = ""
         self.version = 0
+        # What the live statistics hold when the tracker starts was measured by this process
+        # (the app makes its tracker before anything streams); only later swaps can bring
+        # rounds from disk.
         self._stats = live.conversation
-        self._rounds_seen = len(live.conversation.round_events)
+        self._rounds_seen = 0
         self._summaries_seen: deque[SummaryEvent] = deque(maxlen=64)
-        if live.reply_summary is not None:
-            self._summaries_seen.append(live.reply_summary)
 
     # ------------------------------------------------------------------ following the chat
 

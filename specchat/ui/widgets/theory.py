@@ -51,27 +51,15 @@ class AdvisorPlot(PlotextPlot):
             self.refresh()
             return
         ys = [view.curve[g] for g in gammas]
-        plt.plot(gammas, ys, marker="braille", color="cyan", label="predicted speed-up")
+        # No plotext legend: its box would hide the curve's top-left, where small γ often wins.
+        plt.plot(gammas, ys, marker="braille", color="cyan")
         plt.hline(1.0, color="gray")
         if view.gamma in view.curve:
-            plt.scatter(
-                [view.gamma],
-                [view.curve[view.gamma]],
-                marker="●",
-                color="orange",
-                label=f"γ {view.gamma} now",
-            )
+            plt.scatter([view.gamma], [view.curve[view.gamma]], marker="●", color="orange")
         if view.best_gamma is not None:
-            best = view.curve[view.best_gamma]
-            plt.scatter(
-                [view.best_gamma], [best], marker="★", color="green", label=f"best γ {view.best_gamma}"
-            )
+            plt.scatter([view.best_gamma], [view.curve[view.best_gamma]], marker="★", color="green")
         plt.ylim(min(0.0, *ys), max(1.1, *ys) * 1.1)
-        plt.title(
-            f"predicted speed-up vs γ (α {view.alpha:.2f}, c {view.c:.2f})"
-            if view.alpha is not None and view.c is not None
-            else "predicted speed-up vs γ"
-        )
+        plt.title(f"predicted speed-up vs γ · ● γ {view.gamma} now · ★ best γ {view.best_gamma} · ─ 1× plain")
         self.refresh()
 
 
