@@ -62,7 +62,7 @@ def test_race_at_a_temperature_says_the_lanes_are_two_samples(tiny_folders: tupl
 
 def test_race_refuses_bad_input_in_one_line(tiny_folders: tuple[Path, Path], tmp_path: Path) -> None:
     target, _ = tiny_folders
-    code, out, err = run("race", "abc", "--target", str(target), "--drafter", "none")
+    code, _, err = run("race", "abc", "--target", str(target), "--drafter", "none")
     assert code == 2 and err.count("\n") == 1 and "both lanes would be plain decoding" in err
     code, _, err = run("race", "--load", str(tmp_path / "missing.json"))
     assert code == 2 and err.strip() == f"specchat: {tmp_path / 'missing.json'} does not exist."
@@ -75,7 +75,9 @@ def test_race_refuses_bad_input_in_one_line(tiny_folders: tuple[Path, Path], tmp
     assert code == 2 and "no prompt" in err
 
 
-def test_selftest_samples_both_ways_and_finds_them_alike(tiny_folders: tuple[Path, Path], tmp_path: Path) -> None:
+def test_selftest_samples_both_ways_and_finds_them_alike(
+    tiny_folders: tuple[Path, Path], tmp_path: Path
+) -> None:
     saved = tmp_path / "selftest.json"
     code, out, err = run(
         "selftest", *models(tiny_folders), "--samples", "150", "--tokens", "1", "--json", str(saved)
@@ -86,14 +88,16 @@ def test_selftest_samples_both_ways_and_finds_them_alike(tiny_folders: tuple[Pat
     assert "verdict: consistent with exactness" in out
     data = json.loads(saved.read_text())
     assert data["samples_per_lane"] == 150 and data["settings"]["temperature"] == 1.0
-    assert sum(o["speculative"] for o in data["outcomes"]) == sum(o["target"] for o in data["outcomes"]) == 150
+    outcomes = data["outcomes"]
+    assert sum(o["speculative"] for o in outcomes) == sum(o["target"] for o in outcomes) == 150
 
 
 def test_selftest_at_temperature_zero_checks_greedy_equality(tiny_folders: tuple[Path, Path]) -> None:
     code, out, _ = run("selftest", *models(tiny_folders), "--temperature", "0", "--max-new-tokens", "16")
     assert code == 0
     assert out.count("identical ") == 3
-    assert out.strip().splitlines()[-1] == "selftest (T = 0, γ 4, drafter model): 3 prompts token for token identical"
+    last = out.strip().splitlines()[-1]
+    assert last == "selftest (T = 0, γ 4, drafter model): 3 prompts token for token identical"
 
 
 def test_selftest_fails_loudly_when_speculation_is_not_exact(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from textual.widgets import Static
@@ -51,7 +51,8 @@ async def test_theory_panel_fills_in_the_formulas_and_applies_the_best_gamma(eng
         assert view.v == pytest.approx(1.0)  # every verify pass costs the same under FixedTimings
         assert view.plain_rate == pytest.approx(1000 / VERIFY_MS)
         reply = app.conversation.turns[-1].summary
-        assert reply is not None and view.measured_speedup == pytest.approx(reply.tokens_per_s / view.plain_rate)
+        assert reply is not None
+        assert view.measured_speedup == pytest.approx(reply.tokens_per_s / view.plain_rate)
         text = text_of(panel.query_one("#theory-text", Static))
         assert f"= {view.predicted:.2f}×" in text and f"= {view.measured_speedup:.2f}×" in text
         assert "E[T] = (1 − α^(γ+1)) / (1 − α)" in text
@@ -123,7 +124,8 @@ async def test_selftest_screen_checks_greedy_equality_then_samples_both_ways(eng
         assert isinstance(screen, SelfTestScreen) and screen.greedy
         await wait_for(pilot, lambda: not screen.running and len(screen.checks) == 3, timeout=60)
         assert all(check.identical for check in screen.checks)
-        assert text_of(screen.query_one("#selftest-figures", Static)) == "3 of 3 prompts identical token for token"
+        figures = text_of(screen.query_one("#selftest-figures", Static))
+        assert figures == "3 of 3 prompts identical token for token"
         await pilot.press("t")
         assert screen.temperature == 1.0 and screen.running
         await wait_for(pilot, lambda: screen.report is not None and screen.report.samples >= 60, timeout=60)
@@ -159,7 +161,7 @@ async def test_no_reply_starts_while_a_talk_screen_holds_the_models(engine: Paus
 class RemoteLike:
     """A backend without local models (what --server gives the app)."""
 
-    available_drafters: list[str] = []
+    available_drafters: ClassVar[list[str]] = []
     capabilities = Capabilities(kind="llama-server", provenance="inferred", measured=frozenset())
 
     def stream_chat(
