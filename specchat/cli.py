@@ -254,7 +254,9 @@ def main(ctx: click.Context, server: str | None) -> None:
     """
     if server:
         # `specchat --server URL [command]`: the command's own --server defaults to it.
-        ctx.default_map = {name: {"server": server} for name in ("chat", "generate", "bench")}
+        # race and selftest take it too, to refuse it in one line rather than ignore it.
+        commands = ("chat", "generate", "bench", "race", "selftest")
+        ctx.default_map = {name: {"server": server} for name in commands}
     if ctx.invoked_subcommand is None:
         ctx.invoke(chat, server=server)
 

@@ -114,7 +114,7 @@ class TheoryTracker:
         summary = self.live.reply_summary
         if summary is not None and not any(s is summary for s in self._summaries_seen):
             self._summaries_seen.append(summary)
-            self.observe_reply(self.live.reply.round_events, summary, "the last plain reply")
+            self.observe_reply(self.live.reply.round_events, summary, "last plain reply")
         return self.version != before
 
     def observe_round(self, event: RoundEvent) -> None:
@@ -145,7 +145,7 @@ class TheoryTracker:
                 rounds.append(event)
                 self.costs.observe(event)
             elif isinstance(event, SummaryEvent):
-                self.observe_reply(rounds, event, f"a plain probe of {event.tokens} tokens")
+                self.observe_reply(rounds, event, f"plain probe, {event.tokens} tokens")
         self.version += 1
 
     @property
@@ -223,13 +223,13 @@ def theory_lines(view: TheoryView, apply_key: str = "") -> list[str]:
         lines.append(f"α: no {view.drafter} drafts verified yet in this session (send a message)")
     else:
         lines.append(
-            f"α = {view.alpha:.3f}  accepted per tested draft position "
-            f"(last {ALPHA_ROUNDS} drafted rounds, {view.alpha_positions} positions)"
+            f"α = {view.alpha:.3f}  per tested draft position "
+            f"(last {ALPHA_ROUNDS} drafted rounds: {view.alpha_positions} positions)"
         )
     if view.alpha is not None and view.expected_tokens is not None:
         lines.append(
             f"E[T] = (1 − α^(γ+1)) / (1 − α) = (1 − {view.alpha:.3f}^{g + 1}) / (1 − {view.alpha:.3f}) "
-            f"= {view.expected_tokens:.2f} tokens per round"
+            f"= {view.expected_tokens:.2f} per round"
         )
     else:
         lines.append("E[T] = (1 − α^(γ+1)) / (1 − α): needs α")
@@ -238,7 +238,7 @@ def theory_lines(view: TheoryView, apply_key: str = "") -> list[str]:
     else:
         lines.append(
             f"c = d / V(0) = {view.draft_ms:.2f} ms / {view.plain_ms:.2f} ms = {view.c:.3f}"
-            "  (one draft token / one plain target step)"
+            "  (draft token / target step)"
         )
     if view.v is not None and view.verify_ms is not None and view.plain_ms is not None:
         how = (
@@ -266,7 +266,7 @@ def theory_lines(view: TheoryView, apply_key: str = "") -> list[str]:
     if measured is not None:
         lines.append(
             f"measured = {view.speculative_rate:.1f} tok/s / {view.plain_rate:.1f} tok/s = {measured:.2f}×"
-            f"  (last speculative reply against {view.plain_source}, this session)"
+            f"  (last reply / {view.plain_source})"
         )
     elif view.plain_rate is None:
         lines.append("measured: needs a plain-decoding rate (the plain probe runs when the models are idle)")

@@ -93,7 +93,7 @@ def test_measured_speedup_against_a_plain_rate_from_this_session() -> None:
     view = tracker.view(4, "model")
     assert view.plain_rate == 20.0 and view.measured_speedup == pytest.approx(1.5)
     assert view.agreement == pytest.approx(1.5 / view.predicted)  # type: ignore[operator]
-    assert "a plain probe of 32 tokens" in view.plain_source
+    assert view.plain_source == "plain probe, 32 tokens"
 
 
 def test_a_reopened_conversation_is_not_this_session() -> None:

@@ -1,9 +1,9 @@
 """Snapshots of the talk screens at a fixed size, from the real app and the real engine.
 
 A race's timings and a self-test's duration are measured, so these pictures fix them: the race's
-tokens come from the tiny engine, their arrival times from a cost model (as FixedTimings does for
-the chat); the self-test's counts are real (seeded), its elapsed time fixed. The theory panel
-needs nothing fixed: FixedTimings already gives the chat deterministic costs.
+tokens come from the tiny engine, their arrival times from a cost model (race_with_fixed_times,
+as FixedTimings does for the chat); the self-test's counts are real (seeded), its elapsed time
+fixed. The theory panel needs nothing fixed: FixedTimings already gives the chat fixed costs.
 Update after an intended change with: pytest tests/ui/test_talk_snapshots.py --snapshot-update
 """
 
@@ -15,49 +15,25 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
-from specchat.engine.race import LaneToken, RaceLane, RaceResult, run_race
+from specchat.engine.race import RaceResult, run_race
 from specchat.engine.selftest import ExactnessSampler, selftest_messages
 from specchat.engine.session import ChatEngine, Controls
 from specchat.testing import TinyPair
 from specchat.ui.screens.race import RaceScreen
 from specchat.ui.screens.selftest import SelfTestScreen
-from specchat.ui.testing import PausingEngine
+from specchat.ui.testing import PausingEngine, race_with_fixed_times
 from specchat.ui.widgets.theory import TheoryPanel
 
 from .conftest import SIZE, make_app, send, wait_for, wait_idle
-
-PREFILL_S = 0.05
-STEP_S = 0.06
-"""A target pass; a drafted token costs a fifth of it."""
-CLOSING = ("correction", "bonus", "target")
-
-
-def timed(lane: RaceLane) -> RaceLane:
-    """The lane with each round's tokens arriving when its round would end under the cost model."""
-    gamma = max((r.drafted for r in lane.rounds), default=0)
-    round_s = STEP_S + gamma * STEP_S / 5
-    tokens, pending, t = [], [], PREFILL_S
-    for token in lane.tokens:
-        pending.append(token)
-        if token.kind in CLOSING:
-            t += round_s if lane.name == "speculative" else STEP_S
-            tokens.extend(replace(p, t=t) for p in pending)
-            pending = []
-    tokens.extend(replace(p, t=t) for p in pending)
-    summary = replace(lane.summary, prefill_ms=PREFILL_S * 1000)
-    return RaceLane(lane.name, tuple(tokens), t, summary, lane.rounds)
 
 
 @pytest.fixture
 def fixed_race(tiny_pair: TinyPair) -> RaceResult:
     engine = ChatEngine(tiny_pair.target, tiny_pair.tokenizer, tiny_pair.draft)
-    messages = [{"role": "user", "content": "hello there"}]
+    messages = [{"role": "user", "content": "the cat sat on the mat"}]
     raw = run_race(engine, messages, Controls(gamma=4, drafter="model", max_new_tokens=48, seed=1))
-    assert all(isinstance(t, LaneToken) for t in raw.plain.tokens)
     return replace(
-        raw,
-        plain=timed(raw.plain),
-        speculative=timed(raw.speculative),
+        race_with_fixed_times(raw),
         models={"target": "tiny-target", "draft": "tiny-draft"},
         measured_at="2026-12-01T12:00:00+0000",
     )
@@ -67,7 +43,7 @@ def test_race_finish_line(snap_compare: Any, engine: PausingEngine, fixed_race: 
     app = make_app(engine)
 
     async def run_before(pilot: Pilot[Any]) -> None:
-        await app.push_screen(RaceScreen("hello there", result=fixed_race))
+        await app.push_screen(RaceScreen("the cat sat on the mat", result=fixed_race))
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
@@ -78,7 +54,7 @@ def test_race_mid_replay(snap_compare: Any, engine: PausingEngine, fixed_race: R
     app = make_app(engine)
 
     async def run_before(pilot: Pilot[Any]) -> None:
-        screen = RaceScreen("hello there", result=fixed_race)
+        screen = RaceScreen("the cat sat on the mat", result=fixed_race)
         await app.push_screen(screen)
         screen.t = fixed_race.duration_s / 2
         screen.draw()
