@@ -4,8 +4,9 @@ At T > 0 :class:`ExactnessSampler` draws the first tokens of a reply to one fixe
 and again, alternately by speculative decoding (the current drafter and γ, a fixed schedule, one
 round per step) and by the target alone (the engine's independent plain loop), and counts each
 outcome. :class:`ExactnessReport` compares the two histograms: the total variation distance, the
-band sampling noise alone fills at the current sample count (simulated under the pooled
-histogram), and a chi-square test of homogeneity. At T = 0 :func:`greedy_equality` instead
+band sampling noise alone fills at the current sample count and how often noise alone reaches
+that TV (a permutation test: the pooled samples dealt again into two lanes), and a chi-square
+test of homogeneity. At T = 0 :func:`greedy_equality` instead
 checks token-for-token equality on a few prompts.
 
 Speed on a real pair: every sample reuses the prompt's KV cache (nothing is prefilled twice) and

@@ -144,3 +144,29 @@ def test_greedy_equality_on_a_few_prompts(peaked_engine: ChatEngine) -> None:
     assert len(checks) == 3
     assert all(c.identical and c.first_difference is None for c in checks)
     assert all(c.to_json()["identical"] is True for c in checks)
+
+
+def test_permutation_p_value_on_known_draws() -> None:
+    import numpy as np
+
+    from specchat.engine.selftest import permutation_p_value
+
+    null = np.array([0.1, 0.2, 0.3, 0.4])
+    assert permutation_p_value(0.25, null) == pytest.approx(3 / 5)  # 0.3, 0.4 and the observed deal
+    assert permutation_p_value(0.9, null) == pytest.approx(1 / 5)
+    assert permutation_p_value(0.1, null) == pytest.approx(1.0)
+    assert permutation_p_value(0.5, np.zeros(0)) is None
+
+
+def test_the_verdict_reads_p_values_not_the_band() -> None:
+    """TV just above the 95% band happens to one look in twenty: not evidence on its own."""
+    from specchat.engine.selftest import build_report
+
+    # A difference of 0.05 in proportion at 1000 each: about 2.2 standard errors.
+    report = build_report(counts(a=525, b=475), counts(a=475, b=525), {}, 1.0)
+    assert report.tv == pytest.approx(0.05) and not report.within_noise
+    assert report.tv_p_value is not None and 0.01 <= report.tv_p_value < 0.05
+    assert report.p_value is not None and 0.01 <= report.p_value < 0.05
+    assert report.consistent
+    far = build_report(counts(a=700, b=300), counts(a=500, b=500), {}, 1.0)
+    assert not far.consistent and far.tv_p_value is not None and far.tv_p_value < 0.01
