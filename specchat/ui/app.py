@@ -47,6 +47,7 @@ from specchat.ui.screens.help import HelpScreen
 from specchat.ui.screens.loading import LoadingScreen
 from specchat.ui.screens.system_prompt import SystemPromptScreen
 from specchat.ui.store import Conversation, ConversationError, ConversationStore, Turn
+from specchat.ui.theory import TheoryTracker
 from specchat.ui.widgets.panels import ControlsView, Figures, Legend, SidePanel, figures
 from specchat.ui.widgets.prompt import PromptInput
 from specchat.ui.widgets.transcript import (
@@ -147,6 +148,8 @@ class SpecchatApp(App[int]):
         self._styles_for: tuple[str, dict[str, Style]] = ("", {})
         self.talk_task: str | None = None
         """What a talk screen runs on the models (the race, the self-test), so no reply starts."""
+        self.theory_tracker: TheoryTracker | None = None
+        """What this session measured, for the theory panel (made at mount: see ui/talk.py)."""
 
         specs, errors = themes.discover()
         self.startup_notes.extend(errors)

@@ -30,11 +30,10 @@ def attach(app: SpecchatApp) -> None:
 
 
 def tracker(app: SpecchatApp) -> TheoryTracker:
-    found = getattr(app, "theory_tracker", None)
-    if found is None:
+    if app.theory_tracker is None:
         attach(app)
-        found = app.theory_tracker
-    return found
+    assert app.theory_tracker is not None
+    return app.theory_tracker
 
 
 # ----------------------------------------------------------------------------- using the models

@@ -167,6 +167,10 @@ class SelfTestScreen(Screen[None]):
     def sample(self, engine: Any, controls: Controls, system: str | None) -> None:
         cancel = get_current_worker().cancelled_event
         error = None
+
+        def report(found: ExactnessReport) -> None:
+            self.post_message(SamplesReported(found))
+
         try:
             sampler = ExactnessSampler(
                 engine, selftest_messages(SELFTEST_PROMPT, system), controls, seed=controls.seed or 0
@@ -175,7 +179,7 @@ class SelfTestScreen(Screen[None]):
                 SCREEN_SAMPLES,
                 cancel=cancel,
                 report_every=REPORT_EVERY_S,
-                on_report=lambda report: self.post_message(SamplesReported(report)),
+                on_report=report,
             )
         except SpecchatError as err:
             error = str(err)

@@ -44,7 +44,7 @@ class AdvisorPlot(PlotextPlot):
         plt.clear_data()
         plt.clear_figure()
         gammas = list(ADVISOR_GAMMAS)
-        plt.xticks(gammas[::3] if self.size.width < 50 else gammas)
+        plt.xticks([float(g) for g in (gammas[::3] if self.size.width < 50 else gammas)])
         plt.xlabel("γ")
         if not view.curve:
             plt.title("γ advisor: waiting for α, c and v(γ)")
