@@ -150,17 +150,23 @@ def demo_race(pair: Any, prompt: str) -> Any:
     return race_with_fixed_times(result)
 
 
-def demo_selftest(pair: Any) -> Any:
-    """400 samples each way at T = 1 on the demo pair (seeded); the elapsed time is fixed."""
+def demo_selftest() -> Any:
+    """2000 samples each way at T = 1 (seeded); the elapsed time is fixed.
+
+    On an untrained tiny pair: the demo target knows its one conversation too well, and
+    samples nearly one outcome; an untrained one spreads its first tokens over dozens.
+    """
     from dataclasses import replace
 
     from specchat.engine.selftest import ExactnessSampler, selftest_messages
     from specchat.engine.session import ChatEngine, Controls
+    from specchat.testing import make_tiny_pair
 
+    pair = make_tiny_pair(SEED)
     engine = ChatEngine(pair.target, pair.tokenizer, pair.draft)
     controls = Controls(gamma=4, drafter="model", temperature=1.0)
-    sampler = ExactnessSampler(engine, selftest_messages(TURNS[0][0], SYSTEM), controls, seed=0)
-    return replace(sampler.run(400), elapsed_s=20.0)
+    sampler = ExactnessSampler(engine, selftest_messages(), controls, tokens=1, seed=0)
+    return replace(sampler.run(2000), elapsed_s=20.0)
 
 
 async def render_all(pair: Any, out: Path, size: tuple[int, int], race_result: Any = None) -> None:
@@ -231,7 +237,7 @@ async def render_all(pair: Any, out: Path, size: tuple[int, int], race_result: A
 
         screen = SelfTestScreen(temperature=1.0, autostart=False)
         await app.push_screen(screen)
-        screen.report = demo_selftest(pair)
+        screen.report = demo_selftest()
         screen.draw()
 
     await shoot(engine(), out / "talk-theory.svg", size, theory)
