@@ -1,7 +1,7 @@
 """Render SVG screenshots of the real specchat app into screenshots/.
 
     .venv/bin/python scripts/screenshots.py            # writes screenshots/*.svg
-    .venv/bin/python scripts/screenshots.py --race docs/talk/race.json   # that race in talk-race.svg
+    .venv/bin/python scripts/screenshots.py --race R.json --selftest S.json   # measured ones
 
 The app runs headless at a fixed size, driven by the real engine over tiny seeded models,
 so every run draws the same pictures. To make the replies readable, the script first
@@ -11,7 +11,8 @@ corrected, as with a real pair. Timings come from a fixed cost model
 (``specchat.ui.testing.FixedTimings``: 1.5 ms per drafted token plus 12 ms per verify
 pass), so the tokens/s figures are illustrative, not measurements. The demo race's arrival
 times come from a cost model too (``race_with_fixed_times``), unless ``--race`` names a race
-that was measured (``specchat race --json``): the app then shows that measurement.
+that was measured (``specchat race --json``, or E on the race screen): the app then shows that
+measurement; ``--selftest`` does the same for the self-test.
 
 Nothing touches your config or saved conversations: both go to a temporary folder.
 """
@@ -169,7 +170,9 @@ def demo_selftest() -> Any:
     return replace(sampler.run(2000), elapsed_s=20.0)
 
 
-async def render_all(pair: Any, out: Path, size: tuple[int, int], race_result: Any = None) -> None:
+async def render_all(
+    pair: Any, out: Path, size: tuple[int, int], race_result: Any = None, selftest_report: Any = None
+) -> None:
     from specchat.engine.session import ChatEngine
     from specchat.ui.testing import FixedTimings, PausingEngine
 
@@ -237,7 +240,7 @@ async def render_all(pair: Any, out: Path, size: tuple[int, int], race_result: A
 
         screen = SelfTestScreen(temperature=1.0, autostart=False)
         await app.push_screen(screen)
-        screen.report = demo_selftest()
+        screen.report = selftest_report or demo_selftest()
         screen.draw()
 
     await shoot(engine(), out / "talk-theory.svg", size, theory)
@@ -260,6 +263,9 @@ def main() -> int:
     parser.add_argument(
         "--race", type=Path, help="a race saved by `specchat race --json` to show instead of the demo race"
     )
+    parser.add_argument(
+        "--selftest", type=Path, help="a self-test saved by `specchat selftest --json` (or E on its screen)"
+    )
     args = parser.parse_args()
     columns, rows = (int(n) for n in args.size.lower().split("x"))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -277,7 +283,12 @@ def main() -> int:
             from specchat.engine.race import RaceResult
 
             race = RaceResult.from_json(json.loads(args.race.read_text(encoding="utf-8")))
-        asyncio.run(render_all(pair, args.out, (columns, rows), race))
+        report = None
+        if args.selftest is not None:
+            from specchat.engine.selftest import report_from_json
+
+            report = report_from_json(json.loads(args.selftest.read_text(encoding="utf-8")))
+        asyncio.run(render_all(pair, args.out, (columns, rows), race, report))
     return 0
 
 

@@ -237,6 +237,28 @@ class ExactnessReport:
         }
 
 
+def report_from_json(data: dict[str, Any]) -> ExactnessReport:
+    """A report saved by :meth:`ExactnessReport.to_json`, its statistics recomputed from the counts."""
+    if data.get("type") != "selftest" or "outcomes" not in data:
+        raise ValueError("not a sampling self-test saved by specchat")
+    speculative: Counter[Outcome] = Counter()
+    target: Counter[Outcome] = Counter()
+    labels: dict[Outcome, str] = {}
+    for row in data["outcomes"]:
+        outcome = tuple(int(i) for i in row["ids"])
+        speculative[outcome] += int(row["speculative"])
+        target[outcome] += int(row["target"])
+        labels[outcome] = str(row["text"])
+    return build_report(
+        speculative,
+        target,
+        labels,
+        float(data["elapsed_s"]),
+        dict(data.get("settings") or {}),
+        int(data.get("tokens", 2)),
+    )
+
+
 def build_report(
     speculative: Counter[Outcome],
     target: Counter[Outcome],

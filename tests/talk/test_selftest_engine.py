@@ -170,3 +170,18 @@ def test_the_verdict_reads_p_values_not_the_band() -> None:
     assert report.consistent
     far = build_report(counts(a=700, b=300), counts(a=500, b=500), {}, 1.0)
     assert not far.consistent and far.tv_p_value is not None and far.tv_p_value < 0.01
+
+
+def test_a_report_round_trips_through_its_json(peaked_engine: ChatEngine) -> None:
+    import json
+
+    from specchat.engine.selftest import report_from_json
+
+    controls = Controls(gamma=3, drafter="model", temperature=1.0)
+    report = ExactnessSampler(peaked_engine, selftest_messages("hello"), controls, tokens=1).run(80)
+    back = report_from_json(json.loads(json.dumps(report.to_json())))
+    assert back.speculative == report.speculative and back.target == report.target
+    assert back.tv == report.tv and back.p_value == report.p_value and back.noise_band == report.noise_band
+    assert back.labels == report.labels and back.settings == report.settings
+    with pytest.raises(ValueError):
+        report_from_json({"type": "race"})

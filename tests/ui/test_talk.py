@@ -141,6 +141,10 @@ async def test_selftest_screen_checks_greedy_equality_then_samples_both_ways(eng
         figures = text_of(screen.query_one("#selftest-figures", Static))
         assert f"total variation distance {report.tv:.4f}" in figures and "chi-square" in figures
         assert app.talk_task is None
+        await pilot.press("e")
+        folder = data_dir() / "selftests"
+        saved = json.loads(next(folder.glob("*.json")).read_text())
+        assert saved["samples_per_lane"] == report.samples and any(folder.glob("*.svg"))
         await pilot.press("escape")
         assert not isinstance(app.screen, SelfTestScreen)
 

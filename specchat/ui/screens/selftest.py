@@ -10,6 +10,8 @@ ways and shows whether they are identical token for token. T switches between th
 
 from __future__ import annotations
 
+import json
+import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -23,6 +25,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 from textual.worker import get_current_worker
 
+from specchat.config import data_dir
 from specchat.engine.selftest import (
     GREEDY_PROMPTS,
     SELFTEST_PROMPT,
@@ -82,6 +85,7 @@ class SelfTestScreen(Screen[None]):
         Binding("space", "stop", "Stop sampling"),
         Binding("r", "restart", "Restart"),
         Binding("t", "switch_mode", "T = 0 / T > 0"),
+        Binding("e", "export", "Export SVG + JSON"),
     ]
     DEFAULT_CSS = """
     SelfTestScreen { layout: vertical; }
@@ -240,6 +244,29 @@ class SelfTestScreen(Screen[None]):
     def action_close(self) -> None:
         self.workers.cancel_group(self, "talk")
         self.dismiss(None)
+
+    def action_export(self) -> None:
+        """The screen as SVG and the result as JSON, into the user data folder's selftests/."""
+        if self.greedy:
+            data: dict[str, Any] = {
+                "type": "selftest", "temperature": 0.0, "checks": [c.to_json() for c in self.checks]
+            }  # fmt: skip
+        elif self.report is not None:
+            data = self.report.to_json()
+        else:
+            self.notify("Nothing to export yet.")
+            return
+        folder = data_dir() / "selftests"
+        stem = "selftest-" + time.strftime("%Y%m%d-%H%M%S")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            json_path = folder / f"{stem}.json"
+            json_path.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+            svg = self.app.save_screenshot(f"{stem}.svg", str(folder))
+        except OSError as err:
+            self.notify(f"cannot export the self-test: {err.strerror or err} ({folder})", severity="error")
+            return
+        self.notify(f"{svg}\n{json_path}", title="self-test exported", timeout=12)
 
     # ------------------------------------------------------------------ drawing
 
