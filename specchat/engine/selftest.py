@@ -471,6 +471,8 @@ def greedy_equality(
                 speculative.append(event)
             elif isinstance(event, SummaryEvent):
                 alpha = event.alpha
+        if cancel is not None and cancel.is_set():
+            return  # a stream cut short is no evidence: the lanes would differ in length
         yield GreedyCheck(
             prompt,
             tuple(e.token_id for e in plain),

@@ -6,6 +6,8 @@ words them, so the terminal and the self-test screen say the same thing. No text
 
 from __future__ import annotations
 
+from rich.cells import cell_len, set_cell_size
+
 from specchat.engine.selftest import SIGNIFICANCE, ExactnessReport, GreedyCheck, OutcomeRow
 
 BAR = "█"
@@ -16,6 +18,11 @@ SHOWN_OUTCOMES = 12
 def show_label(label: str) -> str:
     """An outcome's text with its whitespace visible (a reply often starts with a space or newline)."""
     return '"' + label.replace("\n", "\\n").replace("\t", "\\t") + '"'
+
+
+def fit(text: str, cells: int) -> str:
+    """``text`` cut or padded to exactly ``cells`` terminal cells (wide characters count two)."""
+    return set_cell_size(text, cells)
 
 
 def bar(fraction: float, width: int) -> str:
@@ -92,12 +99,12 @@ def histogram_lines(report: ExactnessReport, limit: int = SHOWN_OUTCOMES, width:
     if not rows:
         return []
     n_spec, n_target = sum(report.speculative.values()), sum(report.target.values())
-    label_width = min(24, max(len(show_label(r.label)) for r in rows))
+    label_width = min(24, max(cell_len(show_label(r.label)) for r in rows))
     lines = [f"{'outcome':<{label_width}}  {'speculative':<{width + 14}}  target"]
     for row in rows:
-        label = show_label(row.label)[:label_width]
+        label = fit(show_label(row.label), label_width)
         spec, target = cell(row.speculative, n_spec, width), cell(row.target, n_target, width)
-        lines.append(f"{label:<{label_width}}  {spec}  {target}")
+        lines.append(f"{label}  {spec}  {target}")
     hidden = len(set(report.speculative) | set(report.target)) - len(rows)
     if hidden > 0:
         lines.append(f"… and {hidden} rarer outcomes")

@@ -185,3 +185,23 @@ def test_a_report_round_trips_through_its_json(peaked_engine: ChatEngine) -> Non
     assert back.labels == report.labels and back.settings == report.settings
     with pytest.raises(ValueError):
         report_from_json({"type": "race"})
+
+
+def test_greedy_equality_stopped_midway_reports_no_difference(
+    peaked_engine: ChatEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopping the check while a prompt decodes must not show that prompt as "DIFFERENT"."""
+    import threading
+
+    cancel = threading.Event()
+    stream_ids = peaked_engine.stream_ids
+
+    def cancelled_first(*args: object, **kwargs: object) -> object:
+        cancel.set()  # the user stops the check just as the speculative decode starts
+        return stream_ids(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(peaked_engine, "stream_ids", cancelled_first)
+    checks = list(
+        greedy_equality(peaked_engine, Controls(gamma=3, drafter="model", max_new_tokens=24), cancel=cancel)
+    )
+    assert checks == []

@@ -15,6 +15,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -40,6 +41,7 @@ from specchat.ui import talk
 from specchat.ui.selftest_view import (
     bar,
     chi_square_line,
+    fit,
     fraction,
     greedy_line,
     settings_line,
@@ -350,12 +352,11 @@ def histogram(report: ExactnessReport, lane: str) -> Text:
     )
     text = Text()
     text.append(f"{total} samples\n", style="dim")
-    width = max(len(show_label(r.label)) for r in rows) if rows else 0
-    width = min(width, 18)
+    width = min(max((cell_len(show_label(r.label)) for r in rows), default=0), 18)
     for row in rows:
         count = row.speculative if lane == "speculative" else row.target
         share = fraction(count, total)
-        text.append(f"{show_label(row.label)[:width]:<{width}} ", style="bold")
+        text.append(fit(show_label(row.label), width) + " ", style="bold")
         text.append(
             f"{bar(share / top, BAR_WIDTH):<{BAR_WIDTH}}", style="green" if lane == "speculative" else "cyan"
         )
