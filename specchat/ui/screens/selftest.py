@@ -55,6 +55,10 @@ if TYPE_CHECKING:
 
 SCREEN_SAMPLES = 100_000
 """Samples per lane before the screen stops by itself (the speaker usually stops it first)."""
+SCREEN_TOKENS = 1
+"""Reply tokens per sample on screen: one round and one target step each, so a real pair on two
+cores reaches a telling count within a minute (`specchat selftest --tokens 2` tests the second
+position too)."""
 SAMPLING_TEMPERATURE = 1.0
 """The temperature T switches to from T = 0."""
 REPORT_EVERY_S = 0.5
@@ -179,7 +183,11 @@ class SelfTestScreen(Screen[None]):
 
         try:
             sampler = ExactnessSampler(
-                engine, selftest_messages(SELFTEST_PROMPT, system), controls, seed=controls.seed or 0
+                engine,
+                selftest_messages(SELFTEST_PROMPT, system),
+                controls,
+                tokens=SCREEN_TOKENS,
+                seed=controls.seed or 0,
             )
             sampler.run(
                 SCREEN_SAMPLES,
