@@ -137,7 +137,8 @@ def tv_null_draws(
     na, nb = sum(a.values()), sum(b.values())
     if not na or not nb:
         return np.zeros(0)
-    outcomes = list(set(a) | set(b))
+    # Sorted: the same counts give the same band however they were gathered (a saved report).
+    outcomes = sorted(set(a) | set(b))
     pooled = np.array([a[x] + b[x] for x in outcomes], dtype=np.int64)
     dealt = np.random.default_rng(seed).multivariate_hypergeometric(
         pooled, na, size=draws, method="marginals"
