@@ -149,6 +149,29 @@ async def test_selftest_screen_checks_greedy_equality_then_samples_both_ways(eng
         assert not isinstance(app.screen, SelfTestScreen)
 
 
+async def test_switching_mode_mid_run_stops_then_switches(
+    engine: PausingEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from specchat.ui.screens import selftest as screen_module
+
+    def slow_greedy(*args: Any, cancel: Any = None, **kwargs: Any) -> Iterator[Any]:
+        cancel.wait(30)  # a real pair decoding its first prompt: the user presses T meanwhile
+        return
+        yield
+
+    monkeypatch.setattr(screen_module, "greedy_equality", slow_greedy)
+    app = make_app(engine)
+    async with app.run_test(size=BIG) as pilot:
+        await pilot.press("f12")
+        screen = app.screen
+        assert isinstance(screen, SelfTestScreen) and screen.greedy and screen.running
+        await pilot.press("t")
+        await wait_for(pilot, lambda: not screen.greedy and screen.report is not None, timeout=60)
+        assert screen.running and screen.temperature == 1.0
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.talk_task is None)
+
+
 async def test_no_reply_starts_while_a_talk_screen_holds_the_models(engine: PausingEngine) -> None:
     app = make_app(engine)
     async with app.run_test(size=BIG) as pilot:

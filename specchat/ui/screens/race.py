@@ -204,12 +204,19 @@ class RaceScreen(Screen[None]):
         models = {"target": getattr(app, "target_name", None), "draft": getattr(app, "draft_name", None)}
         self.query_one("#race-clock", Static).update("measuring the plain lane…")
         self.query_one("#lane-speculative", Lane).focus()
-        self.measure(engine, messages, race_controls, models)
+        self.measure(app, engine, messages, race_controls, models)
 
     @work(thread=True, exit_on_error=False, group="talk", name="race")
     def measure(
-        self, engine: Any, messages: list[dict[str, str]], controls: Controls, models: dict[str, Any]
+        self,
+        app: Any,
+        engine: Any,
+        messages: list[dict[str, str]],
+        controls: Controls,
+        models: dict[str, Any],
     ) -> None:
+        """Runs in a thread; ``app`` comes from the UI thread, as this screen may be closed (and
+        unable to find its app) by the time the race stops."""
         worker = get_current_worker()
         last = [0.0]
 
@@ -239,7 +246,7 @@ class RaceScreen(Screen[None]):
 
             error = logs.log_unexpected("the race failed", err)
         finally:
-            talk.release_from_thread(self.app)
+            talk.release_from_thread(app)
         self.post_message(RaceMeasured(result, error))
 
     def on_race_progressed(self, message: RaceProgressed) -> None:

@@ -114,6 +114,7 @@ class SelfTestScreen(Screen[None]):
         self.report: ExactnessReport | None = None
         self.checks: list[GreedyCheck] = []
         self.running = False
+        self.switch_when_stopped = False
         self.error: str | None = None
 
     def compose(self) -> ComposeResult:
@@ -169,12 +170,13 @@ class SelfTestScreen(Screen[None]):
         system = getattr(getattr(app, "conversation", None), "system_prompt", None)
         self.draw()
         if self.greedy:
-            self.check_greedy(engine, replace(tested, max_new_tokens=GREEDY_TOKENS), system)
+            self.check_greedy(app, engine, replace(tested, max_new_tokens=GREEDY_TOKENS), system)
         else:
-            self.sample(engine, tested, system)
+            self.sample(app, engine, tested, system)
 
     @work(thread=True, exit_on_error=False, group="talk", name="self-test")
-    def sample(self, engine: Any, controls: Controls, system: str | None) -> None:
+    def sample(self, app: Any, engine: Any, controls: Controls, system: str | None) -> None:
+        """Runs in a thread; ``app`` comes from the UI thread (a closed screen cannot find it)."""
         cancel = get_current_worker().cancelled_event
         error = None
 
@@ -202,11 +204,11 @@ class SelfTestScreen(Screen[None]):
 
             error = logs.log_unexpected("the self-test failed", err)
         finally:
-            talk.release_from_thread(self.app)
+            talk.release_from_thread(app)
         self.post_message(SelfTestEnded(error))
 
     @work(thread=True, exit_on_error=False, group="talk", name="self-test")
-    def check_greedy(self, engine: Any, controls: Controls, system: str | None) -> None:
+    def check_greedy(self, app: Any, engine: Any, controls: Controls, system: str | None) -> None:
         cancel = get_current_worker().cancelled_event
         error = None
         try:
@@ -219,7 +221,7 @@ class SelfTestScreen(Screen[None]):
 
             error = logs.log_unexpected("the self-test failed", err)
         finally:
-            talk.release_from_thread(self.app)
+            talk.release_from_thread(app)
         self.post_message(SelfTestEnded(error))
 
     def on_samples_reported(self, message: SamplesReported) -> None:
@@ -234,6 +236,9 @@ class SelfTestScreen(Screen[None]):
         self.running = False
         self.error = message.error
         self.draw()
+        if self.switch_when_stopped:
+            self.switch_when_stopped = False
+            self.action_switch_mode()
 
     def action_stop(self) -> None:
         if self.running:
@@ -241,8 +246,8 @@ class SelfTestScreen(Screen[None]):
 
     def action_switch_mode(self) -> None:
         if self.running:
+            self.switch_when_stopped = True  # the worker stops after its sample; then switch
             self.action_stop()
-            self.notify("Stopping the current run; press T again once it has stopped.")
             return
         if self.greedy:
             current = self.controls.temperature if self.controls is not None else 0.0

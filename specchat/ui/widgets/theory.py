@@ -152,10 +152,13 @@ class TheoryPanel(Horizontal):
         if not talk.claim(app, "the plain probe"):
             return  # a reply or a race is using the models: try again on the next tick
         self.probing = True
-        self._probe(engine, replace(controls, drafter="none", schedule="fixed", max_new_tokens=PROBE_TOKENS))
+        self._probe(
+            app, engine, replace(controls, drafter="none", schedule="fixed", max_new_tokens=PROBE_TOKENS)
+        )
 
     @work(thread=True, exit_on_error=False, group="talk", name="plain probe")
-    def _probe(self, engine: Any, controls: Any) -> None:
+    def _probe(self, app: Any, engine: Any, controls: Any) -> None:
+        """Runs in a thread; ``app`` comes from the UI thread (a removed panel cannot find it)."""
         cancel = get_current_worker().cancelled_event
         events: list[Event] = []
         error = None
@@ -169,7 +172,7 @@ class TheoryPanel(Horizontal):
 
             error = logs.log_unexpected("the plain probe failed", err)
         finally:
-            talk.release_from_thread(self.app)
+            talk.release_from_thread(app)
         self.post_message(ProbeDone(events, error))
 
     def on_probe_done(self, message: ProbeDone) -> None:
