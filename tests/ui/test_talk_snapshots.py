@@ -81,7 +81,7 @@ def test_theory_panel_with_the_advisor(snap_compare: Any, engine: PausingEngine)
 def test_selftest_histograms(snap_compare: Any, engine: PausingEngine, tiny_pair: TinyPair) -> None:
     local = ChatEngine(tiny_pair.target, tiny_pair.tokenizer, tiny_pair.draft)
     sampler = ExactnessSampler(
-        local, selftest_messages(), Controls(gamma=4, drafter="model", temperature=1.0), seed=0
+        local, selftest_messages(), Controls(gamma=4, drafter="model", temperature=1.0), tokens=1, seed=0
     )
     report = replace(sampler.run(400), elapsed_s=20.0)
     app = make_app(engine)

@@ -325,7 +325,7 @@ class SelfTestScreen(Screen[None]):
                 "exactness means identical token for token. T switches to sampling at T > 0."
             )
         return (
-            f'T = {self.temperature:g}: the first tokens of the reply to "{SELFTEST_PROMPT}", sampled again '
+            f'T = {self.temperature:g}: the first token of the reply to "{SELFTEST_PROMPT}", sampled again '
             f"and again by speculative decoding ({drafter}) and by the target alone. T switches to T = 0."
         )
 
