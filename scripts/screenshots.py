@@ -1,6 +1,7 @@
 """Render SVG screenshots of the real specchat app into screenshots/.
 
     .venv/bin/python scripts/screenshots.py            # writes screenshots/*.svg
+    .venv/bin/python scripts/screenshots.py --race R.json --selftest S.json   # measured ones
 
 The app runs headless at a fixed size, driven by the real engine over tiny seeded models,
 so every run draws the same pictures. To make the replies readable, the script first
@@ -8,7 +9,10 @@ teaches a tiny character-level Llama one short conversation (a few seconds on on
 thread, seeded); the draft is a noisy copy of it, so some drafts are accepted and some
 corrected, as with a real pair. Timings come from a fixed cost model
 (``specchat.ui.testing.FixedTimings``: 1.5 ms per drafted token plus 12 ms per verify
-pass), so the tokens/s figures are illustrative, not measurements.
+pass), so the tokens/s figures are illustrative, not measurements. The demo race's arrival
+times come from a cost model too (``race_with_fixed_times``), unless ``--race`` names a race
+that was measured (``specchat race --json``, or E on the race screen): the app then shows that
+measurement; ``--selftest`` does the same for the self-test.
 
 Nothing touches your config or saved conversations: both go to a temporary folder.
 """
@@ -135,7 +139,40 @@ async def wait(pilot: Any, condition: Callable[[], bool], timeout: float = 60.0)
         await pilot.pause(0.02)
 
 
-async def render_all(pair: Any, out: Path, size: tuple[int, int]) -> None:
+def demo_race(pair: Any, prompt: str) -> Any:
+    """A race on the demo pair, its arrival times from a cost model (the picture repeats)."""
+    from specchat.engine.race import run_race
+    from specchat.engine.session import ChatEngine, Controls
+    from specchat.ui.testing import race_with_fixed_times
+
+    engine = ChatEngine(pair.target, pair.tokenizer, pair.draft)
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
+    result = run_race(engine, messages, Controls(gamma=4, drafter="model", max_new_tokens=160, seed=1))
+    return race_with_fixed_times(result)
+
+
+def demo_selftest() -> Any:
+    """2000 samples each way at T = 1 (seeded); the elapsed time is fixed.
+
+    On an untrained tiny pair: the demo target knows its one conversation too well, and
+    samples nearly one outcome; an untrained one spreads its first tokens over dozens.
+    """
+    from dataclasses import replace
+
+    from specchat.engine.selftest import ExactnessSampler, selftest_messages
+    from specchat.engine.session import ChatEngine, Controls
+    from specchat.testing import make_tiny_pair
+
+    pair = make_tiny_pair(SEED)
+    engine = ChatEngine(pair.target, pair.tokenizer, pair.draft)
+    controls = Controls(gamma=4, drafter="model", temperature=1.0)
+    sampler = ExactnessSampler(engine, selftest_messages(), controls, tokens=1, seed=0)
+    return replace(sampler.run(2000), elapsed_s=20.0)
+
+
+async def render_all(
+    pair: Any, out: Path, size: tuple[int, int], race_result: Any = None, selftest_report: Any = None
+) -> None:
     from specchat.engine.session import ChatEngine
     from specchat.ui.testing import FixedTimings, PausingEngine
 
@@ -184,6 +221,31 @@ async def render_all(pair: Any, out: Path, size: tuple[int, int]) -> None:
         await pilot.press("ctrl+o")
         await pilot.pause()
 
+    async def theory(app: Any, pilot: Any) -> None:
+        from specchat.ui.widgets.theory import TheoryPanel
+
+        await send_and_wait(app, pilot, q1)
+        await pilot.press("f10")
+        await wait(pilot, lambda: app.theory_tracker.plain_rate is not None and app.talk_task is None)
+        app.main_screen.query_one(TheoryPanel).update_figures(force=True)
+
+    async def race(app: Any, pilot: Any) -> None:
+        from specchat.ui.screens.race import RaceScreen
+
+        result = race_result or demo_race(pair, q1)
+        await app.push_screen(RaceScreen(result.prompt, result=result))
+
+    async def selftest(app: Any, pilot: Any) -> None:
+        from specchat.ui.screens.selftest import SelfTestScreen
+
+        screen = SelfTestScreen(temperature=1.0, autostart=False)
+        await app.push_screen(screen)
+        screen.report = selftest_report or demo_selftest()
+        screen.draw()
+
+    await shoot(engine(), out / "talk-theory.svg", size, theory)
+    await shoot(engine(), out / "talk-race.svg", size, race)
+    await shoot(engine(), out / "talk-selftest.svg", size, selftest)
     await shoot(engine(), out / "chat-mid-reply.svg", size, mid_reply)
     for theme in THEMES:
         await shoot(
@@ -198,6 +260,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "screenshots")
     parser.add_argument("--size", default="120x36", help="terminal columns x rows (default 120x36)")
+    parser.add_argument(
+        "--race", type=Path, help="a race saved by `specchat race --json` to show instead of the demo race"
+    )
+    parser.add_argument(
+        "--selftest", type=Path, help="a self-test saved by `specchat selftest --json` (or E on its screen)"
+    )
     args = parser.parse_args()
     columns, rows = (int(n) for n in args.size.lower().split("x"))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -210,7 +278,17 @@ def main() -> int:
 
         torch.set_num_threads(1)  # deterministic, and quick for models this small
         pair = train_demo_pair()
-        asyncio.run(render_all(pair, args.out, (columns, rows)))
+        race = None
+        if args.race is not None:
+            from specchat.engine.race import RaceResult
+
+            race = RaceResult.from_json(json.loads(args.race.read_text(encoding="utf-8")))
+        report = None
+        if args.selftest is not None:
+            from specchat.engine.selftest import report_from_json
+
+            report = report_from_json(json.loads(args.selftest.read_text(encoding="utf-8")))
+        asyncio.run(render_all(pair, args.out, (columns, rows), race, report))
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The `specchat` command: chat (default), generate, models, bench.
+"""The `specchat` command: chat (default), generate, race, selftest, models, bench.
 
 Heavy imports (torch, transformers, textual) happen inside the commands, so `specchat --help`
 is instant. Every SpecchatError becomes one line on stderr and exit status 2; Ctrl+C (or
@@ -22,6 +22,7 @@ import click
 
 from specchat import __version__
 from specchat.config import Settings, load_settings
+from specchat.engine.race import WARM_UP_TOKENS
 from specchat.engine.registry import DRAFTER_NAMES, DRAFTERS, drafter_spec
 from specchat.errors import InvalidSettingError, SpecchatError
 
@@ -253,7 +254,9 @@ def main(ctx: click.Context, server: str | None) -> None:
     """
     if server:
         # `specchat --server URL [command]`: the command's own --server defaults to it.
-        ctx.default_map = {name: {"server": server} for name in ("chat", "generate", "bench")}
+        # race and selftest take it too, to refuse it in one line rather than ignore it.
+        commands = ("chat", "generate", "bench", "race", "selftest")
+        ctx.default_map = {name: {"server": server} for name in commands}
     if ctx.invoked_subcommand is None:
         ctx.invoke(chat, server=server)
 
@@ -572,6 +575,301 @@ PRINTERS: dict[str, Callable[[Iterator[Any]], Any]] = {
     "ansi": print_ansi,
     "jsonl": print_jsonl,
 }
+
+
+REPLAY_FPS = 20
+SELFTEST_TEMPERATURE = 1.0
+"""The sampling self-test's temperature unless --temperature is given (0 checks greedy equality)."""
+SELFTEST_GREEDY_TOKENS = 48
+
+
+@main.command()
+@click.argument("prompt", required=False)
+@click.option("--prompt-file", metavar="FILE", help="Read the prompt from FILE ('-' is standard input).")
+@model_options
+@click.option(
+    "--warm-up",
+    type=click.IntRange(0),
+    default=WARM_UP_TOKENS,
+    show_default=True,
+    help="Tokens decoded both ways first, untimed (a fresh process's first passes are slow).",
+)
+@click.option(
+    "--replay/--no-replay",
+    default=True,
+    help="Play both lanes back side by side at their measured pace (on a terminal; default on).",
+)
+@click.option(
+    "--json", "json_path", metavar="FILE", help="Save the race as JSON (per-token times of both lanes)."
+)
+@click.option("--svg", "svg_path", metavar="FILE", help="Save the finish line as an SVG screenshot.")
+@click.option(
+    "--load", "load_path", metavar="FILE", help="Replay a race saved with --json instead of running one."
+)
+@debug_option
+@reports_errors
+def race(
+    prompt: str | None,
+    prompt_file: str | None,
+    warm_up: int,
+    replay: bool,
+    json_path: str | None,
+    svg_path: str | None,
+    load_path: str | None,
+    **options: Any,
+) -> None:
+    """Race plain decoding against speculative decoding on PROMPT, then replay both side by side.
+
+    The lanes are decoded one after the other (each from empty caches, every token timestamped),
+    then played back in sync at their measured pace. The finish line gives the measured
+    speed-up, α, τ and, at temperature 0, whether both texts are identical token for token.
+    Decodes at most 128 tokens per lane unless --max-new-tokens is given.
+    """
+    from specchat.engine.race import RACE_TOKENS, RaceCancelled, RaceResult, run_race
+
+    result: RaceResult
+    if load_path is not None:
+        if prompt is not None or prompt_file is not None:
+            raise InvalidSettingError("--load replays a saved race: give no prompt with it.")
+        result = load_race(load_path)
+    else:
+        prompt = read_prompt(prompt, prompt_file)
+        if options.get("max_new_tokens") is None:
+            options["max_new_tokens"] = RACE_TOKENS
+        settings = settings_from(options)
+        if settings.server:
+            raise InvalidSettingError(
+                "the race needs local models (it times every token itself): for a server, "
+                "use `specchat bench --server URL --baseline-server URL`."
+            )
+        controls = controls_from(settings)
+        controls.validate()
+        if controls.drafter == "none":
+            raise InvalidSettingError("--drafter none drafts nothing: both lanes would be plain decoding.")
+        check_draft_model(settings)
+        engine = load_engine(settings)
+        messages = [{"role": "system", "content": settings.system_prompt}] if settings.system_prompt else []
+        messages.append({"role": "user", "content": prompt})
+        cancel = threading.Event()
+        with stop_on_signals(cancel) as signals, RaceProgress() as progress:
+            try:
+                result = run_race(
+                    engine,
+                    messages,
+                    controls,
+                    progress=progress,
+                    cancel=cancel,
+                    warm_up_tokens=warm_up,
+                    models={"target": settings.target, "draft": settings.draft},
+                )
+            except RaceCancelled as err:
+                click.echo(f"specchat: {err}.", err=True)
+                sys.exit(signals.exit_status)
+    show_race(result, replay)
+    if json_path is not None:
+        write_output(json_path, json.dumps(result.to_json(), ensure_ascii=False, indent=1) + "\n")
+        click.echo(f"specchat: race saved to {json_path}", err=True)
+    if svg_path is not None:
+        write_output(svg_path, race_svg(result))
+        click.echo(f"specchat: screenshot saved to {svg_path}", err=True)
+
+
+def load_race(path: str) -> Any:
+    from specchat.engine.race import RaceResult
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except FileNotFoundError as err:
+        raise InvalidSettingError(f"{path} does not exist.") from err
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InvalidSettingError(f"cannot read {path} as JSON: {err}.") from err
+    try:
+        return RaceResult.from_json(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise InvalidSettingError(f"{path} is not a race saved by `specchat race --json` ({err}).") from err
+
+
+def write_output(path: str, text: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as err:
+        raise InvalidSettingError(f"cannot write {path}: {err.strerror or err}.") from err
+
+
+class RaceProgress:
+    """While the lanes are measured: how far each is, on stderr (one line per lane off a terminal)."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.lane = ""
+
+    def __enter__(self) -> RaceProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.tty and self.lane:
+            click.echo("", err=True)
+
+    def __call__(self, lane: str, tokens: int) -> None:
+        if lane != self.lane:
+            if self.tty and self.lane:
+                click.echo("", err=True)
+            self.lane = lane
+            if not self.tty:
+                click.echo(f"specchat: measuring the {lane} lane…", err=True)
+        if self.tty:
+            click.echo(f"\rspecchat: measuring the {lane} lane: {tokens} tokens", err=True, nl=False)
+
+
+def show_race(result: Any, replay: bool) -> None:
+    """The replay at measured pace on a terminal (else the final frame), then the summary line."""
+    import time
+
+    from rich.console import Console
+    from rich.live import Live
+
+    from specchat.ui.race_view import race_frame, summary_line
+
+    console = Console(highlight=False)
+    if replay and console.is_terminal:
+        start = time.perf_counter()
+        with Live(
+            race_frame(result, 0.0, KIND_STYLES), console=console, refresh_per_second=REPLAY_FPS
+        ) as live:
+            while (t := time.perf_counter() - start) < result.duration_s:
+                live.update(race_frame(result, t, KIND_STYLES))
+                time.sleep(1 / REPLAY_FPS)
+            live.update(race_frame(result, result.duration_s, KIND_STYLES))
+    else:
+        console.print(race_frame(result, result.duration_s, KIND_STYLES))
+    click.echo(summary_line(result))
+
+
+def race_svg(result: Any) -> str:
+    from rich.console import Console
+
+    from specchat.ui.race_view import race_frame
+
+    console = Console(record=True, width=140, force_terminal=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(race_frame(result, result.duration_s, KIND_STYLES))
+    return console.export_svg(title="specchat race")
+
+
+@main.command()
+@model_options
+@click.option(
+    "--samples",
+    type=click.IntRange(1),
+    default=2000,
+    show_default=True,
+    help="Samples per lane (at T > 0); tiny models manage 100000.",
+)
+@click.option(
+    "--tokens",
+    type=click.IntRange(1, 4),
+    default=2,
+    show_default=True,
+    help="Reply tokens per sample: each distinct sequence is one outcome.",
+)
+@click.option("--prompt", "selftest_prompt", metavar="TEXT", help="The fixed prompt sampled (at T > 0).")
+@click.option("--json", "json_path", metavar="FILE", help="Save the result as JSON.")
+@debug_option
+@reports_errors
+def selftest(
+    samples: int, tokens: int, selftest_prompt: str | None, json_path: str | None, **options: Any
+) -> None:
+    """Check on this machine that speculative decoding samples exactly what the target samples.
+
+    At T > 0 (T = 1 unless --temperature is given) it samples the first tokens of a reply to a
+    fixed prompt again and again, by speculative decoding (the current drafter and γ) and by the
+    target alone, and compares the two histograms: total variation distance against its
+    sampling-noise band, and a chi-square test. At --temperature 0 it checks token-for-token
+    equality on a few prompts instead. Exit status 1 when the check finds a difference.
+    """
+    from specchat.engine.selftest import SELFTEST_PROMPT
+
+    if options.get("temperature") is None:
+        options["temperature"] = SELFTEST_TEMPERATURE
+    greedy = options["temperature"] == 0
+    if greedy and options.get("max_new_tokens") is None:
+        options["max_new_tokens"] = SELFTEST_GREEDY_TOKENS
+    prompt = check_prompt_argument(selftest_prompt) if selftest_prompt is not None else SELFTEST_PROMPT
+    if not prompt.strip():
+        raise InvalidSettingError("the prompt is empty: pass some text with --prompt, or leave it out.")
+    settings = settings_from(options)
+    if settings.server:
+        raise InvalidSettingError("the self-test needs local models: a server returns no token ids to count.")
+    controls = controls_from(settings)
+    controls.validate()
+    if controls.drafter == "none":
+        raise InvalidSettingError("--drafter none drafts nothing: there would be nothing to test.")
+    check_draft_model(settings)
+    engine = load_engine(settings)
+    cancel = threading.Event()
+    with stop_on_signals(cancel) as signals:
+        if greedy:
+            ok, data = run_greedy_selftest(engine, controls, settings.system_prompt, cancel)
+        else:
+            ok, data = run_sampling_selftest(
+                engine, controls, prompt, settings.system_prompt, samples, tokens, cancel
+            )
+    if json_path is not None:
+        write_output(json_path, json.dumps(data, ensure_ascii=False, indent=1) + "\n")
+        click.echo(f"specchat: self-test saved to {json_path}", err=True)
+    if cancel.is_set():
+        sys.exit(signals.exit_status)
+    if not ok:
+        sys.exit(UNEXPECTED)
+
+
+def run_greedy_selftest(
+    engine: Any, controls: Any, system_prompt: str | None, cancel: threading.Event
+) -> tuple[bool, dict[str, Any]]:
+    from specchat.engine.selftest import greedy_equality
+
+    checks = []
+    for check in greedy_equality(engine, controls, system_prompt=system_prompt, cancel=cancel):
+        checks.append(check)
+        verdict = "identical" if check.identical else f"DIFFERENT from token {check.first_difference}"
+        alpha = "–" if check.alpha is None else f"{check.alpha:.2f}"
+        click.echo(f"{verdict:<12} {len(check.plain_ids):>4} tokens · α {alpha} · {check.prompt}")
+    ok = all(check.identical for check in checks)
+    what = "token for token identical" if ok else "NOT identical: speculative decoding changed the text"
+    click.echo(
+        f"selftest (T = 0, γ {controls.gamma}, drafter {controls.drafter}): {len(checks)} prompts {what}"
+    )
+    return ok, {"type": "selftest", "temperature": 0.0, "checks": [c.to_json() for c in checks]}
+
+
+def run_sampling_selftest(
+    engine: Any,
+    controls: Any,
+    prompt: str,
+    system_prompt: str | None,
+    samples: int,
+    tokens: int,
+    cancel: threading.Event,
+) -> tuple[bool, dict[str, Any]]:
+    from specchat.engine.selftest import ExactnessSampler, selftest_messages
+    from specchat.ui.selftest_view import progress_line, report_lines
+
+    sampler = ExactnessSampler(
+        engine, selftest_messages(prompt, system_prompt), controls, tokens=tokens, seed=controls.seed or 0
+    )
+    tty = sys.stderr.isatty()
+
+    def show(report: Any) -> None:
+        if tty:
+            click.echo(f"\r{progress_line(report, samples)}\x1b[K", err=True, nl=False)
+
+    report = sampler.run(samples, cancel=cancel, on_report=show, report_every=0.5 if tty else 1e9)
+    if tty:
+        click.echo("", err=True)
+    for line in report_lines(report):
+        click.echo(line)
+    return report.consistent, report.to_json()
 
 
 @main.command()

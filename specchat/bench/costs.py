@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from statistics import median
 
 from specchat.engine.kv import CachedLM, device_sync
+from specchat.engine.metrics import interpolate_verify_ms
 
 
 @dataclass(frozen=True)
@@ -31,20 +32,12 @@ class Costs:
         return self.draft_ms / self.target_ms if self.draft_ms is not None else None
 
     def v(self, gamma: int) -> float:
-        """v(γ); widths not measured are interpolated linearly (v(0) = 1)."""
+        """v(γ); widths not measured come from the engine's one interpolation (v(0) = 1)."""
         if gamma <= 0:
             return 1.0
-        if gamma in self.verify_ms:
-            return self.verify_ms[gamma] / self.target_ms
-        points = sorted([(0, self.target_ms), *self.verify_ms.items()])
-        below = [p for p in points if p[0] < gamma][-1]
-        above = next((p for p in points if p[0] > gamma), None)
-        if above is None:  # extrapolate from the last two points
-            above, below = below, (points[-2] if len(points) > 1 else below)
-        if above[0] == below[0]:
-            return above[1] / self.target_ms
-        slope = (above[1] - below[1]) / (above[0] - below[0])
-        return (below[1] + slope * (gamma - below[0])) / self.target_ms
+        verify_ms = interpolate_verify_ms({0: self.target_ms, **self.verify_ms}, gamma)
+        assert verify_ms is not None  # the plain step is always a point
+        return verify_ms / self.target_ms
 
     def to_json(self) -> dict[str, object]:
         return {

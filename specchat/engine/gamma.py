@@ -7,15 +7,26 @@ answer 0: the round then drafts nothing and is one plain target step.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from statistics import median
 from typing import Literal, Protocol
 
 from specchat.engine.events import DrafterName, RoundEvent
-from specchat.engine.metrics import expected_tokens_per_round
+from specchat.engine.metrics import CostEstimator, positions_tested
 from specchat.errors import InvalidSettingError
+
+__all__ = [
+    "GAMMA_MAX",
+    "SCHEDULES",
+    "AdaptiveEstimates",
+    "AdaptiveGamma",
+    "FixedGamma",
+    "GammaSchedule",
+    "HeuristicGamma",
+    "check_gamma",
+    "make_schedule",
+    "positions_tested",
+]
 
 ScheduleName = Literal["fixed", "heuristic", "adaptive"]
 SCHEDULES: tuple[ScheduleName, ...] = ("fixed", "heuristic", "adaptive")
@@ -82,28 +93,6 @@ class HeuristicGamma:
         pass  # as in transformers, the γ it reached carries over to the next reply
 
 
-def positions_tested(event: RoundEvent) -> int:
-    """Draft positions the round's verification looked at: up to and including the first rejection."""
-    return min(event.accepted + 1, event.drafted)
-
-
-class _Recent:
-    """The median of the last few samples: robust to a stray slow round (another process, a GC)."""
-
-    def __init__(self, size: int = 9) -> None:
-        self._values: deque[float] = deque(maxlen=size)
-
-    def add(self, value: float) -> None:
-        self._values.append(value)
-
-    def __len__(self) -> int:
-        return len(self._values)
-
-    @property
-    def value(self) -> float | None:
-        return median(self._values) if self._values else None
-
-
 @dataclass(frozen=True, slots=True)
 class AdaptiveEstimates:
     """What the adaptive schedule currently believes (for status lines and the benchmark)."""
@@ -134,7 +123,8 @@ class AdaptiveGamma:
     more), d the drafter's milliseconds per drafted token (RoundEvent.draft_ms / drafted) and V(γ)
     the verify pass over γ+1 positions (RoundEvent.verify_ms, by width; widths not yet seen are
     interpolated linearly from the plain step V(0)). That is the seed formula
-    E[T] / (γ·c + v(γ)) with c = d / V(0) and v(γ) = V(γ) / V(0), all measured live.
+    E[T] / (γ·c + v(γ)) with c = d / V(0) and v(γ) = V(γ) / V(0), all measured live by the
+    engine's one cost model (:class:`~specchat.engine.metrics.CostEstimator`).
 
     γ = 0, a plain target step, is always a candidate and is kept unless drafting is predicted to
     beat it by ``margin``: where speculation cannot pay, it is switched off. While off, a probe
@@ -175,9 +165,8 @@ class AdaptiveGamma:
         self.probe_max = probe_max
         self.drafter = "model"
         """Drafter of the latest observed round; estimates below are looked up for it."""
-        self._plain = _Recent()
-        self._verify: dict[int, _Recent] = {}
-        self._draft_per_token: dict[str, _Recent] = {}
+        self.costs = CostEstimator()
+        """c and v(γ), from the rounds this schedule observed."""
         self._accepted: dict[str, float] = {}
         self._tested: dict[str, float] = {}
         self._rounds = 0
@@ -191,21 +180,16 @@ class AdaptiveGamma:
         self._start = gamma
         self._plain_streak = 0
         self._probe_interval = self.probe_first
+        self.costs.begin_reply()
 
     # ------------------------------------------------------------------ observation
     def observe(self, event: RoundEvent) -> None:
         self._rounds += 1
         self.drafter = event.drafter if event.drafter != "none" else self.drafter
+        self.costs.observe(event)
         if event.drafted == 0:
-            self._plain.add(event.verify_ms + event.draft_ms)  # a failed lookup is part of the step
             self._plain_streak += 1
             return
-        self._verify.setdefault(event.drafted, _Recent()).add(event.verify_ms)
-        per_token = self._draft_per_token.setdefault(event.drafter, _Recent())
-        if self._plain_streak <= 1 or not len(per_token):
-            # After a run of plain rounds a draft model first catches up on the tokens it
-            # skipped: a one-off cost of the probe, not the per-token price of drafting.
-            per_token.add(event.draft_ms / event.drafted)
         name = event.drafter
         tested = positions_tested(event)
         keep = self.decay**tested  # forget per tested position: recent text weighs more
@@ -226,25 +210,8 @@ class AdaptiveGamma:
         return accepted / (self._tested.get(name, 0.0) + self.prior_weight)
 
     def _verify_ms(self, gamma: int) -> float | None:
-        """V(γ): measured median for this width, else a line through the measured widths."""
-        plain = self._plain.value
-        if gamma == 0:
-            return plain
-        seen = self._verify.get(gamma)
-        if seen is not None and len(seen):
-            return seen.value
-        points = [(k, r.value) for k, r in self._verify.items() if r.value is not None]
-        if plain is not None:
-            points.append((0, plain))
-        if not points:
-            return None
-        if len(points) == 1:
-            return points[0][1]  # one width seen: assume flat until another is measured
-        mean_k = sum(k for k, _ in points) / len(points)
-        mean_v = sum(v for _, v in points) / len(points)
-        spread = sum((k - mean_k) ** 2 for k, _ in points)
-        slope = max(sum((k - mean_k) * (v - mean_v) for k, v in points) / spread, 0.0)
-        return max(mean_v + slope * (gamma - mean_k), plain or 0.0)
+        """V(γ): measured median for this width, else the cost model's line through the widths."""
+        return self.costs.plain_ms if gamma == 0 else self.costs.verify_ms(gamma)
 
     @property
     def evidence(self) -> float:
@@ -253,29 +220,19 @@ class AdaptiveGamma:
 
     def _speedups(self, alpha: float | None = None) -> dict[int, float]:
         """Predicted speed over plain decoding for each allowed γ ≥ 1 (empty until measurable)."""
-        plain = self._plain.value
-        per_token = self._draft_per_token.get(self.drafter)
-        draft_ms = per_token.value if per_token is not None else None
-        if plain is None or draft_ms is None:
+        model = self.costs.model(self.drafter)
+        if model is None:
             return {}
         alpha = self.alpha if alpha is None else alpha
-        widest = max(self._verify, default=0)
-        out: dict[int, float] = {}
-        for gamma in range(1, min(self.cap, widest + 2) + 1):
-            verify_ms = self._verify_ms(gamma)
-            if verify_ms is None:
-                continue
-            out[gamma] = expected_tokens_per_round(alpha, gamma) * plain / (gamma * draft_ms + verify_ms)
-        return out
+        return model.curve(alpha, range(1, min(self.cap, self.costs.widest + 2) + 1))
 
     def estimates(self) -> AdaptiveEstimates:
-        per_token = self._draft_per_token.get(self.drafter)
-        widths = range(0, min(self.cap, max(self._verify, default=0) + 2) + 1)
+        widths = range(0, min(self.cap, self.costs.widest + 2) + 1)
         verify = {g: v for g in widths if (v := self._verify_ms(g)) is not None}
         return AdaptiveEstimates(
             alpha=self.alpha,
-            plain_ms=self._plain.value,
-            draft_ms_per_token=per_token.value if per_token is not None else None,
+            plain_ms=self.costs.plain_ms,
+            draft_ms_per_token=self.costs.draft_ms(self.drafter),
             verify_ms=verify,
             speedup=self._speedups(),
             gamma=self._gamma,
@@ -289,7 +246,7 @@ class AdaptiveGamma:
         return self._gamma
 
     def _decide(self) -> int:
-        if self._plain.value is None:
+        if self.costs.plain_ms is None:
             return 0  # measure a plain step first: it is the yardstick
         predicted = self._speedups()
         if not predicted:

@@ -1,15 +1,21 @@
 """Figures derived from the event stream: α, τ, per-position acceptance, predicted speedup.
 
 Pure Python (no torch), so the TUI, the CLI and tests compute the same numbers from events.
+
+The cost model lives here too: :class:`CostEstimator` turns rounds' own timings into c and v(γ)
+(:class:`CostModel`), and :func:`interpolate_verify_ms` is the one place a verify pass's cost is
+predicted for a width not yet measured. The adaptive γ schedule, the theory panel and the bench
+all read it, so they cannot disagree about what a round costs.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from statistics import median
 
-from specchat.engine.events import Event, RoundEvent, StopReason, SummaryEvent, TokenEvent
+from specchat.engine.events import Event, RoundEvent, StopReason, SummaryEvent, TokenEvent, known
 
 
 def expected_tokens_per_round(alpha: float, gamma: int) -> float:
@@ -30,6 +36,26 @@ def predicted_speedup(alpha: float, gamma: int, cost_ratio: float, verify_ratio:
     if gamma <= 0:
         return 1.0
     return expected_tokens_per_round(alpha, gamma) / (gamma * cost_ratio + verify_ratio)
+
+
+def positions_tested(event: RoundEvent) -> int:
+    """Draft positions the round's verification looked at: up to and including the first rejection."""
+    return min(event.accepted + 1, event.drafted)
+
+
+def acceptance_per_position(rounds: Iterable[RoundEvent]) -> float | None:
+    """α as the seed formula means it: accepted drafts over draft positions tested.
+
+    accepted / drafted would count the drafts after a rejection (never tested) as failures and
+    understate α for any γ > 1; E[T] = (1 − α^(γ+1)) / (1 − α) assumes each tested position
+    passes with probability α.
+    """
+    accepted = tested = 0
+    for event in rounds:
+        if event.drafted:
+            accepted += event.accepted
+            tested += positions_tested(event)
+    return accepted / tested if tested else None
 
 
 def per_position_acceptance(rounds: Iterable[RoundEvent]) -> tuple[float | None, ...]:
@@ -123,3 +149,162 @@ class RollingAlpha:
     def value(self) -> float | None:
         drafted = sum(d for d, _ in self._rounds)
         return sum(a for _, a in self._rounds) / drafted if drafted else None
+
+
+# ---------------------------------------------------------------------------- the cost model
+
+
+def interpolate_verify_ms(measured: Mapping[int, float], gamma: int) -> float | None:
+    """V(γ), milliseconds of a target pass over γ+1 positions, from the widths measured so far.
+
+    ``measured`` maps γ to milliseconds (γ = 0 is one plain step). A measured width is its own
+    value; any other lies on the least-squares line through the measured points, its slope
+    clamped at zero (a wider pass never costs less) and never below the plain step. One point
+    gives a flat line. This is the only interpolation of v(γ) in specchat.
+    """
+    if gamma in measured:
+        return measured[gamma]
+    points = sorted(measured.items())
+    if not points:
+        return None
+    floor = measured.get(0, 0.0)
+    if len(points) == 1:
+        return max(points[0][1], floor)
+    mean_k = sum(k for k, _ in points) / len(points)
+    mean_v = sum(v for _, v in points) / len(points)
+    spread = sum((k - mean_k) ** 2 for k, _ in points)
+    slope = max(sum((k - mean_k) * (v - mean_v) for k, v in points) / spread, 0.0)
+    return max(mean_v + slope * (gamma - mean_k), floor)
+
+
+@dataclass(frozen=True, slots=True)
+class CostModel:
+    """What a round costs, in milliseconds measured on this machine, and the seed formula on it.
+
+    A round drafting γ tokens costs γ·d + V(γ); plain decoding costs V(0) per token. Over V(0)
+    that is γ·c + v(γ), and the predicted speed-up is E[T](α, γ) / (γ·c + v(γ)).
+    """
+
+    plain_ms: float
+    """V(0): one plain target step."""
+    draft_ms: float
+    """d: drafting one token."""
+    verify_ms: Mapping[int, float] = field(default_factory=dict)
+    """Measured V(γ) for the widths seen (γ ≥ 1)."""
+
+    @property
+    def c(self) -> float:
+        return self.draft_ms / self.plain_ms
+
+    def verify(self, gamma: int) -> float:
+        """V(γ) in milliseconds, interpolated where not measured."""
+        found = interpolate_verify_ms({0: self.plain_ms, **self.verify_ms}, gamma)
+        assert found is not None  # the plain step is always a point
+        return found
+
+    def v(self, gamma: int) -> float:
+        """v(γ) = V(γ) / V(0)."""
+        return 1.0 if gamma <= 0 else self.verify(gamma) / self.plain_ms
+
+    def is_measured(self, gamma: int) -> bool:
+        return gamma == 0 or gamma in self.verify_ms
+
+    def speedup(self, alpha: float, gamma: int) -> float:
+        """Predicted speed over plain decoding: E[T](α, γ) / (γ·c + v(γ))."""
+        return predicted_speedup(alpha, gamma, self.c, self.v(gamma))
+
+    def curve(self, alpha: float, gammas: Iterable[int]) -> dict[int, float]:
+        return {g: self.speedup(alpha, g) for g in gammas}
+
+    def best_gamma(self, alpha: float, gammas: Sequence[int]) -> int:
+        """The γ of ``gammas`` with the highest predicted speed-up (the smallest on a tie)."""
+        curve = self.curve(alpha, gammas)
+        return max(gammas, key=lambda g: (curve[g], -g))
+
+
+class RecentMedian:
+    """The median of the last few samples: robust to a stray slow round (another process, a GC)."""
+
+    def __init__(self, size: int = 9) -> None:
+        self._values: deque[float] = deque(maxlen=size)
+
+    def add(self, value: float) -> None:
+        self._values.append(value)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    @property
+    def value(self) -> float | None:
+        return median(self._values) if self._values else None
+
+
+class CostEstimator:
+    """c and v(γ) measured live from RoundEvents' own timings (recent rounds' medians).
+
+    Plain rounds (nothing drafted) time V(0); drafted rounds time V(γ) by the width they
+    verified and d per drafter ("model", "ngram": a lookup costs next to nothing). Rounds without
+    timings (a server) are ignored. After a run of plain rounds a draft model first catches up on
+    the tokens it skipped, a one-off cost that is not the per-token price of drafting, so such a
+    round's drafting time is not taken as d (unless nothing else is known yet).
+    """
+
+    def __init__(self, window: int = 9) -> None:
+        self.window = window
+        self.plain = RecentMedian(window)
+        self.verify: dict[int, RecentMedian] = {}
+        self.draft_per_token: dict[str, RecentMedian] = {}
+        self._plain_streak = 0
+
+    def begin_reply(self) -> None:
+        """A new reply: its drafter was prefilled with the prompt, so nothing is caught up."""
+        self._plain_streak = 0
+
+    def observe(self, event: RoundEvent) -> None:
+        if not known(event.verify_ms) or not known(event.draft_ms):
+            return
+        if event.drafted == 0:
+            self.plain.add(event.verify_ms + event.draft_ms)  # a failed lookup is part of the step
+            self._plain_streak += 1
+            return
+        self.verify.setdefault(event.drafted, RecentMedian(self.window)).add(event.verify_ms)
+        per_token = self.draft_per_token.setdefault(event.drafter, RecentMedian(self.window))
+        if self._plain_streak <= 1 or not len(per_token):
+            per_token.add(event.draft_ms / event.drafted)
+        self._plain_streak = 0
+
+    def extend(self, events: Iterable[Event]) -> None:
+        for event in events:
+            if isinstance(event, RoundEvent):
+                self.observe(event)
+
+    @property
+    def plain_ms(self) -> float | None:
+        return self.plain.value
+
+    def draft_ms(self, drafter: str) -> float | None:
+        found = self.draft_per_token.get(drafter)
+        return found.value if found is not None else None
+
+    def verify_measured(self) -> dict[int, float]:
+        """Median V(γ) of each width seen, γ = 0 (the plain step) included when seen."""
+        out = {g: v for g, r in self.verify.items() if (v := r.value) is not None}
+        if self.plain_ms is not None:
+            out[0] = self.plain_ms
+        return dict(sorted(out.items()))
+
+    def verify_ms(self, gamma: int) -> float | None:
+        return interpolate_verify_ms(self.verify_measured(), gamma)
+
+    @property
+    def widest(self) -> int:
+        return max(self.verify, default=0)
+
+    def model(self, drafter: str) -> CostModel | None:
+        """The cost model for rounds ``drafter`` proposes; None until a plain step and a draft
+        by that drafter were both timed."""
+        plain, draft = self.plain_ms, self.draft_ms(drafter)
+        if plain is None or draft is None or plain <= 0:
+            return None
+        verify = {g: v for g, v in self.verify_measured().items() if g > 0}
+        return CostModel(plain, draft, verify)

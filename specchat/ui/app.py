@@ -38,7 +38,7 @@ from specchat.config import Settings, data_dir
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.gamma import GAMMA_MAX, SCHEDULES
 from specchat.errors import SpecchatError
-from specchat.ui import bridge, commands, keys, themes
+from specchat.ui import bridge, commands, keys, talk, themes
 from specchat.ui.live import LiveStats
 from specchat.ui.messages import EngineLoaded, LoadFailed, LoadProgressed, ReplyClosed, ReplyEvents
 from specchat.ui.prefs import remember
@@ -47,6 +47,7 @@ from specchat.ui.screens.help import HelpScreen
 from specchat.ui.screens.loading import LoadingScreen
 from specchat.ui.screens.system_prompt import SystemPromptScreen
 from specchat.ui.store import Conversation, ConversationError, ConversationStore, Turn
+from specchat.ui.theory import TheoryTracker
 from specchat.ui.widgets.panels import ControlsView, Figures, Legend, SidePanel, figures
 from specchat.ui.widgets.prompt import PromptInput
 from specchat.ui.widgets.transcript import (
@@ -145,6 +146,10 @@ class SpecchatApp(App[int]):
         self.startup_notes: list[str] = []
         """Warnings about the settings (themes, keys), shown when the app opens."""
         self._styles_for: tuple[str, dict[str, Style]] = ("", {})
+        self.talk_task: str | None = None
+        """What a talk screen runs on the models (the race, the self-test), so no reply starts."""
+        self.theory_tracker: TheoryTracker | None = None
+        """What this session measured, for the theory panel (made at mount: see ui/talk.py)."""
 
         specs, errors = themes.discover()
         self.startup_notes.extend(errors)
@@ -181,6 +186,7 @@ class SpecchatApp(App[int]):
             self._quit_on_signals()
         self.theme_changed_signal.subscribe(self, self._on_theme_changed)
         self.set_interval(PANEL_INTERVAL, self.refresh_panels)
+        talk.attach(self)
         self._update_legend()
         self.refresh_panels(force=True)
         for note in self.startup_notes:
@@ -331,6 +337,8 @@ class SpecchatApp(App[int]):
             return "The models are still loading: your message stays in the box."
         if self.reply is not None:
             return "A reply is streaming: Esc stops it. Your message stays in the box."
+        if self.talk_task is not None:
+            return f"The models are busy with {self.talk_task}: your message stays in the box."
         return None
 
     def _hold_prompt(self) -> None:
@@ -666,6 +674,18 @@ class SpecchatApp(App[int]):
         self.controls.temperature = round(max(0.0, min(TEMPERATURE_MAX, self.controls.temperature + step)), 2)
         self.refresh_panels(force=True)
 
+    def action_theory(self) -> None:
+        talk.toggle_theory(self)
+
+    def action_best_gamma(self) -> None:
+        talk.apply_best_gamma(self)
+
+    def action_race(self) -> None:
+        talk.open_race(self)
+
+    def action_selftest(self) -> None:
+        talk.open_selftest(self)
+
     def action_cycle_theme(self) -> None:
         names = self.specchat_themes
         if not names:
@@ -772,6 +792,11 @@ class SpecchatApp(App[int]):
     def _idle(self, what: str) -> bool:
         if self.reply is not None:
             self.notify(f"A reply is streaming: press Esc to stop it before you {what}.", severity="warning")
+            return False
+        if self.talk_task is not None:
+            self.notify(
+                f"The models are busy with {self.talk_task}: wait before you {what}.", severity="warning"
+            )
             return False
         return True
 

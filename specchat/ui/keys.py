@@ -95,6 +95,44 @@ APP_KEYS: tuple[KeySpec, ...] = (
         "export", "ctrl+s", "export_markdown", "Export", "Export the conversation to Markdown", show=False
     ),
     KeySpec("theme", "ctrl+t", "cycle_theme", "Theme", "Switch to the next theme", show=False),
+    # Talk mode (specchat.ui.talk): the race, theory against measurement, the exactness self-test.
+    # Off the footer, which is full at 120 columns; F1 and the palette list them.
+    KeySpec(
+        "theory",
+        "f10",
+        "theory",
+        "Theory",
+        "Theory against measurement: formulas and the γ advisor",
+        show=False,
+        priority=True,
+    ),
+    KeySpec(
+        "best_gamma",
+        "ctrl+g",
+        "best_gamma",
+        "Best γ",
+        "Apply the γ the advisor predicts fastest",
+        show=False,
+        priority=True,
+    ),
+    KeySpec(
+        "race",
+        "f11",
+        "race",
+        "Race",
+        "Race plain against speculative decoding, then replay",
+        show=False,
+        priority=True,
+    ),
+    KeySpec(
+        "selftest",
+        "f12",
+        "selftest",
+        "Self-test",
+        "Exactness self-test: histograms both ways",
+        show=False,
+        priority=True,
+    ),
 )
 """Application keys: they work wherever the focus is."""
 

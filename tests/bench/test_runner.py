@@ -148,7 +148,10 @@ def test_costs_measured_and_interpolated(costs: Costs) -> None:
     assert synthetic.c == pytest.approx(0.2)
     assert synthetic.v(0) == 1.0
     assert synthetic.v(2) == pytest.approx(1.2)
-    assert synthetic.v(5) == pytest.approx(1.5)  # extrapolated from the last two widths
+    assert synthetic.v(5) == pytest.approx(1.5)  # on the line through the measured widths
+    bent = Costs(100.0, 20.0, {1: 100.0, 2: 140.0})  # least squares through (0,100) (1,100) (2,140)
+    assert bent.v(4) == pytest.approx((340.0 / 3.0 + 20.0 * 3) / 100.0)  # slope 20 ms per width
+    assert bent.v(2) == pytest.approx(1.4)  # a measured width is its own value
 
 
 def test_prediction_is_the_seed_formula() -> None:

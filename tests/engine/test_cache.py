@@ -109,6 +109,23 @@ def test_prefix_reuse_across_turns_runs_only_the_new_tail(pair: TinyPair) -> Non
     torch.testing.assert_close(got, fresh, rtol=1e-4, atol=1e-4)
 
 
+def test_prefill_of_a_cached_prompt_runs_nothing(pair: TinyPair) -> None:
+    lm = CachedLM(pair.target)
+    prompt = list(range(3, 23))
+    lm.prefill(prompt)
+    calls = lm.forward_calls
+    lm.prefill(prompt)  # sampling the same prompt again
+    assert lm.forward_calls == calls
+    lm.logits_after([*prompt, 5, 6], 3)  # a reply went further
+    lm.prefill(prompt)
+    assert lm.forward_calls == calls + 1
+    lm.prefill([*prompt[:-2], 9, 9])  # a different prompt still prefills
+    assert lm.forward_calls == calls + 2
+    with torch.inference_mode():
+        fresh = pair.target(torch.tensor([[*prompt[:-2], 9, 9]])).logits[0, -1:]
+    torch.testing.assert_close(lm.logits_after([*prompt[:-2], 9, 9], 1), fresh, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("cut", [0, 5, 19])
 def test_diverging_history_crops_the_cache(pair: TinyPair, cut: int) -> None:
     lm = CachedLM(pair.target)

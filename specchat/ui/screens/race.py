@@ -1,0 +1,348 @@
+"""The race screen: plain against speculative decoding, measured, then replayed side by side.
+
+Enter measures both lanes one after the other in a thread worker (the engine's
+:func:`~specchat.engine.race.run_race`), then both lanes play back in sync at their measured
+pace, and the screen says so. The finish line gives the measured speed-up, α, τ and the
+exactness verdict; E saves the race as JSON (per-token times of both lanes) and as an SVG
+screenshot of the screen.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widgets import Footer, Input, Static
+from textual.worker import get_current_worker
+
+from specchat.config import data_dir
+from specchat.engine.race import RACE_TOKENS, WARM_UP_TOKENS, LaneName, RaceCancelled, RaceResult, run_race
+from specchat.errors import SpecchatError
+from specchat.ui import talk
+from specchat.ui.race_view import (
+    LANE_TITLES,
+    REPLAY_NOTE,
+    clock,
+    finish_lines,
+    lane_status,
+    lane_text,
+    settings_line,
+)
+
+if TYPE_CHECKING:
+    from specchat.backend import Controls
+
+FPS = 20
+PROGRESS_INTERVAL = 0.1
+"""Seconds between progress messages from the worker while the lanes are measured."""
+
+
+class RaceProgressed(Message):
+    def __init__(self, lane: LaneName, tokens: int) -> None:
+        super().__init__()
+        self.lane = lane
+        self.tokens = tokens
+
+
+class RaceMeasured(Message):
+    def __init__(self, result: RaceResult | None, error: str | None) -> None:
+        super().__init__()
+        self.result = result
+        self.error = error
+
+
+class Lane(VerticalScroll):
+    """One lane: its tokens so far, its clock and rate in the border."""
+
+    DEFAULT_CSS = """
+    Lane {
+        width: 1fr;
+        height: 1fr;
+        border: round $primary 60%;
+        border-title-style: bold;
+        padding: 0 1;
+    }
+    Lane.-speculative { border: round $success 70%; }
+    """
+
+    def __init__(self, name: LaneName) -> None:
+        super().__init__(id=f"lane-{name}", classes=f"-{name}")
+        self.lane_name = name
+        self.border_title = LANE_TITLES[name]
+        self._shown = -1
+
+    def compose(self) -> ComposeResult:
+        yield Static(markup=False, classes="lane-text")
+
+    def show(self, result: RaceResult | None, t: float, styles: dict[str, Any]) -> None:
+        if result is None:
+            self._shown = -1
+            self.query_one(".lane-text", Static).update("")
+            self.border_subtitle = ""
+            return
+        lane = result.lane(self.lane_name)
+        self.border_subtitle = lane_status(lane, t)
+        count = lane.shown_at(t)
+        if count != self._shown:
+            self._shown = count
+            self.query_one(".lane-text", Static).update(lane_text(lane, t, styles))
+            self.scroll_end(animate=False)
+
+
+class RaceScreen(Screen[None]):
+    """The race, full screen; Esc returns to the chat."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "close", "Back to the chat"),
+        Binding("r", "replay", "Replay"),
+        Binding("e", "export", "Export SVG + JSON"),
+        Binding("n", "edit_prompt", "New race"),
+    ]
+    DEFAULT_CSS = """
+    RaceScreen { layout: vertical; }
+    RaceScreen #race-title { height: 1; padding: 0 1; background: $primary 30%; text-style: bold; }
+    RaceScreen #race-prompt { margin: 0 1; }
+    RaceScreen #race-note { padding: 0 1; color: $warning; text-style: italic; }
+    RaceScreen #race-clock { padding: 0 1; color: $text-muted; }
+    RaceScreen #race-lanes { height: 1fr; }
+    RaceScreen #race-finish {
+        height: auto; min-height: 3; padding: 0 1; text-style: bold; border-top: solid $primary 50%;
+    }
+    """
+
+    def __init__(self, prompt: str, result: RaceResult | None = None) -> None:
+        super().__init__()
+        self.prompt = prompt
+        self.result: RaceResult | None = result
+        self.measuring = False
+        self.replay_start = 0.0
+        self.replay_timer: Timer | None = None
+        self.t = result.duration_s if result is not None else 0.0
+
+    def compose(self) -> ComposeResult:
+        yield Static(
+            "The race: plain decoding against speculative decoding, same prompt, same settings",
+            id="race-title",
+            markup=False,
+        )
+        yield Input(self.prompt, placeholder="Prompt for the race; Enter starts it", id="race-prompt")
+        yield Static(REPLAY_NOTE, id="race-note", markup=False)
+        yield Static(id="race-clock", markup=False)
+        with Horizontal(id="race-lanes"):
+            yield Lane("plain")
+            yield Lane("speculative")
+        yield Static(id="race-finish", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        if self.result is not None:
+            self.draw()
+            self.query_one("#lane-speculative", Lane).focus()
+        else:
+            self.query_one("#race-clock", Static).update(self.idle_line())
+            self.query_one(Input).focus()
+
+    def idle_line(self) -> str:
+        controls = self.controls
+        if controls is None:
+            return "The models are still loading."
+        tokens = min(controls.max_new_tokens, RACE_TOKENS)
+        return (
+            f"Enter starts: plain, then speculative (γ {controls.gamma} {controls.schedule}, drafter "
+            f"{controls.drafter}, T {controls.temperature:g}), {tokens} tokens each, then the replay."
+        )
+
+    @property
+    def controls(self) -> Controls | None:
+        return getattr(self.app, "controls", None)
+
+    # ------------------------------------------------------------------ measuring
+
+    @on(Input.Submitted, "#race-prompt")
+    def start(self, event: Input.Submitted) -> None:
+        prompt = event.value.strip()
+        app: Any = self.app
+        if self.measuring:
+            return
+        if not prompt:
+            self.notify("Type a prompt for the race first.", severity="warning")
+            return
+        controls = self.controls
+        engine = talk.local_engine(getattr(app, "engine", None))
+        if controls is None or engine is None:
+            self.notify("The race needs the local models, loaded.", severity="warning")
+            return
+        if controls.drafter == "none":
+            self.notify(
+                "The drafter is none: both lanes would be plain decoding. F5 picks a drafter.",
+                severity="warning",
+            )
+            return
+        reason = talk.busy_reason(app)
+        if reason is not None or not talk.claim(app, "the race"):
+            self.notify(reason or "The models are busy.", severity="warning")
+            return
+        self.prompt = prompt
+        self.result = None
+        self.measuring = True
+        self.stop_replay()
+        self.draw()
+        race_controls = replace(controls, max_new_tokens=min(controls.max_new_tokens, RACE_TOKENS))
+        system = getattr(getattr(app, "conversation", None), "system_prompt", None)
+        messages = [{"role": "system", "content": system}] if system else []
+        messages.append({"role": "user", "content": prompt})
+        models = {"target": getattr(app, "target_name", None), "draft": getattr(app, "draft_name", None)}
+        self.query_one("#race-clock", Static).update("measuring the plain lane…")
+        self.query_one("#lane-speculative", Lane).focus()
+        self.measure(app, engine, messages, race_controls, models)
+
+    @work(thread=True, exit_on_error=False, group="talk", name="race")
+    def measure(
+        self,
+        app: Any,
+        engine: Any,
+        messages: list[dict[str, str]],
+        controls: Controls,
+        models: dict[str, Any],
+    ) -> None:
+        """Runs in a thread; ``app`` comes from the UI thread, as this screen may be closed (and
+        unable to find its app) by the time the race stops."""
+        worker = get_current_worker()
+        last = [0.0]
+
+        def progress(lane: LaneName, tokens: int) -> None:
+            now = time.monotonic()
+            if now - last[0] >= PROGRESS_INTERVAL:
+                last[0] = now
+                self.post_message(RaceProgressed(lane, tokens))
+
+        result = error = None
+        try:
+            result = run_race(
+                engine,
+                messages,
+                controls,
+                progress=progress,
+                cancel=worker.cancelled_event,
+                warm_up_tokens=WARM_UP_TOKENS,
+                models=models,
+            )
+        except RaceCancelled as err:
+            error = str(err)
+        except SpecchatError as err:
+            error = str(err)
+        except Exception as err:
+            from specchat import logs
+
+            error = logs.log_unexpected("the race failed", err)
+        finally:
+            talk.release_from_thread(app)
+        self.post_message(RaceMeasured(result, error))
+
+    def on_race_progressed(self, message: RaceProgressed) -> None:
+        if self.measuring:
+            self.query_one("#race-clock", Static).update(
+                f"measuring the {message.lane} lane: {message.tokens} tokens (the replay follows)"
+            )
+
+    def on_race_measured(self, message: RaceMeasured) -> None:
+        self.measuring = False
+        if message.result is None:
+            self.query_one("#race-clock", Static).update(f"the race did not finish: {message.error}")
+            self.notify(message.error or "the race did not finish", severity="error")
+            return
+        self.result = message.result
+        self.action_replay()
+
+    # ------------------------------------------------------------------ the replay
+
+    def action_replay(self) -> None:
+        if self.result is None or self.measuring:
+            return
+        self.stop_replay()
+        self.replay_start = time.monotonic()
+        self.t = 0.0
+        self.draw()
+        self.replay_timer = self.set_interval(1 / FPS, self.tick)
+
+    def tick(self) -> None:
+        if self.result is None:
+            return
+        self.t = time.monotonic() - self.replay_start
+        if self.t >= self.result.duration_s:
+            self.t = self.result.duration_s
+            self.stop_replay()
+        self.draw()
+
+    def stop_replay(self) -> None:
+        if self.replay_timer is not None:
+            self.replay_timer.stop()
+            self.replay_timer = None
+
+    def draw(self) -> None:
+        result = self.result
+        styles = dict(getattr(self.app, "token_styles", {}))
+        for lane in self.query(Lane):
+            lane.show(result, self.t, styles)
+        finish = self.query_one("#race-finish", Static)
+        if result is None:
+            finish.update("")
+            return
+        self.query_one("#race-clock", Static).update(f"{clock(result, self.t)} · {settings_line(result)}")
+        if self.t >= result.duration_s:
+            finish.update("\n".join(finish_lines(result)))
+        else:
+            finish.update("")
+
+    @property
+    def finished(self) -> bool:
+        return self.result is not None and self.t >= self.result.duration_s
+
+    # ------------------------------------------------------------------ export, close
+
+    def action_export(self) -> None:
+        if self.result is None:
+            self.notify("Run a race first (Enter in the prompt box).")
+            return
+        if not self.finished:
+            self.t = self.result.duration_s
+            self.stop_replay()
+            self.draw()
+        folder = data_dir() / "races"
+        stem = "race-" + time.strftime("%Y%m%d-%H%M%S")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            json_path = folder / f"{stem}.json"
+            json_path.write_text(
+                json.dumps(self.result.to_json(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
+            )
+        except OSError as err:
+            self.notify(f"cannot export the race: {err.strerror or err} ({folder})", severity="error")
+            return
+        self.call_after_refresh(self._save_svg, folder, stem, json_path)
+
+    def _save_svg(self, folder: Path, stem: str, json_path: Path) -> None:
+        try:
+            svg = self.app.save_screenshot(f"{stem}.svg", str(folder))
+        except OSError as err:
+            self.notify(f"saved {json_path}, but not the SVG: {err.strerror or err}", severity="error")
+            return
+        self.notify(f"{svg}\n{json_path}", title="race exported", timeout=12)
+
+    def action_edit_prompt(self) -> None:
+        self.query_one(Input).focus()
+
+    def action_close(self) -> None:
+        self.stop_replay()
+        self.workers.cancel_group(self, "talk")  # the race stops at the next round boundary
+        self.dismiss(None)

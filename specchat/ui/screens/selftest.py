@@ -1,0 +1,380 @@
+"""The exactness self-test screen: two histograms that build up live, and how far apart they are.
+
+At T > 0 a thread worker samples the first tokens of a fixed prompt's reply again and again,
+by speculative decoding (the current drafter and γ) and by the target alone
+(:class:`~specchat.engine.selftest.ExactnessSampler`), and reports twice a second: both
+histograms side by side, the total variation distance against the band sampling noise alone
+reaches at this sample count, and a chi-square p-value. At T = 0 it decodes a few prompts both
+ways and shows whether they are identical token for token. T switches between the two.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rich.cells import cell_len
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+from textual.worker import get_current_worker
+
+from specchat.config import data_dir
+from specchat.engine.selftest import (
+    GREEDY_PROMPTS,
+    SELFTEST_PROMPT,
+    ExactnessReport,
+    ExactnessSampler,
+    GreedyCheck,
+    greedy_equality,
+    selftest_messages,
+)
+from specchat.errors import SpecchatError
+from specchat.ui import talk
+from specchat.ui.selftest_view import (
+    bar,
+    chi_square_line,
+    fit,
+    fraction,
+    greedy_line,
+    settings_line,
+    show_label,
+    tv_line,
+    verdict_line,
+)
+
+if TYPE_CHECKING:
+    from specchat.backend import Controls
+
+SCREEN_SAMPLES = 100_000
+"""Samples per lane before the screen stops by itself (the speaker usually stops it first)."""
+SCREEN_TOKENS = 1
+"""Reply tokens per sample on screen: one round and one target step each, so a real pair on two
+cores reaches a telling count within a minute (`specchat selftest --tokens 2` tests the second
+position too)."""
+SAMPLING_TEMPERATURE = 1.0
+"""The temperature T switches to from T = 0."""
+REPORT_EVERY_S = 0.5
+SHOWN_OUTCOMES = 14
+GREEDY_TOKENS = 48
+BAR_WIDTH = 24
+
+
+class SamplesReported(Message):
+    def __init__(self, report: ExactnessReport) -> None:
+        super().__init__()
+        self.report = report
+
+
+class GreedyChecked(Message):
+    def __init__(self, check: GreedyCheck) -> None:
+        super().__init__()
+        self.check = check
+
+
+class SelfTestEnded(Message):
+    def __init__(self, error: str | None) -> None:
+        super().__init__()
+        self.error = error
+
+
+class SelfTestScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "close", "Back to the chat"),
+        Binding("space", "stop", "Stop sampling"),
+        Binding("r", "restart", "Restart"),
+        Binding("t", "switch_mode", "T = 0 / T > 0"),
+        Binding("e", "export", "Export SVG + JSON"),
+    ]
+    DEFAULT_CSS = """
+    SelfTestScreen { layout: vertical; }
+    SelfTestScreen #selftest-title { height: 1; padding: 0 1; background: $primary 30%; text-style: bold; }
+    SelfTestScreen #selftest-about { padding: 0 1; color: $text-muted; }
+    SelfTestScreen #histograms { height: 1fr; }
+    SelfTestScreen .histogram {
+        width: 1fr; height: 1fr; padding: 0 1;
+        border: round $primary 60%; border-title-style: bold;
+    }
+    SelfTestScreen #hist-speculative { border: round $success 70%; }
+    SelfTestScreen #selftest-figures { height: auto; padding: 0 1; border-top: solid $primary 50%; }
+    """
+
+    def __init__(self, temperature: float | None = None, autostart: bool = True) -> None:
+        super().__init__()
+        self.temperature = temperature
+        """The temperature tested (None: the chat's current one)."""
+        self.autostart = autostart
+        self.report: ExactnessReport | None = None
+        self.checks: list[GreedyCheck] = []
+        self.running = False
+        self.switch_when_stopped = False
+        self.error: str | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(
+            "Exactness self-test: speculative decoding against the target alone", id="selftest-title"
+        )
+        yield Static(id="selftest-about", markup=False)
+        with Horizontal(id="histograms"):
+            with VerticalScroll(id="hist-speculative", classes="histogram"):
+                yield Static(id="hist-speculative-body", markup=False)
+            with VerticalScroll(id="hist-target", classes="histogram"):
+                yield Static(id="hist-target-body", markup=False)
+        yield Static(id="selftest-figures", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        if self.temperature is None and self.controls is not None:
+            self.temperature = self.controls.temperature
+        self.draw()
+        if self.autostart:
+            self.action_restart()
+
+    @property
+    def controls(self) -> Controls | None:
+        return getattr(self.app, "controls", None)
+
+    @property
+    def greedy(self) -> bool:
+        return not self.temperature
+
+    # ------------------------------------------------------------------ running
+
+    def action_restart(self) -> None:
+        app: Any = self.app
+        controls = self.controls
+        engine = talk.local_engine(getattr(app, "engine", None))
+        if self.running:
+            self.notify("Still stopping the last run: press R again in a moment.")
+            return
+        if controls is None or engine is None:
+            self.notify("The self-test needs the local models, loaded.", severity="warning")
+            return
+        if controls.drafter == "none":
+            self.error = "the drafter is none: nothing is drafted, so there is nothing to test (F5 picks one)"
+            self.draw()
+            return
+        if not talk.claim(app, "the self-test"):
+            self.notify(talk.busy_reason(app) or "The models are busy.", severity="warning")
+            return
+        self.report, self.checks, self.error = None, [], None
+        self.running = True
+        tested = replace(controls, temperature=self.temperature or 0.0)
+        system = getattr(getattr(app, "conversation", None), "system_prompt", None)
+        self.draw()
+        if self.greedy:
+            self.check_greedy(app, engine, replace(tested, max_new_tokens=GREEDY_TOKENS), system)
+        else:
+            self.sample(app, engine, tested, system)
+
+    @work(thread=True, exit_on_error=False, group="talk", name="self-test")
+    def sample(self, app: Any, engine: Any, controls: Controls, system: str | None) -> None:
+        """Runs in a thread; ``app`` comes from the UI thread (a closed screen cannot find it)."""
+        cancel = get_current_worker().cancelled_event
+        error = None
+
+        def report(found: ExactnessReport) -> None:
+            self.post_message(SamplesReported(found))
+
+        try:
+            sampler = ExactnessSampler(
+                engine,
+                selftest_messages(SELFTEST_PROMPT, system),
+                controls,
+                tokens=SCREEN_TOKENS,
+                seed=controls.seed or 0,
+            )
+            sampler.run(
+                SCREEN_SAMPLES,
+                cancel=cancel,
+                report_every=REPORT_EVERY_S,
+                on_report=report,
+            )
+        except SpecchatError as err:
+            error = str(err)
+        except Exception as err:
+            from specchat import logs
+
+            error = logs.log_unexpected("the self-test failed", err)
+        finally:
+            talk.release_from_thread(app)
+        self.post_message(SelfTestEnded(error))
+
+    @work(thread=True, exit_on_error=False, group="talk", name="self-test")
+    def check_greedy(self, app: Any, engine: Any, controls: Controls, system: str | None) -> None:
+        cancel = get_current_worker().cancelled_event
+        error = None
+        try:
+            for check in greedy_equality(engine, controls, system_prompt=system, cancel=cancel):
+                self.post_message(GreedyChecked(check))
+        except SpecchatError as err:
+            error = str(err)
+        except Exception as err:
+            from specchat import logs
+
+            error = logs.log_unexpected("the self-test failed", err)
+        finally:
+            talk.release_from_thread(app)
+        self.post_message(SelfTestEnded(error))
+
+    def on_samples_reported(self, message: SamplesReported) -> None:
+        self.report = message.report
+        self.draw()
+
+    def on_greedy_checked(self, message: GreedyChecked) -> None:
+        self.checks.append(message.check)
+        self.draw()
+
+    def on_self_test_ended(self, message: SelfTestEnded) -> None:
+        self.running = False
+        self.error = message.error
+        self.draw()
+        if self.switch_when_stopped:
+            self.switch_when_stopped = False
+            self.action_switch_mode()
+
+    def action_stop(self) -> None:
+        if self.running:
+            self.workers.cancel_group(self, "talk")  # stops after the sample in progress
+
+    def action_switch_mode(self) -> None:
+        if self.running:
+            self.switch_when_stopped = True  # the worker stops after its sample; then switch
+            self.action_stop()
+            return
+        if self.greedy:
+            current = self.controls.temperature if self.controls is not None else 0.0
+            self.temperature = current if current > 0 else SAMPLING_TEMPERATURE
+        else:
+            self.temperature = 0.0
+        self.action_restart()
+
+    def action_close(self) -> None:
+        self.workers.cancel_group(self, "talk")
+        self.dismiss(None)
+
+    def action_export(self) -> None:
+        """The screen as SVG and the result as JSON, into the user data folder's selftests/."""
+        if self.greedy:
+            data: dict[str, Any] = {
+                "type": "selftest", "temperature": 0.0, "checks": [c.to_json() for c in self.checks]
+            }  # fmt: skip
+        elif self.report is not None:
+            data = self.report.to_json()
+        else:
+            self.notify("Nothing to export yet.")
+            return
+        folder = data_dir() / "selftests"
+        stem = "selftest-" + time.strftime("%Y%m%d-%H%M%S")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            json_path = folder / f"{stem}.json"
+            json_path.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+            svg = self.app.save_screenshot(f"{stem}.svg", str(folder))
+        except OSError as err:
+            self.notify(f"cannot export the self-test: {err.strerror or err} ({folder})", severity="error")
+            return
+        self.notify(f"{svg}\n{json_path}", title="self-test exported", timeout=12)
+
+    # ------------------------------------------------------------------ drawing
+
+    def draw(self) -> None:
+        self.query_one("#selftest-about", Static).update(self.about())
+        spec_body = self.query_one("#hist-speculative-body", Static)
+        target_body = self.query_one("#hist-target-body", Static)
+        figures = self.query_one("#selftest-figures", Static)
+        if self.greedy:
+            self.query_one("#hist-speculative").border_title = "greedy: speculative against plain"
+            self.query_one("#hist-target").border_title = "replies (plain decoding)"
+            spec_body.update("\n".join(greedy_line(c) for c in self.checks) or self.waiting())
+            target_body.update(
+                Text("\n\n".join(f"{c.prompt}\n  → {c.text.strip()[:300]}" for c in self.checks))
+            )
+            figures.update(self.greedy_figures())
+            return
+        report = self.report
+        self.query_one("#hist-speculative").border_title = "speculative decoding"
+        self.query_one("#hist-target").border_title = "target alone"
+        if report is None:
+            spec_body.update(self.waiting())
+            target_body.update("")
+            figures.update(self.error or "")
+            return
+        spec_body.update(histogram(report, "speculative"))
+        target_body.update(histogram(report, "target"))
+        lines = [settings_line(report), tv_line(report), chi_square_line(report), verdict_line(report)]
+        if self.running:
+            lines[0] += f" · {report.samples_per_s:.1f} samples/s · Space stops"
+        if self.error:
+            lines.append(f"stopped: {self.error}")
+        figures.update("\n".join(lines))
+
+    def about(self) -> str:
+        controls = self.controls
+        drafter = f"drafter {controls.drafter}, γ {controls.gamma}" if controls is not None else ""
+        if self.greedy:
+            return (
+                f"T = 0: {len(GREEDY_PROMPTS)} prompts decoded plainly and speculatively ({drafter}); "
+                "exactness means identical token for token. T switches to sampling at T > 0."
+            )
+        return (
+            f'T = {self.temperature:g}: the first token of the reply to "{SELFTEST_PROMPT}", sampled again '
+            f"and again by speculative decoding ({drafter}) and by the target alone. T switches to T = 0."
+        )
+
+    def waiting(self) -> str:
+        if self.error:
+            return self.error
+        return "sampling…" if self.running else "press R to start"
+
+    def greedy_figures(self) -> str:
+        if self.error:
+            return f"stopped: {self.error}"
+        if not self.checks:
+            return "decoding…" if self.running else ""
+        same = sum(c.identical for c in self.checks)
+        verdict = "identical token for token" if same == len(self.checks) else "NOT all identical"
+        done = "" if not self.running else f" (of {len(GREEDY_PROMPTS)} so far)"
+        return f"{same} of {len(self.checks)} prompts {verdict}{done}"
+
+
+def histogram(report: ExactnessReport, lane: str) -> Text:
+    """One lane's histogram: outcomes in pooled order, bars on one scale for both lanes."""
+    rows = report.rows(SHOWN_OUTCOMES)
+    counts = report.speculative if lane == "speculative" else report.target
+    total = sum(counts.values())
+    top = (
+        max(
+            (
+                max(
+                    fraction(r.speculative, sum(report.speculative.values())),
+                    fraction(r.target, sum(report.target.values())),
+                )
+                for r in rows
+            ),
+            default=1.0,
+        )
+        or 1.0
+    )
+    text = Text()
+    text.append(f"{total} samples\n", style="dim")
+    width = min(max((cell_len(show_label(r.label)) for r in rows), default=0), 18)
+    for row in rows:
+        count = row.speculative if lane == "speculative" else row.target
+        share = fraction(count, total)
+        text.append(fit(show_label(row.label), width) + " ", style="bold")
+        text.append(
+            f"{bar(share / top, BAR_WIDTH):<{BAR_WIDTH}}", style="green" if lane == "speculative" else "cyan"
+        )
+        text.append(f" {share:6.1%} {count:>6}\n")
+    hidden = len(set(report.speculative) | set(report.target)) - len(rows)
+    if hidden > 0:
+        text.append(f"… {hidden} rarer outcomes\n", style="dim")
+    return text

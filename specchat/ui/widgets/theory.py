@@ -1,0 +1,182 @@
+"""The theory panel: the seed formulas with this session's numbers, and the γ advisor's plot.
+
+Self-contained: it reads the app's :class:`~specchat.ui.theory.TheoryTracker` and controls on
+its own timer (never per token), runs the plain probe itself when no plain rate was measured,
+and is mounted on (and removed from) whatever screen shows the chat.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from textual import work
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.message import Message
+from textual.widgets import Static
+from textual.worker import get_current_worker
+from textual_plotext import PlotextPlot
+
+from specchat.engine.events import Event
+from specchat.errors import SpecchatError
+from specchat.ui import talk
+from specchat.ui.theory import ADVISOR_GAMMAS, PROBE_PROMPT, PROBE_TOKENS, TheoryView, theory_lines
+
+if TYPE_CHECKING:
+    from specchat.ui.theory import TheoryTracker
+
+REFRESH_S = 0.5
+
+
+class ProbeDone(Message):
+    def __init__(self, events: list[Event], error: str | None) -> None:
+        super().__init__()
+        self.events = events
+        self.error = error
+
+
+class AdvisorPlot(PlotextPlot):
+    """Predicted speed-up against γ, with the current and the best γ marked."""
+
+    def show(self, view: TheoryView) -> None:
+        plt = self.plt
+        plt.clear_data()
+        plt.clear_figure()
+        gammas = list(ADVISOR_GAMMAS)
+        plt.xticks([float(g) for g in (gammas[::3] if self.size.width < 50 else gammas)])
+        plt.xlabel("γ")
+        if not view.curve:
+            plt.title("γ advisor: waiting for α, c and v(γ)")
+            self.refresh()
+            return
+        ys = [view.curve[g] for g in gammas]
+        # No plotext legend: its box would hide the curve's top-left, where small γ often wins.
+        plt.plot(gammas, ys, marker="braille", color="cyan")
+        plt.hline(1.0, color="gray")
+        if view.gamma in view.curve:
+            plt.scatter([view.gamma], [view.curve[view.gamma]], marker="●", color="orange")
+        if view.best_gamma is not None:
+            plt.scatter([view.best_gamma], [view.curve[view.best_gamma]], marker="★", color="green")
+        plt.ylim(min(0.0, *ys), max(1.1, *ys) * 1.1)
+        plt.title(f"predicted speed-up vs γ · ● γ {view.gamma} now · ★ best γ {view.best_gamma} · ─ 1× plain")
+        self.refresh()
+
+
+class TheoryPanel(Horizontal):
+    """Docked under the chat; toggled by the theory key."""
+
+    DEFAULT_CSS = """
+    TheoryPanel {
+        dock: bottom;
+        height: 16;
+        margin-bottom: 1;  /* above the footer, which docks at the bottom too */
+        background: $surface;
+        border-top: solid $primary;
+    }
+    TheoryPanel #theory-text {
+        width: 3fr;
+        padding: 0 1;
+    }
+    TheoryPanel AdvisorPlot {
+        width: 2fr;
+        min-width: 30;
+    }
+    """
+
+    def __init__(self, tracker: TheoryTracker, apply_key: str = "") -> None:
+        super().__init__(id="theory")
+        self.tracker = tracker
+        self.apply_key = apply_key
+        self.probe_error: str | None = None
+        self.probing = False
+        self._shown: object = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="theory-text", markup=False)
+        yield AdvisorPlot(id="advisor")
+
+    def on_mount(self) -> None:
+        self.border_title = "theory against measurement"
+        self.set_interval(REFRESH_S, self.update_figures)
+        self.update_figures(force=True)
+
+    @property
+    def view(self) -> TheoryView | None:
+        controls = getattr(self.app, "controls", None)
+        if controls is None:
+            return None
+        return self.tracker.view(controls.gamma, controls.drafter)
+
+    def update_figures(self, force: bool = False) -> None:
+        self.tracker.poll()
+        self._maybe_probe()
+        view = self.view
+        controls = getattr(self.app, "controls", None)
+        key = (
+            self.tracker.version,
+            view,
+            self.probing,
+            self.probe_error,
+            getattr(controls, "schedule", None),
+        )
+        if not force and key == self._shown:
+            return
+        self._shown = key
+        text = self.query_one("#theory-text", Static)
+        if view is None:
+            text.update("The models are still loading.")
+            return
+        lines = theory_lines(view, self.apply_key)
+        if self.probing:
+            lines.append(f"running a plain probe ({PROBE_TOKENS} tokens, drafter none) for the plain rate…")
+        elif self.probe_error:
+            lines.append(f"plain probe failed: {self.probe_error}")
+        if controls is not None and controls.schedule != "fixed":
+            lines.append(
+                f"schedule {controls.schedule}: γ {controls.gamma} is where it starts; it picks γ per round"
+            )
+        text.update("\n".join(lines))
+        self.query_one(AdvisorPlot).show(view)
+
+    # ------------------------------------------------------------------ the plain probe
+
+    def _maybe_probe(self) -> None:
+        if self.probing or self.probe_error or not self.tracker.needs_probe:
+            return
+        app: Any = self.app
+        engine = getattr(app, "engine", None)
+        controls = getattr(app, "controls", None)
+        if engine is None or controls is None or talk.local_engine(engine) is None:
+            return
+        if not talk.claim(app, "the plain probe"):
+            return  # a reply or a race is using the models: try again on the next tick
+        self.probing = True
+        self._probe(
+            app, engine, replace(controls, drafter="none", schedule="fixed", max_new_tokens=PROBE_TOKENS)
+        )
+
+    @work(thread=True, exit_on_error=False, group="talk", name="plain probe")
+    def _probe(self, app: Any, engine: Any, controls: Any) -> None:
+        """Runs in a thread; ``app`` comes from the UI thread (a removed panel cannot find it)."""
+        cancel = get_current_worker().cancelled_event
+        events: list[Event] = []
+        error = None
+        try:
+            for event in engine.stream_chat([{"role": "user", "content": PROBE_PROMPT}], controls, cancel):
+                events.append(event)
+        except SpecchatError as err:
+            error = str(err)
+        except Exception as err:
+            from specchat import logs
+
+            error = logs.log_unexpected("the plain probe failed", err)
+        finally:
+            talk.release_from_thread(app)
+        self.post_message(ProbeDone(events, error))
+
+    def on_probe_done(self, message: ProbeDone) -> None:
+        self.probing = False
+        self.probe_error = message.error
+        self.tracker.observe_probe(message.events)
+        self.update_figures(force=True)

@@ -1,0 +1,110 @@
+"""The one cost model: c and v(γ) from rounds' own timings, and the seed formula on top of them."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from specchat.engine.events import UNKNOWN, RoundEvent
+from specchat.engine.gamma import AdaptiveGamma
+from specchat.engine.metrics import (
+    CostEstimator,
+    CostModel,
+    acceptance_per_position,
+    expected_tokens_per_round,
+    interpolate_verify_ms,
+    predicted_speedup,
+)
+
+
+def test_expected_tokens_per_round_is_the_seed_formula() -> None:
+    # The seed's worked example and its active-recall answers.
+    assert expected_tokens_per_round(0.7, 4) == pytest.approx(2.7731, abs=1e-4)
+    assert expected_tokens_per_round(0.85, 3) == pytest.approx(3.187, abs=1e-3)
+    assert expected_tokens_per_round(0.4, 8) == pytest.approx(1.6662, abs=1e-4)
+    assert predicted_speedup(0.7, 4, 0.08) == pytest.approx(2.10, abs=0.005)
+    assert predicted_speedup(0.4, 8, 0.08) == pytest.approx(1.016, abs=0.001)
+
+
+def test_a_measured_width_is_its_own_value_and_others_lie_on_the_line() -> None:
+    measured = {0: 100.0, 1: 110.0, 3: 130.0}
+    assert interpolate_verify_ms(measured, 3) == 130.0
+    assert interpolate_verify_ms(measured, 2) == pytest.approx(120.0)
+    assert interpolate_verify_ms(measured, 16) == pytest.approx(260.0)
+
+
+def test_a_falling_line_is_held_flat_and_never_below_the_plain_step() -> None:
+    assert interpolate_verify_ms({0: 100.0, 2: 90.0}, 8) == pytest.approx(100.0)
+    assert interpolate_verify_ms({1: 100.0, 2: 90.0}, 8) == pytest.approx(95.0)  # no plain step: flat mean
+    assert interpolate_verify_ms({0: 100.0}, 5) == 100.0
+    assert interpolate_verify_ms({3: 120.0}, 6) == 120.0  # one width: flat
+    assert interpolate_verify_ms({}, 2) is None
+
+
+def test_cost_model_gives_c_v_and_the_predicted_speedup() -> None:
+    model = CostModel(plain_ms=50.0, draft_ms=10.0, verify_ms={2: 60.0, 4: 70.0})
+    assert model.c == pytest.approx(0.2)
+    assert model.v(0) == 1.0
+    assert model.v(2) == pytest.approx(1.2)
+    assert model.is_measured(4) and not model.is_measured(3)
+    alpha = 0.75
+    for gamma in (1, 2, 3, 4, 8, 16):
+        expected = expected_tokens_per_round(alpha, gamma) / (gamma * 0.2 + model.v(gamma))
+        assert model.speedup(alpha, gamma) == pytest.approx(expected)
+    curve = model.curve(alpha, range(1, 17))
+    best = model.best_gamma(alpha, list(range(1, 17)))
+    assert curve[best] == max(curve.values())
+
+
+def timed_round(n: int, drafted: int, accepted: int, draft_ms: float, verify_ms: float) -> RoundEvent:
+    return RoundEvent(n, drafted, drafted, accepted, draft_ms, verify_ms, "model" if drafted else "none")
+
+
+def test_estimator_measures_from_rounds_and_ignores_untimed_ones() -> None:
+    estimator = CostEstimator()
+    assert estimator.model("model") is None
+    estimator.observe(timed_round(0, 0, 0, 0.0, 40.0))
+    estimator.observe(timed_round(1, 3, 2, 30.0, 52.0))
+    estimator.observe(timed_round(2, 3, 3, 30.0, 56.0))
+    estimator.observe(RoundEvent(3, 3, 3, 1, UNKNOWN, UNKNOWN, "model"))  # a server's round
+    model = estimator.model("model")
+    assert model is not None
+    assert model.plain_ms == 40.0 and model.draft_ms == pytest.approx(10.0)
+    assert model.c == pytest.approx(0.25)
+    assert model.verify_ms == {3: 54.0}
+    assert estimator.model("ngram") is None
+
+
+def test_catch_up_after_plain_rounds_is_not_the_price_of_drafting() -> None:
+    estimator = CostEstimator()
+    estimator.observe(timed_round(0, 2, 2, 10.0, 50.0))
+    for n in range(1, 5):
+        estimator.observe(timed_round(n, 0, 0, 0.0, 40.0))
+    estimator.observe(timed_round(5, 2, 2, 400.0, 50.0))
+    assert estimator.draft_ms("model") == pytest.approx(5.0)
+    estimator.begin_reply()  # a new reply prefilled its drafter: its first draft is ordinary
+    estimator.observe(timed_round(6, 0, 0, 0.0, 40.0))
+    estimator.observe(timed_round(7, 2, 2, 14.0, 50.0))
+    assert estimator.draft_ms("model") == pytest.approx(6.0)  # median of 5 and 7
+
+
+def test_acceptance_per_position_counts_tested_positions_only() -> None:
+    rounds = [timed_round(0, 4, 1, 0, 0), timed_round(1, 4, 4, 0, 0), timed_round(2, 0, 0, 0, 0)]
+    # tested: 2 (accepted one, rejected the second) + 4; accepted 1 + 4.
+    assert acceptance_per_position(rounds) == pytest.approx(5 / 6)
+    assert acceptance_per_position([]) is None
+
+
+def test_adaptive_schedule_reads_the_same_cost_model() -> None:
+    schedule = AdaptiveGamma(3)
+    schedule.observe(timed_round(0, 0, 0, 0.0, 40.0))
+    for n in range(1, 6):
+        schedule.observe(timed_round(n, 3, 2, 15.0, 50.0))
+    model = schedule.costs.model("model")
+    assert model is not None
+    estimates = schedule.estimates()
+    for gamma, speedup in estimates.speedup.items():
+        assert speedup == pytest.approx(model.speedup(schedule.alpha, gamma))
+    assert estimates.c == pytest.approx(model.c)
+    assert not math.isnan(estimates.verify_ms[5])

@@ -1,0 +1,96 @@
+"""Snapshots of the talk screens at a fixed size, from the real app and the real engine.
+
+A race's timings and a self-test's duration are measured, so these pictures fix them: the race's
+tokens come from the tiny engine, their arrival times from a cost model (race_with_fixed_times,
+as FixedTimings does for the chat); the self-test's counts are real (seeded), its elapsed time
+fixed. The theory panel needs nothing fixed: FixedTimings already gives the chat fixed costs.
+Update after an intended change with: pytest tests/ui/test_talk_snapshots.py --snapshot-update
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+
+from specchat.engine.race import RaceResult, run_race
+from specchat.engine.selftest import ExactnessSampler, selftest_messages
+from specchat.engine.session import ChatEngine, Controls
+from specchat.testing import TinyPair
+from specchat.ui.screens.race import RaceScreen
+from specchat.ui.screens.selftest import SelfTestScreen
+from specchat.ui.testing import PausingEngine, race_with_fixed_times
+from specchat.ui.widgets.theory import TheoryPanel
+
+from .conftest import SIZE, make_app, send, wait_for, wait_idle
+
+
+@pytest.fixture
+def fixed_race(tiny_pair: TinyPair) -> RaceResult:
+    engine = ChatEngine(tiny_pair.target, tiny_pair.tokenizer, tiny_pair.draft)
+    messages = [{"role": "user", "content": "the cat sat on the mat"}]
+    raw = run_race(engine, messages, Controls(gamma=4, drafter="model", max_new_tokens=48, seed=1))
+    return replace(
+        race_with_fixed_times(raw),
+        models={"target": "tiny-target", "draft": "tiny-draft"},
+        measured_at="2026-12-01T12:00:00+0000",
+    )
+
+
+def test_race_finish_line(snap_compare: Any, engine: PausingEngine, fixed_race: RaceResult) -> None:
+    app = make_app(engine)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await app.push_screen(RaceScreen("the cat sat on the mat", result=fixed_race))
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_race_mid_replay(snap_compare: Any, engine: PausingEngine, fixed_race: RaceResult) -> None:
+    """Half way: the speculative lane is ahead, and the finish line is not shown yet."""
+    app = make_app(engine)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        screen = RaceScreen("the cat sat on the mat", result=fixed_race)
+        await app.push_screen(screen)
+        screen.t = fixed_race.duration_s / 2
+        screen.draw()
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_theory_panel_with_the_advisor(snap_compare: Any, engine: PausingEngine) -> None:
+    app = make_app(engine)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await send(pilot, "hello there")
+        await wait_idle(pilot, app)
+        await pilot.press("f10")
+        await wait_for(pilot, lambda: app.theory_tracker.plain_rate is not None and app.talk_task is None)
+        app.main_screen.query_one(TheoryPanel).update_figures(force=True)
+        app.refresh_panels(force=True)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_selftest_histograms(snap_compare: Any, engine: PausingEngine, tiny_pair: TinyPair) -> None:
+    local = ChatEngine(tiny_pair.target, tiny_pair.tokenizer, tiny_pair.draft)
+    sampler = ExactnessSampler(
+        local, selftest_messages(), Controls(gamma=4, drafter="model", temperature=1.0), tokens=1, seed=0
+    )
+    report = replace(sampler.run(400), elapsed_s=20.0)
+    app = make_app(engine)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        screen = SelfTestScreen(temperature=1.0, autostart=False)
+        await app.push_screen(screen)
+        screen.report = report
+        screen.draw()
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
