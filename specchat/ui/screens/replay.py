@@ -127,7 +127,7 @@ class ReplayScreen(MainScreen):
         """Index of the next step to show."""
         self.playing = True
         self._timer: Timer | None = None
-        self._reply: AssistantMessage | None = None
+        self._playing_reply: AssistantMessage | None = None
         self._turn: Turn | None = None
         self.live.set_display(
             keys={**keys, "step": "n", "step_mode": "space"}, show_rejected=palette.show_rejected
@@ -201,7 +201,7 @@ class ReplayScreen(MainScreen):
     async def action_restart(self) -> None:
         self._cancel_timer()
         self.position = 0
-        self._reply = None
+        self._playing_reply = None
         self._turn = None
         self.stop_inspecting()
         self.live.reset()
@@ -246,18 +246,18 @@ class ReplayScreen(MainScreen):
             self.transcript.follow_new_reply()
         elif step.what == "start":
             self._turn = step.turn
-            self._reply = self.new_reply(markdown=False)
+            self._playing_reply = self.new_reply(markdown=False)
             self.live.start_reply()
             self._update_controls()
-        elif step.what == "round" and self._reply is not None:
+        elif step.what == "round" and self._playing_reply is not None:
             self.live.extend(step.events)
-            self.show_events(self._reply, [e for e in step.events if not isinstance(e, SummaryEvent)])
-        elif step.what == "end" and self._reply is not None:
+            self.show_events(self._playing_reply, [e for e in step.events if not isinstance(e, SummaryEvent)])
+        elif step.what == "end" and self._playing_reply is not None:
             turn = step.turn
             if turn.summary is not None:
                 self.live.add(turn.summary)
-            self._reply.finish(turn.summary, turn.settings, turn.error)
-            self._reply = None
+            self._playing_reply.finish(turn.summary, turn.settings, turn.error)
+            self._playing_reply = None
         if self.finished:
             self.playing = False
 

@@ -45,11 +45,13 @@ class StepPanel(Static):
         keys = live.display.keys
         next_key = display_key(keys.get("step", ""))
         mode_key = display_key(keys.get("step_mode", ""))
-        hint = Text(f"paused · {next_key} runs the next round · {mode_key} streams again", "dim")
         controls = live.controls
+        replaying = controls is not None and controls.replay_speed is not None
+        again = "plays on" if replaying else "streams again"
+        hint = Text(f"paused · {next_key} runs the next round · {mode_key} {again}", "dim")
         upcoming = (
             f"next round: γ {controls.gamma} · {controls.drafter} · T {controls.temperature:.1f}"
-            if controls is not None and controls.replay_speed is None
+            if controls is not None and not replaying
             else ""
         )
         round_event = step.round
