@@ -180,6 +180,14 @@ class MainScreen(Screen[None]):
         self.query_one(InspectorPanel).focus()
         return True
 
+    def inspect_token(self, reply_index: int, token_index: int) -> None:
+        """Put the inspector's cursor on one token (a reply's index, the token's index in it)."""
+        if self.cursor is not None:
+            self._reply(self.cursor[0]).tokens.set_cursor(None)
+        self.cursor = (reply_index, token_index)
+        self._show_cursor()
+        self.query_one(InspectorPanel).focus()
+
     def stop_inspecting(self) -> None:
         if self.cursor is not None:
             self._reply(self.cursor[0]).tokens.set_cursor(None)
@@ -211,13 +219,8 @@ class MainScreen(Screen[None]):
     def _on_token_clicked(self, message: TokenText.Clicked) -> None:
         replies = self.transcript.replies()
         owner = next((i for i, r in enumerate(replies) if message.block in r.tokens.blocks), None)
-        if owner is None:
-            return
-        if self.cursor is not None:
-            self._reply(self.cursor[0]).tokens.set_cursor(None)
-        self.cursor = (owner, message.index)
-        self._show_cursor()
-        self.query_one(InspectorPanel).focus()
+        if owner is not None:
+            self.inspect_token(owner, message.index)
 
     def _reply(self, index: int) -> AssistantMessage:
         return self.transcript.replies()[index]

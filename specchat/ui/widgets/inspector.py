@@ -167,7 +167,7 @@ class InspectorPanel(Static, can_focus=True):
         draft = draft_of(inspected)
         if token.kind == "accepted" and draft is not None:
             parts.append(Text(DRAWN_FROM["draft"], "dim"))
-            parts.append(self._test_table(draft, "this draft"))
+            parts.append(self._test_table(draft, styles.get("accepted") or ""))
         elif token.kind == "correction":
             parts.append(Text(DRAWN_FROM.get(token.drawn_from, ""), "dim"))
             if draft is not None:
@@ -178,7 +178,7 @@ class InspectorPanel(Static, can_focus=True):
                         f" (round {round_event.round + 1}, position {token.position + 1}):",
                     )
                 )
-                parts.append(self._test_table(draft, "rejected draft"))
+                parts.append(self._test_table(draft, styles.get("rejected") or "strike"))
             parts.extend(
                 self._top(
                     token, "the residual's top 5" if token.drawn_from == "residual" else "the target's top 5"
@@ -195,13 +195,14 @@ class InspectorPanel(Static, can_focus=True):
             parts.extend(self._top(token, "the target's top 5"))
         return Group(*parts)
 
-    def _test_table(self, draft: DraftTrace, label: str) -> Table:
+    def _test_table(self, draft: DraftTrace, style: Style | str) -> Table:
+        """The acceptance test of one draft, compact enough for a narrow chat column."""
         table = Table(box=None, padding=(0, 2), show_edge=False, header_style="bold")
-        for column in ("", "p_target (p)", "p_draft (q)", "min(1, p/q)", "u", "verdict"):
+        for column in ("draft", "p = p_target", "q = p_draft", "min(1, p/q)", "u", "verdict"):
             table.add_column(column, no_wrap=True)
         verdict_style = "bold" if draft.verdict == "accepted" else "bold red"
         table.add_row(
-            label,
+            Text(shown(draft.text), style),
             prob(draft.p_target),
             prob(draft.p_draft),
             prob(draft.accept_prob),

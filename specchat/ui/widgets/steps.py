@@ -62,12 +62,12 @@ class StepPanel(Static):
             f"{round_event.accepted} of {round_event.drafted} drafts accepted",
             "bold",
         )
-        table = Table(box=None, padding=(0, 2), show_edge=False, header_style="bold")
+        table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
         for column, justify in (
             ("pos", "right"),
-            ("draft token", "left"),
-            ("q = p_draft", "right"),
-            ("p = p_target", "right"),
+            ("draft", "left"),
+            ("q", "right"),
+            ("p", "right"),
             ("min(1, p/q)", "right"),
             ("u", "right"),
             ("verdict", "left"),
@@ -89,9 +89,7 @@ class StepPanel(Static):
             table.add_row("", Text("no trace recorded for this round", "dim"), "", "", "", "", "")
         closing = step.closing
         if closing is not None:
-            source = {"residual": "from the residual", "target": "from the target"}.get(
-                closing.drawn_from, ""
-            )
+            source = {"residual": "· residual", "target": "· target's p"}.get(closing.drawn_from, "")
             table.add_row(
                 str(closing.position + 1),
                 Text(shown(closing.text), styles.get(closing.kind) or ""),
@@ -101,4 +99,7 @@ class StepPanel(Static):
                 "",
                 Text(f"{KIND_LABELS[closing.kind]} {source}", styles.get(closing.kind) or ""),
             )
-        return Group(title, table, hint, Text(upcoming, "dim"))
+        greedy = any(d.u is None and d.verdict != "untested" for d in round_event.drafts)
+        rule = "at T = 0 a draft passes if it is p's top token" if greedy else "a draft passes if u < min(1, p/q)"
+        legend = Text(f"q = p_draft, p = p_target; {rule}", "dim")
+        return Group(title, table, legend, hint, Text(upcoming, "dim"))
