@@ -100,6 +100,6 @@ class StepPanel(Static):
                 Text(f"{KIND_LABELS[closing.kind]} {source}", styles.get(closing.kind) or ""),
             )
         greedy = any(d.u is None and d.verdict != "untested" for d in round_event.drafts)
-        rule = "at T = 0 a draft passes if it is p's top token" if greedy else "a draft passes if u < min(1, p/q)"
+        rule = "at T = 0 a draft passes if it is p's top token" if greedy else "passes if u < min(1, p/q)"
         legend = Text(f"q = p_draft, p = p_target; {rule}", "dim")
         return Group(title, table, legend, hint, Text(upcoming, "dim"))
