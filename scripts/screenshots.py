@@ -10,6 +10,12 @@ corrected, as with a real pair. Timings come from a fixed cost model
 (``specchat.ui.testing.FixedTimings``: 1.5 ms per drafted token plus 12 ms per verify
 pass), so the tokens/s figures are illustrative, not measurements.
 
+``--real`` renders only the talk-mode pictures (``talk-*.svg``: rejected drafts, the
+token inspector, step mode, replay) with the real default pair instead, at T = 0.7 with a
+fixed seed and the model drafter at fixed γ = 4; it loads the real models, so run it under
+``flock /tmp/specchat-heavy.lock`` on a shared machine. Its timings are measured, on whatever
+machine runs it.
+
 Nothing touches your config or saved conversations: both go to a temporary folder.
 """
 
@@ -189,15 +195,85 @@ async def render_all(pair: Any, out: Path, size: tuple[int, int]) -> None:
         await shoot(
             engine(), out / f"theme-{theme.removeprefix('specchat-')}.svg", size, finished, theme=theme
         )
+    await shoot_talk(engine, out, size)
     await shoot(engine(), out / "markdown-view.svg", size, markdown)
     await shoot(engine(), out / "help.svg", size, help_screen)
     await shoot(engine(), out / "conversations.svg", size, saved)
+
+
+PRIME = "Write a Python function that checks whether a number is prime."
+TALK_QUESTION = {"tiny": TURNS[0][0], "real": PRIME}
+TALK_SETTINGS = {"tiny": {"temperature": 1.0, "seed": 2}, "real": {"temperature": 0.7, "seed": 7}}
+
+
+async def shoot_talk(
+    engine: Callable[..., Any], out: Path, size: tuple[int, int], pair: str = "tiny"
+) -> None:
+    """The pictures of README's "Giving a talk": one round, seen four ways."""
+    question = TALK_QUESTION[pair]
+    talk = {**TALK_SETTINGS[pair], "max_new_tokens": 160}
+
+    async def step_mode(app: Any, pilot: Any) -> None:
+        await pilot.press("ctrl+g")
+        await send_only(app, pilot, question)
+        for rounds in range(1, 4):
+            await wait(pilot, lambda n=rounds: app.live.step.paused and len(app.reply.rounds) == n)
+            if rounds < 3:
+                await pilot.press("ctrl+n")
+        app.clear_notifications()
+
+    async def inspector(app: Any, pilot: Any) -> None:
+        await send_and_wait(app, pilot, question)
+        tokens = app.conversation.turns[-1].tokens
+        index = next((i for i, t in enumerate(tokens) if t.kind == "correction" and t.text and i > 8), None)
+        app.main_screen.inspect_token(0, index if index is not None else len(tokens) - 1)
+        await pilot.pause()
+
+    async def replay(app: Any, pilot: Any) -> None:
+        from specchat.ui.screens.replay import ReplayScreen
+
+        await send_and_wait(app, pilot, question)
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        await pilot.press("r")
+        await wait(pilot, lambda: isinstance(app.screen, ReplayScreen))
+        await pilot.press("space")
+        for _ in range(6):
+            await pilot.press("n")
+        await pilot.pause()
+
+    await shoot(engine(), out / "talk-step.svg", size, step_mode, **talk)
+    await shoot(engine(), out / "talk-inspector.svg", size, inspector, **talk)
+    await shoot(engine(), out / "talk-replay.svg", size, replay, **talk)
+
+
+async def send_only(app: Any, pilot: Any, text: str) -> None:
+    from specchat.ui.widgets.prompt import PromptInput
+
+    prompt = app.query_one(PromptInput)
+    prompt.focus()
+    prompt.text = text
+    await pilot.press("enter")
+
+
+async def render_real_talk(out: Path, size: tuple[int, int]) -> None:
+    """The talk pictures from the real default pair (measured timings, not the cost model)."""
+    from specchat.config import Settings
+    from specchat.engine.session import ChatEngine
+    from specchat.models import load_for_decoding
+    from specchat.ui.testing import PausingEngine
+
+    settings = Settings()
+    loaded = load_for_decoding(settings.target, settings.draft, cpu_path=settings.cpu_path)
+    chat = ChatEngine(loaded.target, loaded.tokenizer, loaded.draft)
+    await shoot_talk(lambda: PausingEngine(chat), out, size, pair="real")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "screenshots")
     parser.add_argument("--size", default="120x36", help="terminal columns x rows (default 120x36)")
+    parser.add_argument("--real", action="store_true", help="talk pictures only, from the real default pair")
     args = parser.parse_args()
     columns, rows = (int(n) for n in args.size.lower().split("x"))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -206,6 +282,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["SPECCHAT_DATA_DIR"] = str(Path(tmp) / "data")
         os.environ["SPECCHAT_CONFIG"] = str(Path(tmp) / "config.toml")
+        if args.real:
+            asyncio.run(render_real_talk(args.out, (columns, rows)))
+            return 0
         import torch
 
         torch.set_num_threads(1)  # deterministic, and quick for models this small

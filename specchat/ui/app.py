@@ -397,6 +397,8 @@ class SpecchatApp(App[int]):
         if reply is None or message.reply_id != reply.id:
             return
         self._drain(reply)
+        if not self.step_gate.on:
+            return  # step mode went off while this message was on its way: the reply goes on
         reply.paused = True
         last = reply.rounds[-1] if reply.rounds else None
         closing = None

@@ -197,7 +197,7 @@ class InspectorPanel(Static, can_focus=True):
 
     def _test_table(self, draft: DraftTrace, style: Style | str) -> Table:
         """The acceptance test of one draft, compact enough for a narrow chat column."""
-        table = Table(box=None, padding=(0, 2), show_edge=False, header_style="bold")
+        table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
         for column in ("draft", "p = p_target", "q = p_draft", "min(1, p/q)", "u", "verdict"):
             table.add_column(column, no_wrap=True)
         verdict_style = "bold" if draft.verdict == "accepted" else "bold red"
