@@ -75,6 +75,8 @@ class HelpScreen(ModalScreen[None]):
             "[b]γ[/b] tokens drafted per round; F2/F3 change it for the next round\n"
             "[b]inspector[/b] p = p_target, q = p_draft; a draft is accepted when u < min(1, p/q) "
             "(at T = 0: when it is the target's most likely token); a correction is drawn from the "
-            "residual norm(max(p − q, 0))"
+            "residual norm(max(p − q, 0))\n"
+            "[b]replay[/b] (Ctrl+O, then r; or specchat replay FILE) Space pauses / plays, N one more "
+            "round, + / − speed (×0.25 to ×4), R restart, Esc closes"
         )
         return Group(keys, Text(""), Text("What the colours mean", style="bold"), kinds, Text(""), figures)
