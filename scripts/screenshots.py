@@ -99,6 +99,7 @@ async def shoot(
     path: Path,
     size: tuple[int, int],
     script: Callable[[Any, Any], Awaitable[None]],
+    names: tuple[str, str] = ("tiny-target", "tiny-draft"),
     **settings: Any,
 ) -> None:
     from specchat.config import Settings
@@ -111,7 +112,7 @@ async def shoot(
     }  # fmt: skip
     values["system_prompt"] = SYSTEM
     values.update(settings)
-    app = SpecchatApp(Settings(**values), engine=engine, target_name="tiny-target", draft_name="tiny-draft")
+    app = SpecchatApp(Settings(**values), engine=engine, target_name=names[0], draft_name=names[1])
     async with app.run_test(size=size) as pilot:
         await script(app, pilot)
         app.refresh_panels(force=True)
@@ -203,6 +204,7 @@ async def render_all(pair: Any, out: Path, size: tuple[int, int]) -> None:
 
 PRIME = "Write a Python function that checks whether a number is prime."
 TALK_QUESTION = {"tiny": TURNS[0][0], "real": PRIME}
+NAMES = {"tiny": ("tiny-target", "tiny-draft"), "real": ("qwen-coder-1.5b", "qwen-coder-0.5b")}
 TALK_SETTINGS = {"tiny": {"temperature": 1.0, "seed": 2}, "real": {"temperature": 0.7, "seed": 7}}
 
 
@@ -214,12 +216,14 @@ async def shoot_talk(
     talk = {**TALK_SETTINGS[pair], "max_new_tokens": 160}
 
     async def step_mode(app: Any, pilot: Any) -> None:
+        # Step to the first round (after the third) whose drafts were not all accepted.
         await pilot.press("ctrl+g")
         await send_only(app, pilot, question)
-        for rounds in range(1, 4):
+        for rounds in range(1, 30):
             await wait(pilot, lambda n=rounds: app.live.step.paused and len(app.reply.rounds) == n)
-            if rounds < 3:
-                await pilot.press("ctrl+n")
+            if rounds >= 3 and app.reply.rounds[-1].rejected:
+                break
+            await pilot.press("ctrl+n")
         app.clear_notifications()
 
     async def inspector(app: Any, pilot: Any) -> None:
@@ -238,13 +242,18 @@ async def shoot_talk(
         await pilot.press("r")
         await wait(pilot, lambda: isinstance(app.screen, ReplayScreen))
         await pilot.press("space")
-        for _ in range(6):
+        screen = app.screen
+        for _ in range(30):  # to the first round after the fifth with a rejected draft
             await pilot.press("n")
-        await pilot.pause()
+            await pilot.pause()
+            step = screen.live.step
+            if step.round is not None and step.round.round >= 5 and step.round.rejected:
+                break
 
-    await shoot(engine(), out / "talk-step.svg", size, step_mode, **talk)
-    await shoot(engine(), out / "talk-inspector.svg", size, inspector, **talk)
-    await shoot(engine(), out / "talk-replay.svg", size, replay, **talk)
+    names = NAMES[pair]
+    await shoot(engine(), out / "talk-step.svg", size, step_mode, names, **talk)
+    await shoot(engine(), out / "talk-inspector.svg", size, inspector, names, **talk)
+    await shoot(engine(), out / "talk-replay.svg", size, replay, names, **talk)
 
 
 async def send_only(app: Any, pilot: Any, text: str) -> None:
