@@ -10,11 +10,12 @@ corrected, as with a real pair. Timings come from a fixed cost model
 (``specchat.ui.testing.FixedTimings``: 1.5 ms per drafted token plus 12 ms per verify
 pass), so the tokens/s figures are illustrative, not measurements.
 
-``--real`` renders only the talk-mode pictures (``talk-*.svg``: rejected drafts, the
-token inspector, step mode, replay) with the real default pair instead, at T = 0.7 with a
-fixed seed and the model drafter at fixed γ = 4; it loads the real models, so run it under
-``flock /tmp/specchat-heavy.lock`` on a shared machine. Its timings are measured, on whatever
-machine runs it.
+The talk-mode pictures (``talk-*.svg``: step mode, rejected drafts, the token inspector,
+replay) come from the real default pair: ``--real`` renders only those, at T = 0.7 with a fixed
+seed and the model drafter at fixed γ = 4. It loads the real models, so run it under
+``flock /tmp/specchat-heavy.lock`` on a shared machine; its timings are measured on whatever
+machine runs it. ``--talk-tiny`` renders the same pictures from the tiny pair instead (no real
+models needed).
 
 Nothing touches your config or saved conversations: both go to a temporary folder.
 """
@@ -134,7 +135,7 @@ async def send_and_wait(app: Any, pilot: Any, text: str) -> None:
     await wait(pilot, lambda: app.reply is None and app.conversation.turns[-1].role == "assistant")
 
 
-async def wait(pilot: Any, condition: Callable[[], bool], timeout: float = 60.0) -> None:
+async def wait(pilot: Any, condition: Callable[[], bool], timeout: float = 300.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
@@ -196,7 +197,6 @@ async def render_all(pair: Any, out: Path, size: tuple[int, int]) -> None:
         await shoot(
             engine(), out / f"theme-{theme.removeprefix('specchat-')}.svg", size, finished, theme=theme
         )
-    await shoot_talk(engine, out, size)
     await shoot(engine(), out / "markdown-view.svg", size, markdown)
     await shoot(engine(), out / "help.svg", size, help_screen)
     await shoot(engine(), out / "conversations.svg", size, saved)
@@ -243,11 +243,11 @@ async def shoot_talk(
         await wait(pilot, lambda: isinstance(app.screen, ReplayScreen))
         await pilot.press("space")
         screen = app.screen
-        for _ in range(30):  # to the first round after the fifth with a rejected draft
+        for _ in range(30):  # to the first round from the fifth on with a rejected draft
             await pilot.press("n")
             await pilot.pause()
             step = screen.live.step
-            if step.round is not None and step.round.round >= 5 and step.round.rejected:
+            if step.round is not None and step.round.round >= 4 and step.round.rejected:
                 break
 
     names = NAMES[pair]
@@ -263,6 +263,14 @@ async def send_only(app: Any, pilot: Any, text: str) -> None:
     prompt.focus()
     prompt.text = text
     await pilot.press("enter")
+
+
+async def render_tiny_talk(pair: Any, out: Path, size: tuple[int, int]) -> None:
+    from specchat.engine.session import ChatEngine
+    from specchat.ui.testing import FixedTimings, PausingEngine
+
+    chat = ChatEngine(pair.target, pair.tokenizer, pair.draft)
+    await shoot_talk(lambda: PausingEngine(FixedTimings(chat)), out, size)
 
 
 async def render_real_talk(out: Path, size: tuple[int, int]) -> None:
@@ -283,6 +291,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "screenshots")
     parser.add_argument("--size", default="120x36", help="terminal columns x rows (default 120x36)")
     parser.add_argument("--real", action="store_true", help="talk pictures only, from the real default pair")
+    parser.add_argument("--talk-tiny", action="store_true", help="talk pictures only, from the tiny pair")
     args = parser.parse_args()
     columns, rows = (int(n) for n in args.size.lower().split("x"))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -298,7 +307,10 @@ def main() -> int:
 
         torch.set_num_threads(1)  # deterministic, and quick for models this small
         pair = train_demo_pair()
-        asyncio.run(render_all(pair, args.out, (columns, rows)))
+        if args.talk_tiny:
+            asyncio.run(render_tiny_talk(pair, args.out, (columns, rows)))
+        else:
+            asyncio.run(render_all(pair, args.out, (columns, rows)))
     return 0
 
 

@@ -678,14 +678,15 @@ class SpecchatApp(App[int]):
             return
         on = not self.step_gate.on
         self.step_gate.set_on(on)
-        paused = False
         if not on and self.reply is not None:
             self.reply.paused = False
             self._set_busy(True)
-        self.live.set_step(StepView(on=on, paused=paused))
+        self.live.set_step(StepView(on=on))
         if on:
             when = "after this round" if self.reply is not None else "after every round of the next reply"
             self.notify(f"Step mode: decoding pauses {when}; {self._key('step')} runs one more round.")
+        else:
+            self.notify("Step mode off: replies stream again.")
         self.refresh_panels(force=True)
 
     def action_step(self) -> None:
