@@ -13,7 +13,7 @@ inspector panel through ``live.inspected``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
 from textual import events, on
@@ -128,7 +128,7 @@ class MainScreen(Screen[None]):
         self.transcript.follow_new_reply()
         return widget
 
-    def show_events(self, reply: AssistantMessage, events: list[Event]) -> None:
+    def show_events(self, reply: AssistantMessage, events: Sequence[Event]) -> None:
         """New events of a streaming reply (tokens and rounds, in stream order)."""
         reply.append(events)
         transcript = self.transcript
@@ -202,11 +202,11 @@ class MainScreen(Screen[None]):
             prompts.first().focus()
 
     @on(InspectorPanel.Leave)
-    def _on_leave(self) -> None:
+    def _leave_inspector(self) -> None:
         self.stop_inspecting()
 
     @on(InspectorPanel.Move)
-    def _on_move(self, message: InspectorPanel.Move) -> None:
+    def _move_cursor(self, message: InspectorPanel.Move) -> None:
         if self.cursor is None:
             return
         moved = self._moved(self.cursor, message.unit, message.step)
@@ -216,7 +216,7 @@ class MainScreen(Screen[None]):
             self._show_cursor()
 
     @on(TokenText.Clicked)
-    def _on_token_clicked(self, message: TokenText.Clicked) -> None:
+    def _inspect_clicked(self, message: TokenText.Clicked) -> None:
         replies = self.transcript.replies()
         owner = next((i for i, r in enumerate(replies) if message.block in r.tokens.blocks), None)
         if owner is not None:

@@ -78,7 +78,8 @@ def rounds_of(turn: Turn) -> list[list[Event]]:
     for event in replay(turn):
         if isinstance(event, SummaryEvent):
             continue
-        if isinstance(event, TokenEvent) and current and current[-1].round != event.round:
+        last = current[-1] if current else None
+        if isinstance(event, TokenEvent) and isinstance(last, TokenEvent) and last.round != event.round:
             groups.append(current)  # a reply saved without its rounds: split at round numbers
             current = []
         current.append(event)
