@@ -23,7 +23,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header
 
 from specchat.engine.events import Event
-from specchat.ui.live import Inspected, LiveStats
+from specchat.ui.live import Inspected, LiveStats, replay
 from specchat.ui.store import Conversation
 from specchat.ui.themes import TokenPalette
 from specchat.ui.widgets.inspector import InspectorPanel
@@ -137,8 +137,6 @@ class MainScreen(Screen[None]):
 
     async def show_conversation(self, conversation: Conversation, *, markdown: bool) -> None:
         """Replace the transcript with a whole conversation (reopened, or cleared)."""
-        from specchat.ui.live import replay
-
         self.stop_inspecting()
         transcript = self.transcript
         await transcript.remove_children()
