@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from textual import events, on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Footer, Header
 
@@ -106,10 +107,13 @@ class MainScreen(Screen[None]):
         """Every panel redraws from the live object if what it shows changed."""
         if not self.is_mounted:
             return
-        if self.cursor is not None:
-            self._describe_cursor()  # a streaming round may have been verified meanwhile
-        for panel in self.panels:
-            panel.show_live(self.live, force)
+        try:
+            if self.cursor is not None:
+                self._describe_cursor()  # a streaming round may have been verified meanwhile
+            for panel in self.panels:
+                panel.show_live(self.live, force)
+        except NoMatches:  # the app is closing and the panels' parts are already gone
+            return
 
     # ---------------------------------------------------------- transcript
 
