@@ -133,6 +133,7 @@ class ReplayScreen(MainScreen):
         self.live.set_display(
             keys={**keys, "step": "n", "step_mode": "space"}, show_rejected=palette.show_rejected
         )
+        self._update_controls()
 
     def compose_input(self) -> ComposeResult:
         yield Static(id="replay-bar")

@@ -56,7 +56,7 @@ class StepPanel(Static):
         )
         round_event = step.round
         if round_event is None:
-            return Group(Text("prefilled: no round run yet", "bold"), hint, Text(upcoming, "dim"))
+            return Group(Text("no round run yet", "bold"), hint, Text(upcoming, "dim"))
         title = Text(
             f"round {round_event.round + 1} · γ {round_event.gamma} · drafter {round_event.drafter} · "
             f"{round_event.accepted} of {round_event.drafted} drafts accepted",
