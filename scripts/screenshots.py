@@ -14,6 +14,13 @@ times come from a cost model too (``race_with_fixed_times``), unless ``--race`` 
 that was measured (``specchat race --json``, or E on the race screen): the app then shows that
 measurement; ``--selftest`` does the same for the self-test.
 
+The talk-mode pictures (``talk-*.svg``: step mode, rejected drafts, the token inspector,
+replay) come from the real default pair: ``--real`` renders only those, at T = 0.7 with a fixed
+seed and the model drafter at fixed γ = 4. It loads the real models, so run it under
+``flock /tmp/specchat-heavy.lock`` on a shared machine; its timings are measured on whatever
+machine runs it. ``--talk-tiny`` renders the same pictures from the tiny pair instead (no real
+models needed).
+
 Nothing touches your config or saved conversations: both go to a temporary folder.
 """
 
@@ -97,6 +104,7 @@ async def shoot(
     path: Path,
     size: tuple[int, int],
     script: Callable[[Any, Any], Awaitable[None]],
+    names: tuple[str, str] = ("tiny-target", "tiny-draft"),
     **settings: Any,
 ) -> None:
     from specchat.config import Settings
@@ -109,7 +117,7 @@ async def shoot(
     }  # fmt: skip
     values["system_prompt"] = SYSTEM
     values.update(settings)
-    app = SpecchatApp(Settings(**values), engine=engine, target_name="tiny-target", draft_name="tiny-draft")
+    app = SpecchatApp(Settings(**values), engine=engine, target_name=names[0], draft_name=names[1])
     async with app.run_test(size=size) as pilot:
         await script(app, pilot)
         app.refresh_panels(force=True)
@@ -131,7 +139,7 @@ async def send_and_wait(app: Any, pilot: Any, text: str) -> None:
     await wait(pilot, lambda: app.reply is None and app.conversation.turns[-1].role == "assistant")
 
 
-async def wait(pilot: Any, condition: Callable[[], bool], timeout: float = 60.0) -> None:
+async def wait(pilot: Any, condition: Callable[[], bool], timeout: float = 300.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
@@ -256,6 +264,90 @@ async def render_all(
     await shoot(engine(), out / "conversations.svg", size, saved)
 
 
+PRIME = "Write a Python function that checks whether a number is prime."
+TALK_QUESTION = {"tiny": TURNS[0][0], "real": PRIME}
+NAMES = {"tiny": ("tiny-target", "tiny-draft"), "real": ("qwen-coder-1.5b", "qwen-coder-0.5b")}
+TALK_SETTINGS = {"tiny": {"temperature": 1.0, "seed": 2}, "real": {"temperature": 0.7, "seed": 7}}
+
+
+async def shoot_talk(
+    engine: Callable[..., Any], out: Path, size: tuple[int, int], pair: str = "tiny"
+) -> None:
+    """The pictures of README's "Giving a talk": one round, seen four ways."""
+    question = TALK_QUESTION[pair]
+    talk = {**TALK_SETTINGS[pair], "max_new_tokens": 160}
+
+    async def step_mode(app: Any, pilot: Any) -> None:
+        # Step to the first round (after the third) whose drafts were not all accepted.
+        await pilot.press("ctrl+g")
+        await send_only(app, pilot, question)
+        for rounds in range(1, 30):
+            await wait(pilot, lambda n=rounds: app.live.step.paused and len(app.reply.rounds) == n)
+            if rounds >= 3 and app.reply.rounds[-1].rejected:
+                break
+            await pilot.press("ctrl+n")
+        app.clear_notifications()
+
+    async def inspector(app: Any, pilot: Any) -> None:
+        await send_and_wait(app, pilot, question)
+        tokens = app.conversation.turns[-1].tokens
+        index = next((i for i, t in enumerate(tokens) if t.kind == "correction" and t.text and i > 8), None)
+        app.main_screen.inspect_token(0, index if index is not None else len(tokens) - 1)
+        await pilot.pause()
+
+    async def replay(app: Any, pilot: Any) -> None:
+        from specchat.ui.screens.replay import ReplayScreen
+
+        await send_and_wait(app, pilot, question)
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        await pilot.press("r")
+        await wait(pilot, lambda: isinstance(app.screen, ReplayScreen))
+        await pilot.press("space")
+        screen = app.screen
+        for _ in range(30):  # to the first round from the fifth on with a rejected draft
+            await pilot.press("n")
+            await pilot.pause()
+            step = screen.live.step
+            if step.round is not None and step.round.round >= 4 and step.round.rejected:
+                break
+
+    names = NAMES[pair]
+    await shoot(engine(), out / "talk-step.svg", size, step_mode, names, **talk)
+    await shoot(engine(), out / "talk-inspector.svg", size, inspector, names, **talk)
+    await shoot(engine(), out / "talk-replay.svg", size, replay, names, **talk)
+
+
+async def send_only(app: Any, pilot: Any, text: str) -> None:
+    from specchat.ui.widgets.prompt import PromptInput
+
+    prompt = app.query_one(PromptInput)
+    prompt.focus()
+    prompt.text = text
+    await pilot.press("enter")
+
+
+async def render_tiny_talk(pair: Any, out: Path, size: tuple[int, int]) -> None:
+    from specchat.engine.session import ChatEngine
+    from specchat.ui.testing import FixedTimings, PausingEngine
+
+    chat = ChatEngine(pair.target, pair.tokenizer, pair.draft)
+    await shoot_talk(lambda: PausingEngine(FixedTimings(chat)), out, size)
+
+
+async def render_real_talk(out: Path, size: tuple[int, int]) -> None:
+    """The talk pictures from the real default pair (measured timings, not the cost model)."""
+    from specchat.config import Settings
+    from specchat.engine.session import ChatEngine
+    from specchat.models import load_for_decoding
+    from specchat.ui.testing import PausingEngine
+
+    settings = Settings()
+    loaded = load_for_decoding(settings.target, settings.draft, cpu_path=settings.cpu_path)
+    chat = ChatEngine(loaded.target, loaded.tokenizer, loaded.draft)
+    await shoot_talk(lambda: PausingEngine(chat), out, size, pair="real")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "screenshots")
@@ -266,6 +358,8 @@ def main() -> int:
     parser.add_argument(
         "--selftest", type=Path, help="a self-test saved by `specchat selftest --json` (or E on its screen)"
     )
+    parser.add_argument("--real", action="store_true", help="talk pictures only, from the real default pair")
+    parser.add_argument("--talk-tiny", action="store_true", help="talk pictures only, from the tiny pair")
     args = parser.parse_args()
     columns, rows = (int(n) for n in args.size.lower().split("x"))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -274,6 +368,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["SPECCHAT_DATA_DIR"] = str(Path(tmp) / "data")
         os.environ["SPECCHAT_CONFIG"] = str(Path(tmp) / "config.toml")
+        if args.real:
+            asyncio.run(render_real_talk(args.out, (columns, rows)))
+            return 0
         import torch
 
         torch.set_num_threads(1)  # deterministic, and quick for models this small
@@ -288,7 +385,10 @@ def main() -> int:
             from specchat.engine.selftest import report_from_json
 
             report = report_from_json(json.loads(args.selftest.read_text(encoding="utf-8")))
-        asyncio.run(render_all(pair, args.out, (columns, rows), race, report))
+        if args.talk_tiny:
+            asyncio.run(render_tiny_talk(pair, args.out, (columns, rows)))
+        else:
+            asyncio.run(render_all(pair, args.out, (columns, rows), race, report))
     return 0
 
 

@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -275,6 +276,29 @@ def chat(**options: Any) -> None:
     if options.get("theme") is not None:
         check_theme_name(options["theme"])
     sys.exit(run_chat(settings))
+
+
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--speed",
+    type=click.Choice(["0.25", "0.5", "1", "2", "4"]),
+    default="1",
+    show_default=True,
+    help="Pace relative to the recording (+/− change it while replaying).",
+)
+@click.option("--theme", help="Theme name (see themes/).")
+@debug_option
+@reports_errors
+def replay(file: Path, speed: str, theme: str | None) -> None:
+    """Replay a saved conversation FILE round by round at its recorded pace (no model is loaded)."""
+    settings = settings_from({"theme": theme})
+    from specchat.ui.app import run_replay
+    from specchat.ui.themes import check_theme_name
+
+    if theme is not None:
+        check_theme_name(theme)
+    sys.exit(run_replay(settings, file, float(speed)))
 
 
 @main.command()

@@ -4,6 +4,11 @@
 behind a loading screen, then chats. Tests and the screenshot script build the app with an
 engine already made: ``SpecchatApp(settings, engine=ChatEngine(...))`` skips loading.
 
+The layout, the panels and the inspector's cursor belong to :class:`MainScreen`
+(:mod:`specchat.ui.screens.main`); the app holds the engine, the conversation, the controls and
+the actions. ``specchat replay FILE`` opens the same app with no engine, over a
+:class:`ReplayScreen`.
+
 Threads: the engine runs only in the two workers below (``_load_models`` and
 ``_stream_reply``), through :mod:`specchat.ui.bridge`; results come back only as messages.
 Live panels redraw on a timer from :class:`~specchat.ui.live.LiveStats`, never per token.
@@ -17,19 +22,17 @@ import signal
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.style import Style
 from rich.text import Text
-from textual import events, on, work
-from textual.app import App, ComposeResult, SystemCommand
+from textual import on, work
+from textual.app import App, SystemCommand
 from textual.binding import BindingType
-from textual.containers import Horizontal, Vertical
-from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.theme import Theme
 from textual.timer import Timer
-from textual.widgets import Footer, Header, Static
 from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState, get_current_worker
 
 from specchat import logs
@@ -39,34 +42,32 @@ from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.gamma import GAMMA_MAX, SCHEDULES
 from specchat.errors import SpecchatError
 from specchat.ui import bridge, commands, keys, talk, themes
-from specchat.ui.live import LiveStats
-from specchat.ui.messages import EngineLoaded, LoadFailed, LoadProgressed, ReplyClosed, ReplyEvents
+from specchat.ui.live import ControlsView, LiveStats, StepView
+from specchat.ui.messages import (
+    EngineLoaded,
+    LoadFailed,
+    LoadProgressed,
+    ReplyClosed,
+    ReplyEvents,
+    ReplyPaused,
+)
 from specchat.ui.prefs import remember
 from specchat.ui.screens.conversations import ConversationsScreen
 from specchat.ui.screens.help import HelpScreen
 from specchat.ui.screens.loading import LoadingScreen
+from specchat.ui.screens.main import MainScreen
+from specchat.ui.screens.replay import ReplayScreen
 from specchat.ui.screens.system_prompt import SystemPromptScreen
 from specchat.ui.store import Conversation, ConversationError, ConversationStore, Turn
 from specchat.ui.theory import TheoryTracker
-from specchat.ui.widgets.panels import ControlsView, Figures, Legend, SidePanel, figures
+from specchat.ui.widgets.panels import Figures, figures
 from specchat.ui.widgets.prompt import PromptInput
-from specchat.ui.widgets.transcript import (
-    AssistantMessage,
-    Notice,
-    SystemNote,
-    TokenText,
-    Transcript,
-    UserMessage,
-)
+from specchat.ui.widgets.transcript import AssistantMessage, Notice, SystemNote, Transcript, UserMessage
 
 if TYPE_CHECKING:
     from specchat.engine.session import Controls
     from specchat.models import LoadProgress
 
-PANEL_INTERVAL = 0.25
-"""Seconds between panel refreshes while figures change."""
-NARROW_WIDTH = 96
-"""Below this many columns the side panel hides and a one-line summary shows instead."""
 TEMPERATURE_STEP = 0.1
 TEMPERATURE_MAX = 2.0
 QUIT_GRACE = 5.0
@@ -102,6 +103,8 @@ class ActiveReply:
     worker: Worker[str | None] | None = None
     drain_timer: Timer | None = None
     stopping: bool = False
+    paused: bool = False
+    """Step mode holds the reply between two rounds."""
 
 
 class SpecchatApp(App[int]):
@@ -118,8 +121,13 @@ class SpecchatApp(App[int]):
         draft_name: str | None = None,
         device: str = "",
         handle_signals: bool = False,
+        replay: Conversation | None = None,
+        replay_speed: float = 1.0,
     ) -> None:
         super().__init__()
+        self.replay_only = replay
+        """``specchat replay FILE``: no engine, the saved conversation replayed, then quit."""
+        self.replay_speed = replay_speed
         self.settings = settings
         self.handle_signals = handle_signals
         """Quit cleanly on SIGTERM/SIGHUP/SIGINT (the real terminal; tests leave them alone)."""
@@ -135,6 +143,8 @@ class SpecchatApp(App[int]):
         self.store = ConversationStore(data_dir())
         self.conversation = Conversation.new(settings.system_prompt, self.target_name, self.draft_name)
         self.live = LiveStats()
+        self.palette = themes.TokenPalette()
+        self.step_gate = bridge.StepGate()
         self.markdown_view = False
         self.reply: ActiveReply | None = None
         self.loading_screen: LoadingScreen | None = None
@@ -142,10 +152,8 @@ class SpecchatApp(App[int]):
         self._exit_status = 0
         self._save_failed = False
         self._unsaved_told_at = 0
-        self._panel_key: object = None
         self.startup_notes: list[str] = []
         """Warnings about the settings (themes, keys), shown when the app opens."""
-        self._styles_for: tuple[str, dict[str, Style]] = ("", {})
         self.talk_task: str | None = None
         """What a talk screen runs on the models (the race, the self-test), so no reply starts."""
         self.theory_tracker: TheoryTracker | None = None
@@ -166,34 +174,32 @@ class SpecchatApp(App[int]):
         self.keymap, warnings = keys.check_keymap(settings.keys)
         self.startup_notes.extend(warnings)
         self.set_keymap(self.keymap)
+        self.live.set_display(keys=self.effective_keys)
+        self.main_screen = MainScreen(self.live, self.palette, self.conversation.system_prompt, self.keymap)
 
     # ----------------------------------------------------------------- layout
 
-    def compose(self) -> ComposeResult:
-        yield Header(icon="◆")
-        with Horizontal(id="main"):
-            with Vertical(id="chat"):
-                yield Transcript(SystemNote(self.conversation.system_prompt), id="transcript")
-                yield Legend(id="legend")
-                yield Static(id="compact-figures", markup=False)
-                yield PromptInput(self.keymap, id="prompt")
-            yield SidePanel(id="side")
-        yield Footer()
+    def get_default_screen(self) -> Screen[Any]:
+        return self.main_screen
 
-    def on_mount(self) -> None:
-        self.main_screen: Screen[Any] = self.screen
+    async def on_mount(self) -> None:
         if self.handle_signals:
             self._quit_on_signals()
+        self.palette.use(self.token_styles_of(self.theme))
         self.theme_changed_signal.subscribe(self, self._on_theme_changed)
-        self.set_interval(PANEL_INTERVAL, self.refresh_panels)
+        # The chat's widgets must exist before the app reports ready (tests, autopilots) and
+        # before anything below touches them; the screen composes in its own task.
+        await self.main_screen.mounted.wait()
         talk.attach(self)
-        self._update_legend()
         self.refresh_panels(force=True)
         for note in self.startup_notes:
             self.notify(note, severity="warning", timeout=8)
         self.prompt.focus()
         self._hold_prompt()
-        if self._given is not None:
+        if self.replay_only is not None:
+            self.sub_title = f"replay · {self.replay_only.title}"
+            self.push_screen(self._replay_screen(self.replay_only), lambda _: self.exit(0))
+        elif self._given is not None:
             self._use_engine(self._given)
         else:
             self.sub_title = "connecting…" if self.settings.server else "loading…"
@@ -211,10 +217,6 @@ class SpecchatApp(App[int]):
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             loop.add_signal_handler(signum, self.request_quit, 128 + signum)
-
-    def on_resize(self, event: events.Resize) -> None:
-        # Narrow terminals give the transcript the whole width; one line of figures remains.
-        self.set_class(event.size.width < NARROW_WIDTH, "-narrow")
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return themes.variable_defaults()
@@ -265,7 +267,14 @@ class SpecchatApp(App[int]):
         # sets it for every worker when the app quits.
         cancel = get_current_worker().cancelled_event
         error = bridge.run_reply(
-            engine, messages, controls, cancel, buffer, lambda: self.post_message(ReplyEvents(reply_id))
+            engine,
+            messages,
+            controls,
+            cancel,
+            buffer,
+            lambda: self.post_message(ReplyEvents(reply_id)),
+            self.step_gate,
+            lambda: self.post_message(ReplyPaused(reply_id)),
         )
         self.post_message(ReplyClosed(reply_id, error))
         return error
@@ -304,9 +313,7 @@ class SpecchatApp(App[int]):
         if self.capabilities.kind != "local":
             self.sub_title = f"server {loaded.target_name}"
             self.live.by_arrival = True  # a server times no rounds: measure tokens as they arrive
-            legend = self.main_screen.query_one(Legend)
-            legend.note = LEGEND_NOTES.get(self.capabilities.provenance, "")
-            legend.redraw()
+            self.live.set_display(note=LEGEND_NOTES.get(self.capabilities.provenance, ""))
         for line in loaded.notes:
             self.notify(line, severity="warning", timeout=12)
         self._hold_prompt()
@@ -333,6 +340,8 @@ class SpecchatApp(App[int]):
         self._start_reply()
 
     def _why_not_send(self) -> str | None:
+        if self.replay_only is not None:
+            return "This is a replay: no model is loaded, so nothing can be sent."
         if self.engine is None or self.controls is None:
             return "The models are still loading: your message stays in the box."
         if self.reply is not None:
@@ -358,11 +367,9 @@ class SpecchatApp(App[int]):
             "drafter": c.drafter,
             "temperature": c.temperature,
         }
-        widget = AssistantMessage(streaming=True, markdown=self.markdown_view)
+        widget = self.main_screen.new_reply(markdown=self.markdown_view)
         reply = ActiveReply(self._reply_seq, widget, settings)
         self.reply = reply
-        self.transcript.mount(widget)
-        self.transcript.follow_new_reply()
         self.live.start_reply()
         self._save()
         self._set_busy(True)
@@ -370,26 +377,46 @@ class SpecchatApp(App[int]):
         reply.worker = self._stream_reply(
             reply.id, self.engine, self.conversation.chat_messages(), self.controls, reply.buffer
         )
+        if self.step_gate.on:
+            self.live.set_step(StepView(on=True))
 
     def on_reply_events(self, message: ReplyEvents) -> None:
         if self.reply is not None and message.reply_id == self.reply.id:
             self._drain(self.reply)
 
     def _drain(self, reply: ActiveReply) -> None:
-        tokens: list[TokenEvent] = []
+        shown: list[TokenEvent | RoundEvent] = []
         for event in reply.buffer.drain():
             if isinstance(event, TokenEvent):
-                tokens.append(event)
+                shown.append(event)
                 reply.tokens.append(event)
             elif isinstance(event, RoundEvent):
+                shown.append(event)
                 reply.rounds.append(event)
             elif isinstance(event, SummaryEvent):
                 reply.summary = event
             self.live.add(event)
-        if tokens:
-            reply.widget.append(tokens)
-            if not self.transcript.is_anchored:
-                self.transcript.call_after_refresh(self.transcript.follow)
+        if shown:
+            self.main_screen.show_events(reply.widget, shown)
+
+    def on_reply_paused(self, message: ReplyPaused) -> None:
+        """Step mode holds the reply after a round: show that round's table."""
+        reply = self.reply
+        if reply is None or message.reply_id != reply.id:
+            return
+        self._drain(reply)
+        if not self.step_gate.on:
+            return  # step mode went off while this message was on its way: the reply goes on
+        reply.paused = True
+        last = reply.rounds[-1] if reply.rounds else None
+        closing = None
+        if last is not None:
+            closing = next(
+                (t for t in reversed(reply.tokens) if t.round == last.round and t.kind != "accepted"), None
+            )
+        self.live.set_step(StepView(on=True, paused=True, round=last, closing=closing))
+        self.prompt.border_title = f"paused after round {len(reply.rounds)} · {self._key('step')} next round"
+        self.main_screen.refresh_panels()
 
     async def on_reply_closed(self, message: ReplyClosed) -> None:
         reply = self.reply
@@ -412,6 +439,7 @@ class SpecchatApp(App[int]):
         if self.capabilities.kind != "local":
             reply.settings.update(self._server_settings(reply.settings))
         self.reply = None
+        self.live.set_step(StepView(on=self.step_gate.on))
         self._set_busy(False)
 
     def _keep_reply(self, reply: ActiveReply, error: str | None) -> None:
@@ -561,18 +589,24 @@ class SpecchatApp(App[int]):
         self.notify(f"Copied the last reply ({len(last.content)} characters).")
 
     def action_open_conversations(self) -> None:
-        if isinstance(self.screen, ConversationsScreen) or not self._idle("open another conversation"):
+        if isinstance(self.screen, ConversationsScreen | ReplayScreen) or self.replay_only is not None:
+            return
+        if not self._idle("open another conversation"):
             return
         self._save()
         self.push_screen(ConversationsScreen(self.store, self.store.saved()), self._open_conversation)
 
-    async def _open_conversation(self, conversation_id: str | None) -> None:
-        if conversation_id is None:
+    async def _open_conversation(self, choice: tuple[str, str] | None) -> None:
+        if choice is None:
             return
+        what, conversation_id = choice
         try:
             conversation = self.store.load(conversation_id)
         except ConversationError as err:
             self.notify(str(err), severity="error")
+            return
+        if what == "replay":
+            self.push_screen(self._replay_screen(conversation))
             return
         self.conversation = conversation
         await self._rebuild_transcript()
@@ -595,7 +629,7 @@ class SpecchatApp(App[int]):
         if isinstance(self.screen, HelpScreen):
             self.screen.dismiss()
         else:
-            self.push_screen(HelpScreen(self.keymap))
+            self.push_screen(HelpScreen(self.keymap, self.palette))
 
     def action_edit_system_prompt(self) -> None:
         if isinstance(self.screen, SystemPromptScreen):
@@ -620,6 +654,89 @@ class SpecchatApp(App[int]):
         for reply in self.transcript.replies():
             reply.set_view(self.markdown_view)
         self._update_legend()
+
+    # ------------------------------------------------------------ talk mode
+
+    def action_toggle_rejected(self) -> None:
+        """Show or hide the rejected drafts, in every reply on every screen."""
+        shown = self.palette.toggle_rejected()
+        for screen in self._chat_screens():
+            screen.live.set_display(show_rejected=shown)
+            screen.redraw_tokens()
+
+    def action_inspect(self) -> None:
+        """Put the inspector's cursor on the reply (or leave the inspector)."""
+        screen = self.screen
+        if not isinstance(screen, MainScreen):
+            return
+        if screen.cursor is not None:
+            screen.stop_inspecting()
+        else:
+            screen.start_inspecting()
+
+    def action_toggle_step_mode(self) -> None:
+        """Pause after every round (on), or stream again (off). A replay pauses or plays."""
+        if isinstance(self.screen, ReplayScreen):
+            self.screen.toggle_playing()
+            return
+        if self.engine is not None and not self.capabilities.stepping:
+            self.notify(
+                "This backend streams whole replies: it cannot pause between rounds.", severity="warning"
+            )
+            return
+        on = not self.step_gate.on
+        self.step_gate.set_on(on)
+        if not on and self.reply is not None:
+            self.reply.paused = False
+            self._set_busy(True)
+        self.live.set_step(StepView(on=on))
+        if on:
+            when = "after this round" if self.reply is not None else "after every round of the next reply"
+            self.notify(f"Step mode: decoding pauses {when}; {self._key('step')} runs one more round.")
+        else:
+            self.notify("Step mode off: replies stream again.")
+        self.refresh_panels(force=True)
+
+    def action_step(self) -> None:
+        """Run one more round (step mode), or step a replay."""
+        if isinstance(self.screen, ReplayScreen):
+            self.screen.step_round()
+            return
+        if not self.step_gate.on:
+            self.notify(f"Step mode is off: {self._key('step_mode')} pauses decoding after every round.")
+            return
+        self.step_gate.allow_one()
+        if self.reply is not None and self.reply.paused:
+            self.reply.paused = False
+            self._set_busy(True)
+            self.live.set_step(StepView(on=True))
+            self.refresh_panels()
+
+    def action_save_screenshot(self) -> None:
+        """An SVG of the screen as it is, for slides, in the user data folder."""
+        folder = data_dir() / "screenshots"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            path = self.save_screenshot(path=str(folder))
+        except OSError as err:
+            self.notify(f"cannot save the screenshot in {folder}: {err.strerror or err}", severity="error")
+            return
+        self.notify(f"Screenshot saved: {path}", title="screenshot", timeout=10)
+
+    def _replay_screen(self, conversation: Conversation) -> ReplayScreen:
+        return ReplayScreen(
+            conversation,
+            self.palette,
+            self.effective_keys,
+            speed=self.replay_speed,
+        )
+
+    def _chat_screens(self) -> list[MainScreen]:
+        screens = (self.main_screen, *self.screen_stack)
+        return [s for s in dict.fromkeys(screens) if isinstance(s, MainScreen) and s.is_attached]
+
+    def _key(self, binding_id: str) -> str:
+        return keys.display_key(self.effective_keys.get(binding_id, ""))
 
     def action_gamma_up(self) -> None:
         self._set_gamma(+1)
@@ -710,18 +827,16 @@ class SpecchatApp(App[int]):
 
     @property
     def token_styles(self) -> dict[str, Style]:
-        """Rich styles of the four token kinds in the current theme."""
-        if self._styles_for[0] != self.theme:
-            styles = themes.token_styles(self.current_theme, self.theme_specs.get(self.theme))
-            self._styles_for = (self.theme, styles)
-        return self._styles_for[1]
+        """Rich styles of the token kinds (and rejected drafts) in the current theme."""
+        return self.palette.styles
+
+    def token_styles_of(self, name: str) -> dict[str, Style]:
+        return themes.token_styles(self.get_theme(name) or self.current_theme, self.theme_specs.get(name))
 
     def _on_theme_changed(self, theme: Theme) -> None:
-        for screen in self.screen_stack:
-            for widget in screen.query(TokenText):
-                widget.refresh()
-        self._update_legend()
-        self.refresh_panels(force=True)
+        self.palette.use(self.token_styles_of(theme.name))
+        for screen in self._chat_screens():
+            screen.redraw_tokens()
         if theme.name != self.settings.theme:
             self.settings.theme = theme.name
             self._remember("theme", theme.name)
@@ -735,27 +850,15 @@ class SpecchatApp(App[int]):
     # --------------------------------------------------------------- panels
 
     def refresh_panels(self, force: bool = False) -> None:
-        """Redraw the live panels if anything changed (called on a timer and after a key)."""
-        view = self.controls_view()
-        key = (self.live.version, view, self.theme)
-        if not force and key == self._panel_key:
-            return
-        self._panel_key = key
-        figs = figures(self.live, view)
-        try:
-            self.main_screen.query_one(SidePanel).show(figs, self.effective_keys)
-            compact = self.main_screen.query_one("#compact-figures", Static)
-        except NoMatches:  # the app is closing and its panels are already gone
-            return
-        compact.update(
-            f"α {figs.alpha} (rolling {figs.alpha_rolling}) · τ {figs.tau} · {figs.tokens_per_s} tok/s · "
-            f"γ {figs.gamma} {figs.schedule} · drafter {figs.drafter} · T {figs.temperature}"
-        )
+        """Tell the live object the controls in force, and redraw the chat's panels."""
+        self.live.set_controls(self.controls_view())
+        self.main_screen.refresh_panels(force)
 
     @property
     def figures(self) -> Figures:
         """What the panels show right now (tests compare it with the engine's events)."""
-        return figures(self.live, self.controls_view())
+        self.live.set_controls(self.controls_view())
+        return figures(self.live)
 
     def controls_view(self) -> ControlsView | None:
         c = self.controls
@@ -772,22 +875,18 @@ class SpecchatApp(App[int]):
         return {spec.id: keys.effective_key(spec, self.keymap) for spec in keys.ALL_KEYS}
 
     def _update_legend(self) -> None:
-        legend = self.main_screen.query_one(Legend) if hasattr(self, "main_screen") else None
-        if legend is None:
-            return
-        legend.view = "Markdown" if self.markdown_view else "colours"
-        legend.view_key = keys.display_key(self.effective_keys["view"])
-        legend.redraw()
+        self.live.set_display(markdown=self.markdown_view)
+        self.refresh_panels()
 
     # -------------------------------------------------------------- helpers
 
     @property
     def transcript(self) -> Transcript:
-        return self.main_screen.query_one(Transcript)
+        return self.main_screen.transcript
 
     @property
     def prompt(self) -> PromptInput:
-        return self.main_screen.query_one(PromptInput)
+        return self.main_screen.prompt
 
     def _idle(self, what: str) -> bool:
         if self.reply is not None:
@@ -801,24 +900,7 @@ class SpecchatApp(App[int]):
         return True
 
     async def _rebuild_transcript(self) -> None:
-        transcript = self.transcript
-        await transcript.remove_children()
-        widgets: list[Any] = [SystemNote(self.conversation.system_prompt)]
-        for turn in self.conversation.turns:
-            if turn.role == "user":
-                widgets.append(UserMessage(turn.content))
-            else:
-                widgets.append(
-                    AssistantMessage(
-                        turn.tokens,
-                        summary=turn.summary,
-                        settings=turn.settings,
-                        error=turn.error,
-                        markdown=self.markdown_view,
-                    )
-                )
-        await transcript.mount_all(widgets)
-        transcript.restart()
+        await self.main_screen.show_conversation(self.conversation, markdown=self.markdown_view)
 
     def _save(self) -> None:
         """Auto-save (atomically). A conversation left with no message has no file.
@@ -858,6 +940,16 @@ class SpecchatApp(App[int]):
         if self._save_failed:
             self._save_failed = False
             self.notify("The conversation is saved again.", title="saved")
+
+
+def run_replay(settings: Settings, path: Path, speed: float = 1.0) -> int:
+    """Replay a saved conversation round by round, with no model loaded. Returns an exit code."""
+    conversation = ConversationStore.load_path(path)
+    if not any(turn.role == "assistant" for turn in conversation.turns):
+        raise ConversationError(f"{path} holds no reply to replay.")
+    app = SpecchatApp(settings, replay=conversation, replay_speed=speed, handle_signals=True)
+    app.run()
+    return app.return_code or 0
 
 
 def run_chat(settings: Settings) -> int:

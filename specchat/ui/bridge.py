@@ -2,6 +2,8 @@
 
 It runs inside Textual thread workers (see ``SpecchatApp._load_models`` and
 ``SpecchatApp._stream_reply``) and hands results back only through ``post_message``.
+A backend that can step (the local engine) is driven one round per call of its step API;
+:class:`StepGate` holds the worker between rounds in step mode.
 Heavy modules (torch, transformers, specchat.models, specchat.engine.session) are imported
 here lazily, inside the functions, so importing the UI stays light.
 
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -152,6 +154,52 @@ def make_controls(settings: Settings, available: Sequence[str]) -> tuple[Control
     return controls, note
 
 
+class StepGate:
+    """Step mode, shared by the UI (which turns it on and grants rounds) and the reply's worker
+    (which waits at the gate after every round). Thread-safe.
+
+    With step mode off the gate never holds. With it on, the worker stops after each round
+    until the UI grants one more (:meth:`allow_one`), step mode is turned off, or the reply is
+    cancelled. Grants made while a round runs are kept, so quick presses are never lost.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._on = False
+        self._grants = 0
+
+    @property
+    def on(self) -> bool:
+        return self._on
+
+    def set_on(self, on: bool) -> None:
+        with self._cond:
+            self._on = on
+            self._grants = 0
+            self._cond.notify_all()
+
+    def allow_one(self) -> None:
+        with self._cond:
+            self._grants += 1
+            self._cond.notify_all()
+
+    def wait_turn(self, cancel: threading.Event, paused: Callable[[], object]) -> None:
+        """Between two rounds: return at once unless step mode holds; otherwise say so once
+        (``paused``) and wait for a grant, step mode off, or ``cancel``."""
+        with self._cond:
+            if not self._on:
+                return
+            if self._grants:
+                self._grants -= 1
+                return
+        paused()
+        with self._cond:
+            while self._on and not self._grants and not cancel.is_set():
+                self._cond.wait(0.05)
+            if self._grants:
+                self._grants -= 1
+
+
 def run_reply(
     engine: Engine,
     messages: Sequence[dict[str, str]],
@@ -159,15 +207,30 @@ def run_reply(
     cancel: threading.Event,
     buffer: EventBuffer,
     wake: Callable[[], object],
+    gate: StepGate | None = None,
+    paused: Callable[[], object] = lambda: None,
 ) -> str | None:
-    """Stream one reply into ``buffer``, waking the UI as needed. Runs in a worker.
+    """Decode one reply into ``buffer``, waking the UI as needed. Runs in a worker.
 
-    Returns None, or a one-line error for the user (never a traceback).
+    A backend that can step runs one round per call of its step API, waiting at ``gate``
+    between rounds (step mode); others stream. Returns None, or a one-line error for the
+    user (never a traceback).
     """
-    try:
-        for event in engine.stream_chat(messages, controls, cancel):
+
+    def put_all(events: Iterable[Event]) -> None:
+        for event in events:
             if buffer.put(event):
                 wake()
+
+    try:
+        if gate is not None and capabilities_of(engine).stepping:
+            reply = engine.start_chat(messages, controls, cancel)
+            while not reply.done:
+                put_all(reply.step())
+                if not reply.done:
+                    gate.wait_turn(cancel, paused)
+        else:
+            put_all(engine.stream_chat(messages, controls, cancel))
     except SpecchatError as err:
         return str(err)
     except Exception as err:  # the UI shows a line; the traceback goes to the log file

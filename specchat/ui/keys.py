@@ -87,6 +87,40 @@ APP_KEYS: tuple[KeySpec, ...] = (
         priority=True,
     ),
     KeySpec("system_prompt", "f9", "edit_system_prompt", "System", "Edit the system prompt", priority=True),
+    KeySpec(
+        "inspect",
+        "f10",
+        "inspect",
+        "Inspect",
+        "Inspect tokens: a cursor over the reply (←/→ token, ↑/↓ round, Esc leaves; or click a token)",
+        priority=True,
+    ),
+    KeySpec(
+        "rejected",
+        "f12",
+        "toggle_rejected",
+        "Rejected",
+        "Show or hide the rejected drafts (struck through, before their correction)",
+        priority=True,
+    ),
+    KeySpec(
+        "step_mode",
+        "ctrl+g",
+        "toggle_step_mode",
+        "Step",
+        "Step mode: pause after every round (replay: pause / play)",
+        priority=True,
+    ),
+    KeySpec("step", "ctrl+n", "step", "Next", "Run one more round (step mode and replay)", priority=True),
+    KeySpec(
+        "screenshot",
+        "ctrl+f",
+        "save_screenshot",
+        "Shot",
+        "Save a screenshot of the screen (SVG) in the user data folder",
+        show=False,
+        priority=True,
+    ),
     KeySpec("regenerate", "ctrl+r", "regenerate", "Regen", "Regenerate the last reply", show=False),
     KeySpec("clear", "ctrl+l", "clear", "Clear", "Clear: start a new conversation", show=False),
     KeySpec("copy", "ctrl+b", "copy_reply", "Copy", "Copy the last reply to the clipboard", show=False),
@@ -96,10 +130,12 @@ APP_KEYS: tuple[KeySpec, ...] = (
     ),
     KeySpec("theme", "ctrl+t", "cycle_theme", "Theme", "Switch to the next theme", show=False),
     # Talk mode (specchat.ui.talk): the race, theory against measurement, the exactness self-test.
-    # Off the footer, which is full at 120 columns; F1 and the palette list them.
+    # Off the footer, which is full at 120 columns; F1 and the palette list them. Ctrl+Y, Ctrl+K and
+    # Ctrl+E take over the message box's redo, delete-to-end and go-to-end (End and Ctrl+Shift+K
+    # remain): every function key is taken, and these are the control keys a terminal sends apart.
     KeySpec(
         "theory",
-        "f10",
+        "ctrl+y",
         "theory",
         "Theory",
         "Theory against measurement: formulas and the γ advisor",
@@ -108,7 +144,7 @@ APP_KEYS: tuple[KeySpec, ...] = (
     ),
     KeySpec(
         "best_gamma",
-        "ctrl+g",
+        "ctrl+k",
         "best_gamma",
         "Best γ",
         "Apply the γ the advisor predicts fastest",
@@ -126,7 +162,7 @@ APP_KEYS: tuple[KeySpec, ...] = (
     ),
     KeySpec(
         "selftest",
-        "f12",
+        "ctrl+e",
         "selftest",
         "Self-test",
         "Exactness self-test: histograms both ways",

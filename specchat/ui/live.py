@@ -1,15 +1,20 @@
-"""The figures the live panels show, derived only from engine events.
+"""The one live object every panel reads: figures derived only from engine events, plus the
+state of the screen they describe (controls, keys, the inspected token, the paused round).
 
 The same :mod:`specchat.engine.metrics` helpers compute α, τ and per-position acceptance here
-as in the CLI and the benchmark, so every front end agrees. Pure Python: no torch, no textual.
+as in the CLI and the benchmark, so every front end agrees. Panels receive this object and
+format what they need themselves; nothing hands them preformatted strings.
+Pure Python: no torch, no textual.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
+from specchat.backend import Capabilities
 from specchat.engine.events import Event, RoundEvent, SummaryEvent, TokenEvent, known
 from specchat.engine.metrics import RollingAlpha, StreamStats
 from specchat.ui.store import Turn
@@ -20,14 +25,71 @@ RATE_HISTORY = 48
 """Rounds kept for the tokens/s sparkline."""
 
 
+@dataclass(frozen=True)
+class ControlsView:
+    """The controls as the panels show them (copied from the engine's Controls)."""
+
+    gamma: int
+    schedule: str
+    drafter: str
+    temperature: float
+    drafters: tuple[str, ...] = ()
+    server: Capabilities | None = None
+    """A server's capabilities (None for the local engine, which measures everything)."""
+    replay_speed: float | None = None
+    """Set while replaying a saved conversation: the settings shown are the recorded ones."""
+
+
+@dataclass(frozen=True)
+class Inspected:
+    """The token under the inspector's cursor, with the round that produced it."""
+
+    token: TokenEvent
+    round: RoundEvent | None
+    """None while the round is still being verified, or for a saved reply without rounds."""
+    reply: int
+    """Which reply of the transcript (0 = the first)."""
+    index: int
+    """The token's index within its reply."""
+
+
+@dataclass(frozen=True)
+class StepView:
+    """Step mode: whether decoding waits after every round, and the round it waits after."""
+
+    on: bool = False
+    paused: bool = False
+    round: RoundEvent | None = None
+    """The last round run (None while paused before the first)."""
+    closing: TokenEvent | None = None
+    """That round's closing token (None when a stop token ended it)."""
+
+
+@dataclass
+class Display:
+    """How the chat is shown right now (the legend reads it)."""
+
+    markdown: bool = False
+    show_rejected: bool = True
+    note: str = ""
+    """How a server's colours were obtained; empty for the local engine."""
+    keys: Mapping[str, str] = field(default_factory=dict)
+    """Binding id -> the key in force (after remapping)."""
+
+
 class LiveStats:
-    """Whole-conversation and current-reply figures, updated event by event.
+    """Whole-conversation and current-reply figures, updated event by event, and the screen
+    state the panels describe.
 
     ``version`` grows with every change, so the panels redraw on their timer only when
     something moved.
     """
 
     def __init__(self) -> None:
+        self.controls: ControlsView | None = None
+        self.display = Display()
+        self.inspected: Inspected | None = None
+        self.step = StepView()
         self.by_arrival = False
         """Time replies by when their tokens arrive (a server, which reports no round timings)."""
         self.conversation = StreamStats()
@@ -75,6 +137,28 @@ class LiveStats:
             self._round_tokens = 0
         if isinstance(event, TokenEvent) and self.by_arrival and self._clock is None:
             self._clock = _ArrivalClock(self.reply.tokens)
+
+    def set_controls(self, controls: ControlsView | None) -> None:
+        if controls != self.controls:
+            self.controls = controls
+            self.version += 1
+
+    def set_display(self, **changes: object) -> None:
+        """Change how the chat is shown (markdown, show_rejected, note, keys)."""
+        for name, value in changes.items():
+            if getattr(self.display, name) != value:
+                setattr(self.display, name, value)
+                self.version += 1
+
+    def inspect(self, inspected: Inspected | None) -> None:
+        if inspected != self.inspected:
+            self.inspected = inspected
+            self.version += 1
+
+    def set_step(self, step: StepView) -> None:
+        if step != self.step:
+            self.step = step
+            self.version += 1
 
     def extend(self, events: Iterable[Event]) -> None:
         for event in events:

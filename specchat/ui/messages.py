@@ -49,3 +49,11 @@ class ReplyClosed(Message):
         super().__init__()
         self.reply_id = reply_id
         self.error = error
+
+
+class ReplyPaused(Message):
+    """Step mode holds the reply after a round: every event up to it is in the buffer."""
+
+    def __init__(self, reply_id: int) -> None:
+        super().__init__()
+        self.reply_id = reply_id

@@ -12,8 +12,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from specchat.backend import Capabilities
-from specchat.engine.events import Event, RoundEvent, SummaryEvent, TokenEvent
+from specchat.backend import Capabilities, Reply
+from specchat.engine.events import Event, RoundEvent, StopReason, SummaryEvent, TokenEvent
 from specchat.engine.race import LaneToken, RaceLane, RaceResult
 from specchat.ui.bridge import Engine, capabilities_of
 
@@ -43,20 +43,53 @@ class FixedTimings:
     def stream_chat(
         self, messages: Sequence[dict[str, str]], controls: Any, cancel: threading.Event | None = None
     ) -> Iterator[Event]:
-        total_ms = 0.0
+        clock = _FixedClock()
         for event in self.engine.stream_chat(messages, controls, cancel):
-            if isinstance(event, RoundEvent):
-                event = replace(event, draft_ms=DRAFT_MS_PER_TOKEN * event.drafted, verify_ms=VERIFY_MS)
-                total_ms += event.draft_ms + event.verify_ms
-            elif isinstance(event, SummaryEvent):
-                decode_s = total_ms / 1000.0
-                event = replace(
-                    event,
-                    decode_s=decode_s,
-                    prefill_ms=PREFILL_MS,
-                    tokens_per_s=event.tokens / decode_s if decode_s > 0 else 0.0,
-                )
-            yield event
+            yield clock.retime(event)
+
+    def start_chat(
+        self, messages: Sequence[dict[str, str]], controls: Any, cancel: threading.Event | None = None
+    ) -> Reply:
+        return _RetimedReply(self.engine.start_chat(messages, controls, cancel))
+
+
+class _FixedClock:
+    """The cost model of :class:`FixedTimings`, applied to one reply's events in order."""
+
+    def __init__(self) -> None:
+        self.total_ms = 0.0
+
+    def retime(self, event: Event) -> Event:
+        if isinstance(event, RoundEvent):
+            event = replace(event, draft_ms=DRAFT_MS_PER_TOKEN * event.drafted, verify_ms=VERIFY_MS)
+            self.total_ms += event.draft_ms + event.verify_ms
+        elif isinstance(event, SummaryEvent):
+            decode_s = self.total_ms / 1000.0
+            event = replace(
+                event,
+                decode_s=decode_s,
+                prefill_ms=PREFILL_MS,
+                tokens_per_s=event.tokens / decode_s if decode_s > 0 else 0.0,
+            )
+        return event
+
+
+class _RetimedReply:
+    def __init__(self, reply: Reply) -> None:
+        self.reply = reply
+        self.clock = _FixedClock()
+
+    @property
+    def done(self) -> bool:
+        return self.reply.done
+
+    def step(self) -> list[Event]:
+        return [self.clock.retime(event) for event in self.reply.step()]
+
+    def finish(self, stop: StopReason = "cancelled") -> SummaryEvent:
+        summary = self.clock.retime(self.reply.finish(stop))
+        assert isinstance(summary, SummaryEvent)
+        return summary
 
 
 class PausingEngine:
@@ -92,17 +125,31 @@ class PausingEngine:
     def stream_chat(
         self, messages: Sequence[dict[str, str]], controls: Any, cancel: threading.Event | None = None
     ) -> Iterator[Event]:
-        self.events.clear()
-        self.paused.clear()
-        self._release.clear()
+        self._begin()
         for event in self.engine.stream_chat(messages, controls, cancel):
             self.events.append(event)
             yield event
-            if isinstance(event, RoundEvent) and event.round == self.pause_after:
-                self.paused.set()
-                while not self._release.wait(0.02):
-                    if cancel is not None and cancel.is_set():
-                        break
+            if isinstance(event, RoundEvent):
+                self._pause_after(event, cancel)
+
+    def start_chat(
+        self, messages: Sequence[dict[str, str]], controls: Any, cancel: threading.Event | None = None
+    ) -> Reply:
+        self._begin()
+        return _PausingReply(self, self.engine.start_chat(messages, controls, cancel), cancel)
+
+    def _begin(self) -> None:
+        self.events.clear()
+        self.paused.clear()
+        self._release.clear()
+
+    def _pause_after(self, event: RoundEvent, cancel: threading.Event | None) -> None:
+        if event.round != self.pause_after:
+            return
+        self.paused.set()
+        while not self._release.wait(0.02):
+            if cancel is not None and cancel.is_set():
+                break
 
     @property
     def tokens(self) -> list[TokenEvent]:
@@ -111,6 +158,33 @@ class PausingEngine:
     @property
     def rounds(self) -> list[RoundEvent]:
         return [e for e in self.events if isinstance(e, RoundEvent)]
+
+
+class _PausingReply:
+    def __init__(self, owner: PausingEngine, reply: Reply, cancel: threading.Event | None) -> None:
+        self.owner = owner
+        self.reply = reply
+        self.cancel = cancel
+        self._last_round: RoundEvent | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.reply.done
+
+    def step(self) -> list[Event]:
+        # Pause before the round after pause_after, once the caller has taken that round's
+        # events: the UI has them all while the engine waits, as in the streaming path.
+        if self._last_round is not None:
+            self.owner._pause_after(self._last_round, self.cancel)
+        events = self.reply.step()
+        self.owner.events.extend(events)
+        self._last_round = next((e for e in reversed(events) if isinstance(e, RoundEvent)), None)
+        return events
+
+    def finish(self, stop: StopReason = "cancelled") -> SummaryEvent:
+        summary = self.reply.finish(stop)
+        self.owner.events.append(summary)
+        return summary
 
 
 RACE_PREFILL_S = 0.05

@@ -199,6 +199,45 @@ def token_styles(theme: Theme, spec: ThemeSpec | None) -> dict[str, Style]:
     return styles
 
 
+REJECTED = "rejected"
+"""The look of a rejected draft shown in place (not a token kind: it never enters the reply)."""
+
+
+class TokenPalette:
+    """How reply tokens are drawn: the theme's style per kind, and whether rejected drafts show.
+
+    The app owns one and hands it to the widgets that draw tokens (they never reach into the
+    app for styles). ``version`` grows with every change, so a widget's render cache knows
+    when to redraw.
+    """
+
+    def __init__(self) -> None:
+        self.styles: dict[str, Style] = {}
+        self.show_rejected = True
+        self.version = 0
+
+    def use(self, styles: dict[str, Style]) -> None:
+        """The styles of a newly applied theme (rejected drafts derive theirs)."""
+        self.styles = dict(styles)
+        self.styles[REJECTED] = rejected_style(styles)
+        self.version += 1
+
+    def toggle_rejected(self) -> bool:
+        self.show_rejected = not self.show_rejected
+        self.version += 1
+        return self.show_rejected
+
+    def get(self, kind: str) -> Style | None:
+        return self.styles.get(kind)
+
+
+def rejected_style(styles: dict[str, Style]) -> Style:
+    """Struck through and dimmed, in the correction's colour: the draft the correction replaced."""
+    correction = styles.get("correction")
+    colour = correction.color if correction is not None else None
+    return Style(color=colour, strike=True, dim=True)
+
+
 def variable_defaults() -> dict[str, str]:
     """CSS variables specchat's stylesheet uses, for themes that do not set them."""
     return {

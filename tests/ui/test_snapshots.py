@@ -14,7 +14,7 @@ from textual.pilot import Pilot
 
 from specchat.ui.testing import PausingEngine
 
-from .conftest import SIZE, make_app, send, wait_idle, wait_paused
+from .conftest import SIZE, make_app, send, wait_for, wait_idle, wait_paused
 
 
 def test_main_screen_mid_reply(snap_compare: Any, engine: PausingEngine) -> None:
@@ -46,6 +46,39 @@ def test_theme(snap_compare: Any, engine: PausingEngine, theme: str) -> None:
     async def run_before(pilot: Pilot[Any]) -> None:
         await send(pilot, "hello there")
         await wait_idle(pilot, app)
+        app.refresh_panels(force=True)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_inspector_on_a_correction(snap_compare: Any, engine: PausingEngine) -> None:
+    """The token inspector on a reply's first correction: the draft it replaced, the top 5."""
+    app = make_app(engine)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await send(pilot, "hello there")
+        await wait_idle(pilot, app)
+        tokens = app.conversation.turns[-1].tokens
+        index = next(i for i, t in enumerate(tokens) if t.kind == "correction" and t.text)
+        app.main_screen.inspect_token(0, index)
+        await pilot.pause()
+        app.refresh_panels(force=True)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_step_mode_paused_after_the_first_round(snap_compare: Any, engine: PausingEngine) -> None:
+    """Step mode holds the reply after a round and tabulates it."""
+    app = make_app(engine)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await pilot.press("ctrl+g")
+        await send(pilot, "hello there")
+        await wait_for(pilot, lambda: app.live.step.paused)
+        await pilot.press("ctrl+n")
+        await wait_for(pilot, lambda: app.live.step.paused and len(app.reply.rounds) == 2)
+        app.clear_notifications()
         app.refresh_panels(force=True)
         await pilot.pause()
 

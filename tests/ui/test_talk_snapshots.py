@@ -69,7 +69,7 @@ def test_theory_panel_with_the_advisor(snap_compare: Any, engine: PausingEngine)
     async def run_before(pilot: Pilot[Any]) -> None:
         await send(pilot, "hello there")
         await wait_idle(pilot, app)
-        await pilot.press("f10")
+        await pilot.press("ctrl+y")
         await wait_for(pilot, lambda: app.theory_tracker.plain_rate is not None and app.talk_task is None)
         app.main_screen.query_one(TheoryPanel).update_figures(force=True)
         app.refresh_panels(force=True)

@@ -1,4 +1,7 @@
-"""Saved conversations: pick one to reopen, or export it to Markdown."""
+"""Saved conversations: pick one to reopen, replay it round by round, or export it to Markdown.
+
+The screen returns ("open", id), ("replay", id), or None when closed.
+"""
 
 from __future__ import annotations
 
@@ -16,10 +19,11 @@ from textual.widgets.option_list import Option
 from specchat.ui.store import ConversationError, ConversationStore, SavedInfo, fmt
 
 
-class ConversationsScreen(ModalScreen[str | None]):
+class ConversationsScreen(ModalScreen[tuple[str, str] | None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "close", "Close"),
         Binding("e", "export", "Export to Markdown"),
+        Binding("r", "replay", "Replay round by round"),
     ]
 
     def __init__(self, store: ConversationStore, saved: list[SavedInfo]) -> None:
@@ -34,27 +38,37 @@ class ConversationsScreen(ModalScreen[str | None]):
                 yield OptionList(*options, id="conversation-list")
             else:
                 yield Static(f"No saved conversations yet in {self.store.folder}.", id="conversation-empty")
-            yield Static(
-                Text("Enter opens · e exports to Markdown · Esc closes", style="dim"), id="conversation-hint"
-            )
+            hint = "Enter opens · r replays round by round · e exports to Markdown · Esc closes"
+            yield Static(Text(hint, style="dim"), id="conversation-hint")
 
     def on_mount(self) -> None:
         self.query_one("#conversations-box").border_title = "saved conversations"
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        self.dismiss(event.option.id)
+        self.dismiss(("open", str(event.option.id)))
 
     def action_close(self) -> None:
         self.dismiss(None)
 
-    def action_export(self) -> None:
+    def action_replay(self) -> None:
+        conversation_id = self._highlighted()
+        if conversation_id is not None:
+            self.dismiss(("replay", conversation_id))
+
+    def _highlighted(self) -> str | None:
         options = self.query(OptionList)
         if not options:
-            return
+            return None
         option_list = options.first()
         if option_list.highlighted is None:
+            return None
+        option = option_list.get_option_at_index(option_list.highlighted)
+        return None if option.disabled else str(option.id)
+
+    def action_export(self) -> None:
+        conversation_id = self._highlighted()
+        if conversation_id is None:
             return
-        conversation_id = option_list.get_option_at_index(option_list.highlighted).id
         try:
             path = self.store.export_markdown(self.store.load(str(conversation_id)))
         except (ConversationError, OSError) as err:

@@ -17,16 +17,16 @@ from textual.widgets import Static
 
 from specchat.engine.events import TOKEN_KINDS
 from specchat.ui.keys import APP_KEYS, PROMPT_KEYS, TEXTUAL_KEYS, display_key, effective_key
-from specchat.ui.themes import KIND_HELP, KIND_LABELS
-from specchat.ui.widgets.transcript import styles_of
+from specchat.ui.themes import KIND_HELP, KIND_LABELS, REJECTED, TokenPalette
 
 
 class HelpScreen(ModalScreen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q", "dismiss", "Close")]
 
-    def __init__(self, keymap: Mapping[str, str]) -> None:
+    def __init__(self, keymap: Mapping[str, str], palette: TokenPalette | None = None) -> None:
         super().__init__()
         self.keymap = keymap
+        self.palette = palette if palette is not None else TokenPalette()
 
     def compose(self) -> ComposeResult:
         with Vertical(id="help-box"):
@@ -54,12 +54,17 @@ class HelpScreen(ModalScreen[None]):
         for key, what in TEXTUAL_KEYS:
             keys.add_row(display_key(key) if "/" not in key else key, what, "")
 
-        styles = styles_of(self)
+        styles = self.palette.styles
         kinds = Table(box=None, padding=(0, 2), show_header=False, expand=True)
         kinds.add_column(no_wrap=True)
         kinds.add_column(ratio=1)
         for kind in TOKEN_KINDS:
             kinds.add_row(Text(f" {KIND_LABELS[kind]} ", styles.get(kind, "")), KIND_HELP[kind])
+        kinds.add_row(
+            Text(" rejected draft ", styles.get(REJECTED, "strike")),
+            "a draft the target threw away, struck through before the correction that replaced it "
+            "(not part of the reply)",
+        )
 
         figures = Text.from_markup(
             "[b]α[/b] share of drafted tokens the target accepted "
@@ -67,6 +72,11 @@ class HelpScreen(ModalScreen[None]):
             "[b]τ[/b] tokens per round: accepted drafts plus the closing token\n"
             "[b]tokens/s[/b] the current reply (the engine's own figure once it ends); the sparkline "
             "shows each round\n"
-            "[b]γ[/b] tokens drafted per round; F2/F3 change it for the next round"
+            "[b]γ[/b] tokens drafted per round; F2/F3 change it for the next round\n"
+            "[b]inspector[/b] p = p_target, q = p_draft; a draft is accepted when u < min(1, p/q) "
+            "(at T = 0: when it is the target's most likely token); a correction is drawn from the "
+            "residual norm(max(p − q, 0))\n"
+            "[b]replay[/b] (Ctrl+O, then r; or specchat replay FILE) Space pauses / plays, N one more "
+            "round, + / − speed (×0.25 to ×4), R restart, Esc closes"
         )
         return Group(keys, Text(""), Text("What the colours mean", style="bold"), kinds, Text(""), figures)

@@ -1,15 +1,17 @@
 """Live panels: α, τ, tokens/s, per-position acceptance, the controls, and the legend.
 
-Panels are redrawn by the app on a timer from :class:`specchat.ui.live.LiveStats`, never
-per token. :func:`figures` is the one place numbers are formatted: the panel renders it and
-the tests read it.
+Every panel is a :class:`LivePanel`: the screen that mounts it calls ``show_live`` with the one
+:class:`specchat.ui.live.LiveStats` on a timer (never per token), and the panel reads what it
+needs and skips the redraw when nothing it shows has changed. Token styles come from the
+:class:`~specchat.ui.themes.TokenPalette` the panel was given. :func:`figures` is the one place
+the side panel's numbers are formatted: the panel renders it and the tests read it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from rich.style import Style
 from rich.text import Text
@@ -17,30 +19,28 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Digits, Label, Static
 
-from specchat.backend import FIGURE_LABELS, Capabilities
+from specchat.backend import FIGURE_LABELS
 from specchat.engine.events import TOKEN_KINDS
 from specchat.ui.keys import display_key
-from specchat.ui.live import ROLLING_WINDOW, LiveStats
+from specchat.ui.live import ROLLING_WINDOW, ControlsView, LiveStats
 from specchat.ui.store import fmt
-from specchat.ui.themes import KIND_LABELS
-from specchat.ui.widgets.transcript import styles_of
+from specchat.ui.themes import KIND_LABELS, REJECTED, TokenPalette
 
 SPARK = "▁▂▃▄▅▆▇█"
 BAR_WIDTH = 18
 MAX_POSITIONS = 8
 
 
-@dataclass(frozen=True)
-class ControlsView:
-    """The controls as the panel shows them (copied from the engine's Controls)."""
+__all__ = ["ControlsView", "Figures", "LivePanel", "figures"]
 
-    gamma: int
-    schedule: str
-    drafter: str
-    temperature: float
-    drafters: tuple[str, ...] = ()
-    server: Capabilities | None = None
-    """A server's capabilities (None for the local engine, which measures everything)."""
+
+@runtime_checkable
+class LivePanel(Protocol):
+    """A panel the screen refreshes from the live object."""
+
+    def show_live(self, live: LiveStats, force: bool = False) -> None:
+        """Redraw from ``live`` if anything shown changed (``force``: redraw anyway)."""
+        ...
 
 
 @dataclass
@@ -64,6 +64,7 @@ class Figures:
     """A server's figures: "alpha" → "measured" | "inferred" | "unavailable" (empty: local)."""
     gamma_control: str = "per-round"
     notes: tuple[str, ...] = ()
+    replay_speed: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -72,9 +73,10 @@ class Figures:
 NOT_REPORTED = "not reported by this server"
 
 
-def figures(live: LiveStats, controls: ControlsView | None) -> Figures:
+def figures(live: LiveStats) -> Figures:
+    controls = live.controls
     server = controls.server if controls is not None else None
-    figs = _local_figures(live, controls)
+    figs = _local_figures(live)
     if server is None:
         return figs
     figs.sources = {figure: server.source(figure) for figure in FIGURE_LABELS}  # type: ignore[arg-type]
@@ -96,7 +98,8 @@ def figures(live: LiveStats, controls: ControlsView | None) -> Figures:
     return figs
 
 
-def _local_figures(live: LiveStats, controls: ControlsView | None) -> Figures:
+def _local_figures(live: LiveStats) -> Figures:
+    controls = live.controls
     conv = live.conversation
     rate = live.tokens_per_s
     last = live.last_round
@@ -116,6 +119,7 @@ def _local_figures(live: LiveStats, controls: ControlsView | None) -> Figures:
         last_gamma="–" if last is None else str(last.gamma),
         per_position=list(enumerate(conv.per_position, start=1)),
         rates=list(live.rates),
+        replay_speed=None if controls is None else controls.replay_speed,
     )
 
 
@@ -164,8 +168,9 @@ class BigFigure(Vertical):
 class StatsBody(Static):
     """Everything below the big figures, as one rendered table."""
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, palette: TokenPalette, **kwargs: Any) -> None:
         super().__init__("", **kwargs)
+        self.palette = palette
         self.current: Figures | None = None
         self._lines = -1
 
@@ -180,7 +185,7 @@ class StatsBody(Static):
     def _render_figures(self, f: Figures, keys: Mapping[str, str]) -> Text:
         # Plain Text lines, not Rich tables: this redraws several times a second while a
         # reply streams, and must stay cheap (the UI thread shares the GIL with decoding).
-        styles = styles_of(self)
+        styles = self.palette.styles
         bold = Style(bold=True)
         dim = Style(dim=True)
         # Bars take the accepted colour only (a theme's token background would fill the track).
@@ -215,7 +220,10 @@ class StatsBody(Static):
         elif len(f.per_position) > MAX_POSITIONS:
             text.append(f"   +{len(f.per_position) - MAX_POSITIONS} more positions\n", dim)
 
-        text.append(f"\ncontrols · {CONTROL_HEADERS.get(f.gamma_control, 'apply next round')}\n", bold)
+        header = CONTROL_HEADERS.get(f.gamma_control, "apply next round")
+        if f.replay_speed:
+            header = f"recorded · replay ×{f.replay_speed:g}"
+        text.append(f"\ncontrols · {header}\n", bold)
         gamma = f.gamma if f.schedule in ("fixed", "server's") else f"{f.gamma}→{f.last_gamma}"
 
         def control(label: str, value: str, key: str) -> None:
@@ -262,46 +270,89 @@ def _k(keys: Mapping[str, str], binding_id: str) -> str:
 class SidePanel(Vertical):
     """α and tokens/s in large digits, then the detailed figures and the controls."""
 
+    def __init__(self, palette: TokenPalette, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.palette = palette
+        self._drawn: tuple[int, int] | None = None
+
     def compose(self) -> ComposeResult:
         with Horizontal(id="big-figures"):
             yield BigFigure("α accepted", id="alpha-figure")
             yield BigFigure("tokens / s", id="rate-figure")
-        yield StatsBody(id="stats-body")
+        yield StatsBody(self.palette, id="stats-body")
 
-    def show(self, figs: Figures, keys: Mapping[str, str]) -> None:
+    def show_live(self, live: LiveStats, force: bool = False) -> None:
+        drawn = (live.version, self.palette.version)
+        if drawn == self._drawn and not force:
+            return
+        self._drawn = drawn
+        figs = figures(live)
         alpha = self.query_one("#alpha-figure", BigFigure)
         alpha.caption_as(f"α {figs.sources['alpha']}" if figs.sources else "α accepted")
         alpha.show(figs.alpha)
         self.query_one("#rate-figure", BigFigure).show(figs.tokens_per_s)
-        self.query_one(StatsBody).show(figs, keys)
+        self.query_one(StatsBody).show(figs, live.display.keys)
 
     @property
     def current(self) -> Figures | None:
         return self.query_one(StatsBody).current
 
 
-class Legend(Static):
-    """The four token kinds in their theme styles, always visible."""
+class CompactFigures(Static):
+    """One line of figures that replaces the side panel in a narrow terminal."""
 
     def __init__(self, **kwargs: Any) -> None:
+        super().__init__("", markup=False, **kwargs)
+        self._drawn = -1
+
+    def show_live(self, live: LiveStats, force: bool = False) -> None:
+        if live.version == self._drawn and not force:
+            return
+        self._drawn = live.version
+        f = figures(live)
+        self.update(
+            f"α {f.alpha} (rolling {f.alpha_rolling}) · τ {f.tau} · {f.tokens_per_s} tok/s · "
+            f"γ {f.gamma} {f.schedule} · drafter {f.drafter} · T {f.temperature}"
+        )
+
+
+class Legend(Static):
+    """The four token kinds in their theme styles, and the rejected drafts' look: always visible."""
+
+    def __init__(self, palette: TokenPalette, **kwargs: Any) -> None:
         super().__init__("", **kwargs)
-        self.view = "provenance"
-        self.view_key = ""
+        self.palette = palette
         self.note = ""
         """How a server's colours were obtained ("inferred…", "not reported…"); empty locally."""
+        self._drawn: tuple[object, ...] | None = None
 
-    def on_mount(self) -> None:
-        self.redraw()
-
-    def redraw(self) -> None:
-        styles = styles_of(self)
+    def show_live(self, live: LiveStats, force: bool = False) -> None:
+        display = live.display
+        drawn = (
+            display.markdown,
+            display.show_rejected,
+            display.note,
+            dict(display.keys),
+            self.palette.version,
+        )
+        if drawn == self._drawn and not force:
+            return
+        self._drawn = drawn
+        self.note = display.note
+        styles = self.palette.styles
+        keys = display.keys
         text = Text()
         for kind in TOKEN_KINDS:
             text.append(f" {KIND_LABELS[kind]} ", styles.get(kind))
             text.append(" ")
-        text.append(f" view: {self.view}", "dim")
-        if self.view_key:
-            text.append(f" ({self.view_key})", "dim")
-        if self.note:
-            text.append(f" · {self.note}", "dim")
+        if display.show_rejected:
+            text.append(" rejected draft ", styles.get(REJECTED))
+        else:
+            text.append(" rejected drafts hidden", "dim")
+        text.append(f" ({_k(keys, 'rejected')})", "dim")
+        text.append(f" · view: {'Markdown' if display.markdown else 'colours'}", "dim")
+        if keys.get("view"):
+            text.append(f" ({_k(keys, 'view')})", "dim")
+        if display.note:
+            text.append(f" · {display.note}", "dim")
         self.update(text)

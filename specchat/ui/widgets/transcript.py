@@ -1,35 +1,51 @@
-"""The transcript: user messages and replies whose tokens are coloured by how they were made."""
+"""The transcript: user messages and replies whose tokens are coloured by how they were made.
+
+A reply also shows, in place, the drafts each round threw away: after the round's accepted
+prefix, the rejected draft tokens struck through and dimmed, then the correction that replaced
+them (the palette's ``show_rejected`` hides them). Every token carries its index in the
+reply as style metadata, so a mouse click finds the token under it for the inspector.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.geometry import Size
+from textual.message import Message
 from textual.visual import visualize
 from textual.widget import Widget
 from textual.widgets import Markdown, Static
 
-from specchat.engine.events import SummaryEvent, TokenEvent
+from specchat.engine.events import Event, RoundEvent, SummaryEvent, TokenEvent
 from specchat.ui.store import reply_figures
+from specchat.ui.themes import REJECTED, TokenPalette
 
 CURSOR = "▌"
 RESERVE_LINES = 2
 """Spare lines a streaming block keeps below its text, so it reflows every few lines."""
+CURSOR_STYLE = Style(reverse=True, bold=True)
+SHOWN_BREAKS = str.maketrans({"\n": "↵", "\t": "→"})
+"""A rejected draft never breaks the line it sits in: its line breaks and tabs show as arrows."""
 
 
-def styles_of(widget: Widget) -> dict[str, Style]:
-    """The app's current token styles (they follow the theme)."""
-    return getattr(widget.app, "token_styles", {})
+@dataclass
+class Piece:
+    """A stretch of one token's text (a token split by a block boundary has two pieces)."""
 
-
-def theme_key(widget: Widget) -> str:
-    return str(getattr(widget.app, "theme", ""))
+    kind: str
+    """A token kind, or REJECTED for a draft the round threw away."""
+    text: str
+    token: int | None
+    """The token's index in the reply; for a rejected draft, the index of the correction
+    that replaced it (None when a stop token ended the round instead)."""
 
 
 class TokenText(Widget):
@@ -39,38 +55,65 @@ class TokenText(Widget):
     TokenText { height: auto; width: 1fr; }
     """
 
-    def __init__(self, *, streaming: bool = False, **kwargs: Any) -> None:
+    class Clicked(Message):
+        """A token was clicked: its index in the reply."""
+
+        def __init__(self, block: TokenText, index: int) -> None:
+            super().__init__()
+            self.block = block
+            self.index = index
+
+    def __init__(self, palette: TokenPalette, *, streaming: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._runs: list[list[str]] = []
+        self.palette = palette
+        self.pieces: list[Piece] = []
         self.chars = 0
         self._line_cells: list[int] = []
         """Cell widths of the finished lines (for a cheap line estimate)."""
         self._last_cells = 0
         self.streaming = streaming
         self.empty_note = False
+        self.cursor: int | None = None
+        """The inspected token's index, when it lies in this block."""
         self._cache: tuple[tuple[object, ...], Text] | None = None
 
     @property
     def runs(self) -> list[tuple[str, str]]:
-        return [(kind, text) for kind, text in self._runs]
+        """(kind, text) of the reply's own text, consecutive pieces of one kind merged."""
+        runs: list[list[str]] = []
+        for piece in self.pieces:
+            if piece.kind == REJECTED:
+                continue
+            if runs and runs[-1][0] == piece.kind:
+                runs[-1][1] += piece.text
+            else:
+                runs.append([piece.kind, piece.text])
+        return [(kind, text) for kind, text in runs]
 
-    def add(self, kind: str, text: str) -> None:
+    def tokens_shown(self) -> set[int]:
+        return {piece.token for piece in self.pieces if piece.token is not None and piece.kind != REJECTED}
+
+    def add(self, kind: str, text: str, token: int | None = None) -> None:
         if not text:
             return
         self.chars += len(text)
+        # Rejected drafts count toward the line estimate even while hidden: an estimate that
+        # is too high only makes the block measure itself, never overflow.
         first, *rest = text.split("\n")
         self._last_cells += cell_len(first)
         for piece in rest:
             self._line_cells.append(self._last_cells)
             self._last_cells = cell_len(piece)
-        if self._runs and self._runs[-1][0] == kind:
-            self._runs[-1][1] += text
-        else:
-            self._runs.append([kind, text])
+        self.pieces.append(Piece(kind, text, token))
 
     def set_streaming(self, streaming: bool) -> None:
         self.streaming = streaming
         self.refresh_cheaply()
+
+    def set_cursor(self, cursor: int | None) -> None:
+        if cursor != self.cursor:
+            self.cursor = cursor
+            self.refresh()
 
     def refresh_cheaply(self) -> None:
         """Repaint only this block, unless its text needs more lines than it has (or ended).
@@ -102,19 +145,32 @@ class TokenText(Widget):
         return height
 
     def render(self) -> Text:
-        key = (len(self._runs), self.chars, self.streaming, self.empty_note, theme_key(self))
+        palette = self.palette
+        key = (len(self.pieces), self.chars, self.streaming, self.empty_note, palette.version, self.cursor)
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1]
-        styles = styles_of(self)
         text = Text(end="")
-        for kind, chunk in self._runs:
-            text.append(chunk, styles.get(kind))
+        for piece in self.pieces:
+            if piece.kind == REJECTED and not palette.show_rejected:
+                continue
+            style = palette.get(piece.kind) or Style()
+            if piece.token is not None:
+                if piece.token == self.cursor and piece.kind != REJECTED:
+                    style = style + CURSOR_STYLE
+                style = style + Style.from_meta({"token": piece.token})
+            text.append(piece.text, style)
         if self.streaming:
             text.append(CURSOR, Style(dim=True))
         elif self.empty_note:
             text.append("(no text)", Style(dim=True, italic=True))
         self._cache = (key, text)
         return text
+
+    def on_click(self, event: events.Click) -> None:
+        index = event.style.meta.get("token")
+        if isinstance(index, int):
+            event.stop()
+            self.post_message(self.Clicked(self, index))
 
 
 class ReplyText(Vertical):
@@ -123,6 +179,10 @@ class ReplyText(Vertical):
     Only the last block changes while a reply streams, so each frame costs the same however
     long the reply grows. A block closes at a line break once it holds ``BLOCK_CHARS``
     characters; that line break is the boundary between blocks.
+
+    It takes the reply's events in stream order (each round's tokens, then its RoundEvent).
+    A correction waits for its RoundEvent, which follows it at once, so that the drafts it
+    replaced can be shown before it.
     """
 
     BLOCK_CHARS = 400
@@ -131,13 +191,25 @@ class ReplyText(Vertical):
     ReplyText { height: auto; }
     """
 
-    def __init__(self, tokens: Iterable[TokenEvent] = (), *, streaming: bool = False) -> None:
+    def __init__(
+        self,
+        events: Iterable[Event] = (),
+        *,
+        streaming: bool = False,
+        palette: TokenPalette | None = None,
+    ) -> None:
         super().__init__()
+        self.palette = palette if palette is not None else TokenPalette()
         self.streaming = streaming
         self.tokens: list[TokenEvent] = []
-        self._blocks: list[TokenText] = [TokenText(streaming=streaming)]
-        self._add(tokens)
+        self.rounds: dict[int, RoundEvent] = {}
+        self._held: TokenEvent | None = None
+        self._block_of: list[int] = []
+        """For each token, the index of the block where its text starts."""
+        self._blocks: list[TokenText] = [TokenText(self.palette, streaming=streaming)]
+        self._add(events)
         self._blocks[-1].empty_note = not self.tokens and not streaming
+        self.cursor: int | None = None
 
     def compose(self) -> ComposeResult:
         yield from self._blocks
@@ -167,10 +239,14 @@ class ReplyText(Vertical):
         """The whole reply as one Text, joined as the blocks are shown (for tests)."""
         return Text("\n", end="").join(block.render() for block in self._blocks)
 
-    def append(self, tokens: Iterable[TokenEvent]) -> None:
+    def rejected_text(self) -> str:
+        """Every rejected draft as shown in place, in order (for tests)."""
+        return "".join(p.text for b in self._blocks for p in b.pieces if p.kind == REJECTED)
+
+    def append(self, events: Iterable[Event]) -> None:
         before = len(self._blocks)
         last = self._blocks[-1]
-        self._add(tokens)
+        self._add(events)
         if len(self._blocks) > before:
             last.set_streaming(False)
             self.mount_all(self._blocks[before:])
@@ -179,23 +255,66 @@ class ReplyText(Vertical):
 
     def set_streaming(self, streaming: bool) -> None:
         self.streaming = streaming
+        if not streaming and self._held is not None:
+            # The round never closed (an error): the correction still belongs to the reply.
+            self._add_token(self._held)
+            self._held = None
         last = self._blocks[-1]
         last.empty_note = not self.tokens and not streaming
         last.set_streaming(streaming)
 
-    def _add(self, tokens: Iterable[TokenEvent]) -> None:
-        for token in tokens:
-            self.tokens.append(token)
-            first, *rest = token.text.split("\n")
-            self._blocks[-1].add(token.kind, first)
-            for piece in rest:
-                block = self._blocks[-1]
-                if block.chars >= self.BLOCK_CHARS:
-                    block.streaming = False
-                    self._blocks.append(TokenText(streaming=self.streaming))
+    def set_cursor(self, index: int | None) -> None:
+        """Highlight the token at ``index`` (None: no cursor)."""
+        self.cursor = index
+        for block in self._blocks:
+            block.set_cursor(index if index is not None and index in block.tokens_shown() else None)
+
+    def block_of(self, index: int) -> TokenText:
+        return self._blocks[self._block_of[index]]
+
+    def round_of(self, index: int) -> RoundEvent | None:
+        return self.rounds.get(self.tokens[index].round)
+
+    def _add(self, events: Iterable[Event]) -> None:
+        for event in events:
+            if isinstance(event, TokenEvent):
+                if event.kind == "correction":
+                    self._flush_held()
+                    self._held = event  # its RoundEvent comes next
                 else:
-                    block.add(token.kind, "\n")
-                self._blocks[-1].add(token.kind, piece)
+                    self._flush_held()
+                    self._add_token(event)
+            elif isinstance(event, RoundEvent):
+                self.rounds[event.round] = event
+                held = self._held if self._held is not None and self._held.round == event.round else None
+                self._flush_held(unless=held)
+                replaced_by = len(self.tokens) if held is not None else None
+                for draft in event.rejected:
+                    self._blocks[-1].add(REJECTED, draft.text.translate(SHOWN_BREAKS), replaced_by)
+                if held is not None:
+                    self._held = None
+                    self._add_token(held)
+
+    def _flush_held(self, unless: TokenEvent | None = None) -> None:
+        """A correction whose round never reported (an old reply, or a stream cut short)."""
+        if self._held is not None and self._held is not unless:
+            held, self._held = self._held, None
+            self._add_token(held)
+
+    def _add_token(self, token: TokenEvent) -> None:
+        index = len(self.tokens)
+        self.tokens.append(token)
+        self._block_of.append(len(self._blocks) - 1)
+        first, *rest = token.text.split("\n")
+        self._blocks[-1].add(token.kind, first, index)
+        for piece in rest:
+            block = self._blocks[-1]
+            if block.chars >= self.BLOCK_CHARS:
+                block.streaming = False
+                self._blocks.append(TokenText(self.palette, streaming=self.streaming))
+            else:
+                block.add(token.kind, "\n", index)
+            self._blocks[-1].add(token.kind, piece, index)
 
 
 class UserMessage(Static):
@@ -240,8 +359,9 @@ class AssistantMessage(Vertical):
 
     def __init__(
         self,
-        tokens: Iterable[TokenEvent] = (),
+        events: Iterable[Event] = (),
         *,
+        palette: TokenPalette | None = None,
         streaming: bool = False,
         summary: SummaryEvent | None = None,
         settings: dict[str, Any] | None = None,
@@ -250,7 +370,7 @@ class AssistantMessage(Vertical):
     ) -> None:
         super().__init__()
         self.border_title = "assistant"
-        self.tokens = ReplyText(tokens, streaming=streaming)
+        self.tokens = ReplyText(events, streaming=streaming, palette=palette)
         self.figures = Static("", classes="figures", markup=False)
         self._markdown: Markdown | None = None
         self.want_markdown = markdown
@@ -272,8 +392,8 @@ class AssistantMessage(Vertical):
     def text(self) -> str:
         return self.tokens.plain
 
-    def append(self, tokens: Iterable[TokenEvent]) -> None:
-        self.tokens.append(tokens)
+    def append(self, events: Iterable[Event]) -> None:
+        self.tokens.append(events)
 
     def finish(
         self, summary: SummaryEvent | None, settings: dict[str, Any], error: str | None = None

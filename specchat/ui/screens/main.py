@@ -1,0 +1,294 @@
+"""The chat screen: transcript, token inspector, step table, legend, message box, live panels.
+
+The screen owns the layout and the panels; the app owns the engine, the conversation and the
+actions. Every panel receives the one :class:`~specchat.ui.live.LiveStats` on a timer (see
+:meth:`MainScreen.refresh_panels`), so adding a panel means writing it and yielding it through
+:meth:`MainScreen.panel` in ``compose``: nothing else changes.
+
+The screen also owns the inspector's cursor: a (reply, token) position moved by the
+inspector's keys or a click on a token, shown reversed in the transcript, described in the
+inspector panel through ``live.inspected``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar
+
+from textual import events, on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
+from textual.screen import Screen
+from textual.widgets import Footer, Header
+
+from specchat.engine.events import Event
+from specchat.ui.live import Inspected, LiveStats, replay
+from specchat.ui.store import Conversation
+from specchat.ui.themes import TokenPalette
+from specchat.ui.widgets.inspector import InspectorPanel
+from specchat.ui.widgets.panels import CompactFigures, Legend, LivePanel, SidePanel
+from specchat.ui.widgets.prompt import PromptInput
+from specchat.ui.widgets.steps import StepPanel
+from specchat.ui.widgets.transcript import (
+    AssistantMessage,
+    SystemNote,
+    TokenText,
+    Transcript,
+    UserMessage,
+)
+
+PANEL_INTERVAL = 0.25
+"""Seconds between panel refreshes while figures change."""
+NARROW_WIDTH = 96
+"""Below this many columns the side panel hides and a one-line summary shows instead."""
+
+P = TypeVar("P", bound=LivePanel)
+
+
+class MainScreen(Screen[None]):
+    """The chat (see the module's docstring)."""
+
+    def __init__(
+        self,
+        live: LiveStats,
+        palette: TokenPalette,
+        system_prompt: str,
+        keymap: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.live = live
+        self.palette = palette
+        self.system_prompt = system_prompt
+        self.keymap = keymap or {}
+        self.panels: list[LivePanel] = []
+        self.cursor: tuple[int, int] | None = None
+        """The inspected token: (reply index, token index); None when not inspecting."""
+        self.mounted = asyncio.Event()
+        """Set once the screen's widgets exist (the app waits for it before starting)."""
+
+    # ----------------------------------------------------------------- layout
+
+    def compose(self) -> ComposeResult:
+        self.panels.clear()
+        yield Header(icon="◆")
+        with Horizontal(id="main"):
+            with Vertical(id="chat"):
+                yield Transcript(SystemNote(self.system_prompt), id="transcript")
+                yield self.panel(InspectorPanel(self.palette, id="inspector"))
+                yield self.panel(StepPanel(self.palette, id="steps"))
+                yield self.panel(Legend(self.palette, id="legend"))
+                yield self.panel(CompactFigures(id="compact-figures"))
+                yield from self.compose_input()
+            yield self.panel(SidePanel(self.palette, id="side"))
+        yield Footer()
+
+    def compose_input(self) -> ComposeResult:
+        """What sits below the legend: the message box (the replay screen puts its bar there)."""
+        yield PromptInput(self.keymap, id="prompt")
+
+    def panel(self, panel: P) -> P:
+        """Register a panel for the live refresh as it is composed."""
+        self.panels.append(panel)
+        return panel
+
+    def on_mount(self) -> None:
+        self.set_interval(PANEL_INTERVAL, self.refresh_panels)
+        self.refresh_panels(force=True)
+        self.mounted.set()
+
+    def on_resize(self, event: events.Resize) -> None:
+        # Narrow terminals give the transcript the whole width; one line of figures remains.
+        self.set_class(event.size.width < NARROW_WIDTH, "-narrow")
+
+    def refresh_panels(self, force: bool = False) -> None:
+        """Every panel redraws from the live object if what it shows changed."""
+        if not self.is_mounted:
+            return
+        try:
+            if self.cursor is not None:
+                self._describe_cursor()  # a streaming round may have been verified meanwhile
+            for panel in self.panels:
+                panel.show_live(self.live, force)
+        except NoMatches:  # the app is closing and the panels' parts are already gone
+            return
+
+    # ---------------------------------------------------------- transcript
+
+    @property
+    def transcript(self) -> Transcript:
+        return self.query_one(Transcript)
+
+    @property
+    def prompt(self) -> PromptInput:
+        return self.query_one(PromptInput)
+
+    def new_reply(self, *, markdown: bool) -> AssistantMessage:
+        """Mount a reply that is about to stream, and follow it."""
+        widget = AssistantMessage(streaming=True, markdown=markdown, palette=self.palette)
+        self.transcript.mount(widget)
+        self.transcript.follow_new_reply()
+        return widget
+
+    def show_events(self, reply: AssistantMessage, events: Sequence[Event]) -> None:
+        """New events of a streaming reply (tokens and rounds, in stream order)."""
+        reply.append(events)
+        transcript = self.transcript
+        if not transcript.is_anchored:
+            transcript.call_after_refresh(transcript.follow)
+
+    async def show_conversation(self, conversation: Conversation, *, markdown: bool) -> None:
+        """Replace the transcript with a whole conversation (reopened, or cleared)."""
+        self.stop_inspecting()
+        transcript = self.transcript
+        await transcript.remove_children()
+        widgets: list[Any] = [SystemNote(conversation.system_prompt)]
+        for turn in conversation.turns:
+            if turn.role == "user":
+                widgets.append(UserMessage(turn.content))
+            else:
+                widgets.append(
+                    AssistantMessage(
+                        replay(turn),
+                        palette=self.palette,
+                        summary=turn.summary,
+                        settings=turn.settings,
+                        error=turn.error,
+                        markdown=markdown,
+                    )
+                )
+        await transcript.mount_all(widgets)
+        transcript.restart()
+
+    def redraw_tokens(self) -> None:
+        """Repaint every reply (the palette changed: a theme, or rejected drafts shown/hidden)."""
+        for block in self.query(TokenText):
+            block.refresh(layout=True)
+        self.refresh_panels(force=True)
+
+    # ---------------------------------------------------------- inspector
+
+    def start_inspecting(self) -> bool:
+        """Put the cursor on the last token (or keep it) and focus the inspector."""
+        if self.cursor is None:
+            last = self._last_position()
+            if last is None:
+                self.notify("No reply to inspect yet.")
+                return False
+            self.cursor = last
+        self._show_cursor()
+        self.query_one(InspectorPanel).focus()
+        return True
+
+    def inspect_token(self, reply_index: int, token_index: int) -> None:
+        """Put the inspector's cursor on one token (a reply's index, the token's index in it)."""
+        if self.cursor is not None:
+            self._reply(self.cursor[0]).tokens.set_cursor(None)
+        self.cursor = (reply_index, token_index)
+        self._show_cursor()
+        self.query_one(InspectorPanel).focus()
+
+    def stop_inspecting(self) -> None:
+        if self.cursor is not None:
+            self._reply(self.cursor[0]).tokens.set_cursor(None)
+        self.cursor = None
+        self.live.inspect(None)
+        self.refresh_panels()
+        self.focus_input()
+
+    def focus_input(self) -> None:
+        prompts = self.query(PromptInput)
+        if prompts:
+            prompts.first().focus()
+
+    @on(InspectorPanel.Leave)
+    def _leave_inspector(self) -> None:
+        self.stop_inspecting()
+
+    @on(InspectorPanel.Move)
+    def _move_cursor(self, message: InspectorPanel.Move) -> None:
+        if self.cursor is None:
+            return
+        moved = self._moved(self.cursor, message.unit, message.step)
+        if moved is not None:
+            self._reply(self.cursor[0]).tokens.set_cursor(None)
+            self.cursor = moved
+            self._show_cursor()
+
+    @on(TokenText.Clicked)
+    def _inspect_clicked(self, message: TokenText.Clicked) -> None:
+        replies = self.transcript.replies()
+        owner = next((i for i, r in enumerate(replies) if message.block in r.tokens.blocks), None)
+        if owner is not None:
+            self.inspect_token(owner, message.index)
+
+    def _reply(self, index: int) -> AssistantMessage:
+        return self.transcript.replies()[index]
+
+    def _show_cursor(self) -> None:
+        assert self.cursor is not None
+        reply_index, token_index = self.cursor
+        reply = self._reply(reply_index)
+        reply.tokens.set_cursor(token_index)
+        self.transcript.scroll_to_widget(reply.tokens.block_of(token_index), animate=False)
+        self._describe_cursor()
+        self.refresh_panels()
+
+    def _describe_cursor(self) -> None:
+        assert self.cursor is not None
+        reply_index, token_index = self.cursor
+        replies = self.transcript.replies()
+        if reply_index >= len(replies) or token_index >= len(replies[reply_index].tokens.tokens):
+            self.cursor = None
+            self.live.inspect(None)
+            return
+        text = replies[reply_index].tokens
+        self.live.inspect(
+            Inspected(text.tokens[token_index], text.round_of(token_index), reply_index, token_index)
+        )
+
+    def _last_position(self) -> tuple[int, int] | None:
+        for reply_index, reply in reversed(list(enumerate(self.transcript.replies()))):
+            tokens = reply.tokens.tokens
+            for token_index in range(len(tokens) - 1, -1, -1):
+                if tokens[token_index].text:
+                    return reply_index, token_index
+        return None
+
+    def _positions(self) -> Iterable[tuple[int, int, int]]:
+        """(reply, token, round) of every visible token, in order."""
+        for reply_index, reply in enumerate(self.transcript.replies()):
+            for token_index, token in enumerate(reply.tokens.tokens):
+                if token.text:
+                    yield reply_index, token_index, token.round
+
+    def _moved(self, cursor: tuple[int, int], unit: str, step: int) -> tuple[int, int] | None:
+        """Where a move takes the cursor (None: nowhere to go)."""
+        positions = list(self._positions())
+        here = next((i for i, (r, t, _) in enumerate(positions) if (r, t) >= cursor), len(positions) - 1)
+        if not positions:
+            return None
+        if unit == "token":
+            target = here + step
+        elif unit == "end":
+            same = [i for i, (r, _, _) in enumerate(positions) if r == cursor[0]]
+            target = same[0] if step < 0 else same[-1]
+        else:  # round: the first token of the previous or next round
+            reply, _, round_no = positions[here]
+            key = (reply, round_no)
+            target = here
+            if step > 0:
+                while target < len(positions) and positions[target][0::2] == key:
+                    target += 1
+            else:
+                while target > 0 and positions[target][0::2] == key:
+                    target -= 1
+                before = positions[target][0::2]
+                while target > 0 and positions[target - 1][0::2] == before:
+                    target -= 1
+        if not 0 <= target < len(positions):
+            return None
+        reply, token, _ = positions[target]
+        return reply, token

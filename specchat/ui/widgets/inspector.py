@@ -1,0 +1,233 @@
+"""The token inspector: one token's figures, from the round that produced it.
+
+For any token of a reply it shows its kind, round and position, then the acceptance test as
+the paper writes it: p_target (p), p_draft (q), min(1, p/q), the uniform draw u and the
+verdict. For a correction it adds the draft token it replaced and the residual
+norm(max(p − q, 0))'s top five as bars; for a bonus or plain target token, the target's top
+five. Everything comes from the reply's events (contract v2); replies saved before the trace
+existed say so instead of showing invented numbers.
+
+The panel takes the focus while inspecting: ←/→ move by token, ↑/↓ by round, Home/End to
+the reply's ends, Esc leaves. It only asks for a move; the screen owns the cursor.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+from rich.console import Group, RenderableType
+from rich.style import Style
+from rich.table import Table
+from rich.text import Text
+from textual.binding import Binding, BindingType
+from textual.message import Message
+from textual.widgets import Static
+
+from specchat.engine.events import Candidate, DraftTrace, TokenEvent, known
+from specchat.ui.live import Inspected, LiveStats
+from specchat.ui.themes import KIND_LABELS, TokenPalette
+
+BAR_WIDTH = 24
+TOP_SHOWN = 5
+DRAWN_FROM = {
+    "draft": "drawn by the drafter, kept by the target's test",
+    "target": "drawn from the target's distribution p",
+    "residual": "drawn from the residual norm(max(p − q, 0))",
+}
+SHOWN_BREAKS = str.maketrans({"\n": "↵", "\t": "→", "\r": "␍"})
+
+
+def shown(text: str) -> str:
+    """A token's text, quoted, with line breaks and tabs visible."""
+    return f"“{text.translate(SHOWN_BREAKS)}”"
+
+
+def prob(value: float | None) -> str:
+    """A probability: three decimals, or scientific notation below 0.001."""
+    if value is None or not known(value):
+        return "–"
+    if 0 < value < 0.001:
+        return f"{value:.1e}"
+    return f"{value:.3f}"
+
+
+def verdict_words(draft: DraftTrace) -> str:
+    """Why the test decided as it did, in the paper's terms."""
+    if draft.verdict == "untested":
+        return "untested: an earlier draft of the round was rejected"
+    if draft.u is None:  # T = 0: the test is argmax equality
+        if draft.verdict == "accepted":
+            return "accepted: it is the target's most likely token (T = 0)"
+        return "rejected: the target's most likely token differs (T = 0)"
+    if draft.verdict == "accepted":
+        return f"accepted: u = {draft.u:.3f} < min(1, p/q) = {draft.accept_prob:.3f}"
+    return f"rejected: u = {draft.u:.3f} ≥ min(1, p/q) = {draft.accept_prob:.3f}"
+
+
+def draft_of(inspected: Inspected) -> DraftTrace | None:
+    """The drafted token the inspected one stands on: itself (accepted) or the one it replaced."""
+    token, round_event = inspected.token, inspected.round
+    if round_event is None or token.kind not in ("accepted", "correction"):
+        return None
+    if token.position < len(round_event.drafts):
+        return round_event.drafts[token.position]
+    return None
+
+
+def bars(candidates: tuple[Candidate, ...], drawn: int, style: Style | None) -> Table:
+    table = Table.grid(padding=(0, 1))
+    table.add_column(no_wrap=True, min_width=8)
+    table.add_column(no_wrap=True)
+    table.add_column(justify="right", no_wrap=True)
+    table.add_column(no_wrap=True)
+    for candidate in candidates[:TOP_SHOWN]:
+        eighths = round(max(0.0, min(1.0, candidate.p)) * BAR_WIDTH * 8)
+        full, part = divmod(eighths, 8)
+        bar = "█" * full + (" ▏▎▍▌▋▊▉"[part] if part else "")
+        track = "░" * (BAR_WIDTH - len(bar))
+        mark = "◀ drawn" if candidate.token_id == drawn else ""
+        table.add_row(
+            Text(shown(candidate.text)),
+            Text.assemble((bar, style or ""), (track, "dim")),
+            prob(candidate.p),
+            Text(mark, "bold"),
+        )
+    return table
+
+
+class InspectorPanel(Static, can_focus=True):
+    """The figures of the token under the cursor (see the module's docstring)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("left", "move('token', -1)", "Token ←", show=False),
+        Binding("right", "move('token', 1)", "Token →", show=False),
+        Binding("up", "move('round', -1)", "Round ↑", show=False),
+        Binding("down", "move('round', 1)", "Round ↓", show=False),
+        Binding("home", "move('end', -1)", "First token", show=False),
+        Binding("end", "move('end', 1)", "Last token", show=False),
+        Binding("escape", "leave", "Leave the inspector", show=False),
+    ]
+
+    class Move(Message):
+        """Move the cursor: by ``step`` tokens, rounds, or to an end of the reply."""
+
+        def __init__(self, unit: str, step: int) -> None:
+            super().__init__()
+            self.unit = unit
+            self.step = step
+
+    class Leave(Message):
+        """Stop inspecting."""
+
+    def __init__(self, palette: TokenPalette, **kwargs: Any) -> None:
+        super().__init__("", **kwargs)
+        self.border_title = "token inspector · ←/→ token · ↑/↓ round · Home/End · Esc leaves"
+        self.palette = palette
+        self.inspected: Inspected | None = None
+        self._drawn: tuple[object, ...] | None = None
+
+    def action_move(self, unit: str, step: int) -> None:
+        self.post_message(self.Move(unit, step))
+
+    def action_leave(self) -> None:
+        self.post_message(self.Leave())
+
+    def show_live(self, live: LiveStats, force: bool = False) -> None:
+        inspected = live.inspected
+        self.display = inspected is not None
+        drawn = (inspected, self.palette.version)
+        if (drawn == self._drawn and not force) or inspected is None:
+            self._drawn = drawn
+            return
+        self._drawn = drawn
+        self.inspected = inspected
+        self.update(self.describe(inspected))
+
+    def describe(self, inspected: Inspected) -> RenderableType:
+        token, round_event = inspected.token, inspected.round
+        styles = self.palette.styles
+        kind_style = styles.get(token.kind)
+        head = Text.assemble(
+            (f" {KIND_LABELS[token.kind]} ", kind_style or ""),
+            " ",
+            (shown(token.text), "bold"),
+            (
+                f"   round {token.round + 1} · position {token.position + 1} · token {inspected.index + 1}",
+                "dim",
+            ),
+        )
+        parts: list[RenderableType] = [head]
+        if round_event is None:
+            parts.append(Text("round not verified yet", "dim"))
+            return Group(*parts)
+        if not round_event.drafts and round_event.drafted and token.kind != "target":
+            parts.append(self._no_trace(token))
+            return Group(*parts)
+        draft = draft_of(inspected)
+        if token.kind == "accepted" and draft is not None:
+            parts.append(Text(DRAWN_FROM["draft"], "dim"))
+            parts.append(self._test_table(draft, styles.get("accepted") or ""))
+        elif token.kind == "correction":
+            parts.append(Text(DRAWN_FROM.get(token.drawn_from, ""), "dim"))
+            if draft is not None:
+                parts.append(
+                    Text.assemble(
+                        "it replaced the draft ",
+                        (shown(draft.text), styles.get("rejected") or "strike"),
+                        f" (round {round_event.round + 1}, position {token.position + 1}):",
+                    )
+                )
+                parts.append(self._test_table(draft, styles.get("rejected") or "strike"))
+            parts.extend(
+                self._top(
+                    token, "the residual's top 5" if token.drawn_from == "residual" else "the target's top 5"
+                )
+            )
+        else:
+            why = (
+                f"all {round_event.drafted} drafts passed: the target's extra position"
+                if token.kind == "bonus"
+                else "nothing was drafted this round: a plain target step"
+            )
+            parts.append(Text(f"{why}; {DRAWN_FROM['target']}", "dim"))
+            parts.append(Text.assemble("p_target ", (prob(token.p_target), "bold")))
+            parts.extend(self._top(token, "the target's top 5"))
+        return Group(*parts)
+
+    def _test_table(self, draft: DraftTrace, style: Style | str) -> Table:
+        """The acceptance test of one draft, compact enough for a narrow chat column."""
+        table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
+        for column in ("draft", "p = p_target", "q = p_draft", "min(1, p/q)", "u", "verdict"):
+            table.add_column(column, no_wrap=True)
+        verdict_style = "bold" if draft.verdict == "accepted" else "bold red"
+        table.add_row(
+            Text(shown(draft.text), style),
+            prob(draft.p_target),
+            prob(draft.p_draft),
+            prob(draft.accept_prob),
+            "–" if draft.u is None else f"{draft.u:.3f}",
+            Text(draft.verdict, verdict_style),
+        )
+        grid = Table.grid()
+        grid.add_row(table)
+        grid.add_row(Text(verdict_words(draft), "dim"))
+        return grid
+
+    def _top(self, token: TokenEvent, title: str) -> list[RenderableType]:
+        if not token.top:
+            return [Text("no top tokens recorded for this token", "dim")]
+        style = self.palette.styles.get(token.kind)
+        colour = Style(color=style.color) if style is not None and style.color is not None else None
+        return [Text(title, "bold"), bars(token.top, token.token_id, colour)]
+
+    @staticmethod
+    def _no_trace(token: TokenEvent) -> Text:
+        """A reply saved before the trace existed (or from a server): only what was recorded."""
+        text = Text("no trace recorded for this round (saved before contract v2, or a server)", "dim")
+        if known(token.p_target):
+            text.append(f"\np_target {prob(token.p_target)}")
+        if token.p_draft is not None and known(token.p_draft):
+            ratio = token.p_target / token.p_draft if token.p_draft > 0 else math.inf
+            text.append(f" · p_draft {prob(token.p_draft)} · min(1, p/q) {prob(min(1.0, ratio))}")
+        return text
