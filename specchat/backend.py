@@ -39,6 +39,16 @@ Figure = Literal["alpha", "tau", "per_position", "tokens_per_s", "timings", "tra
 draft/verify milliseconds, and the v2 trace (p, q, u, top tokens of every round)."""
 
 
+def check_sampling(temperature: float, top_k: int | None, top_p: float) -> None:
+    """The one check of sampling settings, for controls here and the engine's SamplingParams."""
+    if not 0.0 <= temperature < float("inf"):
+        raise InvalidSettingError(f"temperature must be a finite number, 0 or more (got {temperature}).")
+    if not 0.0 < top_p <= 1.0:
+        raise InvalidSettingError(f"top-p must be in (0, 1] (got {top_p}).")
+    if top_k is not None and top_k < 1:
+        raise InvalidSettingError(f"top-k must be 1 or more (got {top_k}).")
+
+
 @dataclass
 class Controls:
     """Settings a user can change while a reply streams; read once per round (or per request)."""
@@ -62,14 +72,7 @@ class Controls:
             raise InvalidSettingError(f"unknown drafter {self.drafter!r}: use {', '.join(DRAFTER_NAMES)}.")
         if self.max_new_tokens < 1:
             raise InvalidSettingError(f"max new tokens must be 1 or more (got {self.max_new_tokens}).")
-        if not 0.0 <= self.temperature < float("inf"):
-            raise InvalidSettingError(
-                f"temperature must be a finite number, 0 or more (got {self.temperature})."
-            )
-        if not 0.0 < self.top_p <= 1.0:
-            raise InvalidSettingError(f"top-p must be in (0, 1] (got {self.top_p}).")
-        if self.top_k is not None and self.top_k < 1:
-            raise InvalidSettingError(f"top-k must be 1 or more (got {self.top_k}).")
+        check_sampling(self.temperature, self.top_k, self.top_p)
 
     def sampling(self) -> SamplingParams:
         """The sampling part, for the local engine (imports torch: engine side only)."""

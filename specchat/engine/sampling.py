@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specchat.errors import InvalidSettingError
+from specchat.backend import check_sampling
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,14 +22,7 @@ class SamplingParams:
     top_p: float = 1.0
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.temperature < float("inf"):
-            raise InvalidSettingError(
-                f"temperature must be a finite number, 0 or more (got {self.temperature})."
-            )
-        if not 0.0 < self.top_p <= 1.0:
-            raise InvalidSettingError(f"top-p must be in (0, 1] (got {self.top_p}).")
-        if self.top_k is not None and self.top_k < 1:
-            raise InvalidSettingError(f"top-k must be 1 or more (got {self.top_k}).")
+        check_sampling(self.temperature, self.top_k, self.top_p)
 
     @property
     def greedy(self) -> bool:
