@@ -343,7 +343,6 @@ def _run_and_report(
 ) -> None:
     """Warm up, measure the costs, run every method on every prompt, print and write the report."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from specchat.bench.costs import measure_costs
     from specchat.bench.report import headline, render_detail, render_tables, summarize, to_json
@@ -359,14 +358,7 @@ def _run_and_report(
     load_before = machine_load()
     started = time.perf_counter()
     total = len(prompts) * len(methods) * repeats
-    with Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as bar:
+    with _progress_bar(console) as bar:
         task = bar.add_task("benchmarking", total=total)
         records = run_bench(
             engine,
@@ -440,6 +432,20 @@ def _run_and_report(
         title = f"{pair_name} · {meta['device']} · {loaded.path_used}"
         write_plot(plot_path, records, methods, costs, title=title)
         out.print(f"wrote {plot_path}", highlight=False)
+
+
+def _progress_bar(console: Any) -> Any:
+    """The bench's and the check's progress bar (on stderr, gone when done)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
 
 
 def _check_folders(*paths: Path | None) -> None:
@@ -615,7 +621,6 @@ def _check(
     parse_cpu_path(cpu_path)
 
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from specchat.bench.check import check_methods, run_check
 
@@ -625,14 +630,7 @@ def _check(
     )
     methods = check_methods(loaded.engine, start_gamma)
     started = time.perf_counter()
-    with Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as bar:
+    with _progress_bar(console) as bar:
         task = bar.add_task("checking", total=len(prompts) * (len(methods) + 1))
         result = run_check(
             loaded.engine,
