@@ -139,6 +139,13 @@ async def send_and_wait(app: Any, pilot: Any, text: str) -> None:
     await wait(pilot, lambda: app.reply is None and app.conversation.turns[-1].role == "assistant")
 
 
+def key(binding: str) -> str:
+    """The default key of one of the app's bindings (by its id in specchat.ui.keys)."""
+    from specchat.ui.keys import ALL_KEYS
+
+    return next(spec.key for spec in ALL_KEYS if spec.id == binding)
+
+
 async def wait(pilot: Any, condition: Callable[[], bool], timeout: float = 300.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -207,11 +214,11 @@ async def render_all(
 
     async def markdown(app: Any, pilot: Any) -> None:
         await send_and_wait(app, pilot, q1)
-        await pilot.press("f8")
+        await pilot.press(key("view"))
         await pilot.pause()
 
     async def help_screen(app: Any, pilot: Any) -> None:
-        await pilot.press("f1")
+        await pilot.press(key("help"))
         await pilot.pause()
 
     async def saved(app: Any, pilot: Any) -> None:
@@ -226,14 +233,14 @@ async def render_all(
             data = json.loads(info.path.read_text(encoding="utf-8"))
             data["created"] = data["updated"] = f"2025-06-0{day}T09:30:00+00:00"
             info.path.write_text(json.dumps(data), encoding="utf-8")
-        await pilot.press("ctrl+o")
+        await pilot.press(key("open"))
         await pilot.pause()
 
     async def theory(app: Any, pilot: Any) -> None:
         from specchat.ui.widgets.theory import TheoryPanel
 
         await send_and_wait(app, pilot, q1)
-        await pilot.press("f10")
+        await pilot.press(key("theory"))
         await wait(pilot, lambda: app.theory_tracker.plain_rate is not None and app.talk_task is None)
         app.main_screen.query_one(TheoryPanel).update_figures(force=True)
 
@@ -279,13 +286,13 @@ async def shoot_talk(
 
     async def step_mode(app: Any, pilot: Any) -> None:
         # Step to the first round (after the third) whose drafts were not all accepted.
-        await pilot.press("ctrl+g")
+        await pilot.press(key("step_mode"))
         await send_only(app, pilot, question)
         for rounds in range(1, 30):
             await wait(pilot, lambda n=rounds: app.live.step.paused and len(app.reply.rounds) == n)
             if rounds >= 3 and app.reply.rounds[-1].rejected:
                 break
-            await pilot.press("ctrl+n")
+            await pilot.press(key("step"))
         app.clear_notifications()
 
     async def inspector(app: Any, pilot: Any) -> None:
@@ -299,7 +306,7 @@ async def shoot_talk(
         from specchat.ui.screens.replay import ReplayScreen
 
         await send_and_wait(app, pilot, question)
-        await pilot.press("ctrl+o")
+        await pilot.press(key("open"))
         await pilot.pause()
         await pilot.press("r")
         await wait(pilot, lambda: isinstance(app.screen, ReplayScreen))
