@@ -141,9 +141,9 @@ async def send_and_wait(app: Any, pilot: Any, text: str) -> None:
 
 def key(binding: str) -> str:
     """The default key of one of the app's bindings (by its id in specchat.ui.keys)."""
-    from specchat.ui.keys import ALL_KEYS
+    from specchat.ui.keys import KEYS_BY_ID
 
-    return next(spec.key for spec in ALL_KEYS if spec.id == binding)
+    return KEYS_BY_ID[binding].key
 
 
 async def wait(pilot: Any, condition: Callable[[], bool], timeout: float = 300.0) -> None:

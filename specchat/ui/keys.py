@@ -187,7 +187,8 @@ TEXTUAL_KEYS: tuple[tuple[str, str], ...] = (
 """Keys Textual provides, listed on the help screen."""
 
 ALL_KEYS: tuple[KeySpec, ...] = APP_KEYS + PROMPT_KEYS
-BINDING_IDS = frozenset(spec.id for spec in ALL_KEYS)
+KEYS_BY_ID: dict[str, KeySpec] = {spec.id: spec for spec in ALL_KEYS}
+BINDING_IDS = frozenset(KEYS_BY_ID)
 
 
 def bindings(specs: Iterable[KeySpec], *, priority: bool = False) -> list[BindingType]:
@@ -262,7 +263,7 @@ def check_keymap(keymap: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
     (typing would trigger it), or when it collides with a key another action uses.
     """
     warnings: list[str] = []
-    specs = {spec.id: spec for spec in ALL_KEYS}
+    specs = KEYS_BY_ID
     unknown = unknown_ids(keymap)
     if unknown:
         warnings.append(
@@ -300,7 +301,7 @@ def _drop_collisions(
     accepted: dict[str, list[str]], keymap: Mapping[str, str], warnings: list[str]
 ) -> None:
     """Undo remaps whose keys another action uses, until no key belongs to two actions."""
-    specs = {spec.id: spec for spec in ALL_KEYS}
+    specs = KEYS_BY_ID
     while True:
         owners: dict[str, list[str]] = {}
         for spec in ALL_KEYS:
