@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,6 +17,12 @@ if TYPE_CHECKING:
 # language server) sharing two cores make multi-threaded spin-waits very slow.
 # Tests on the real packaged models raise this again for their own duration.
 torch.set_num_threads(1)
+
+# A shell that starts the tests in the background (`python -m pytest &`, nohup) makes them ignore
+# Ctrl+C, and the processes they start inherit that; the signal tests need Ctrl+C to do what it
+# does at a terminal. (Once a handler is installed here, children start with the default again.)
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Tests point SPECCHAT_CACHE_DIR at temporary folders; the CPU kernels are built once (a minute)
 # into the real cache and shared by every test and run.
