@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -178,12 +179,11 @@ class SelfTestScreen(Screen[None]):
     def sample(self, app: Any, engine: Any, controls: Controls, system: str | None) -> None:
         """Runs in a thread; ``app`` comes from the UI thread (a closed screen cannot find it)."""
         cancel = get_current_worker().cancelled_event
-        error = None
 
         def report(found: ExactnessReport) -> None:
             self.post_message(SamplesReported(found))
 
-        try:
+        def run() -> None:
             sampler = ExactnessSampler(
                 engine,
                 selftest_messages(SELFTEST_PROMPT, system),
@@ -197,23 +197,25 @@ class SelfTestScreen(Screen[None]):
                 report_every=REPORT_EVERY_S,
                 on_report=report,
             )
-        except SpecchatError as err:
-            error = str(err)
-        except Exception as err:
-            from specchat import logs
 
-            error = logs.log_unexpected("the self-test failed", err)
-        finally:
-            talk.release_from_thread(app)
-        self.post_message(SelfTestEnded(error))
+        self._run_to_the_end(app, run)
 
     @work(thread=True, exit_on_error=False, group="talk", name="self-test")
     def check_greedy(self, app: Any, engine: Any, controls: Controls, system: str | None) -> None:
         cancel = get_current_worker().cancelled_event
-        error = None
-        try:
+
+        def run() -> None:
             for check in greedy_equality(engine, controls, system_prompt=system, cancel=cancel):
                 self.post_message(GreedyChecked(check))
+
+        self._run_to_the_end(app, run)
+
+    def _run_to_the_end(self, app: Any, run: Callable[[], None]) -> None:
+        """Run one self-test job in its worker thread; however it ends, free the models and say
+        how (an unexpected error as one line, its traceback in the log)."""
+        error = None
+        try:
+            run()
         except SpecchatError as err:
             error = str(err)
         except Exception as err:
