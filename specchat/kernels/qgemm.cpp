@@ -29,7 +29,7 @@
 
 namespace {
 
-constexpr int MAX_ROWS = 8;  // rows computed together: 2*8 accumulators + 8 weight registers fit in 32
+constexpr int MAX_ROWS = 8;  // rows computed together: 3*8 accumulators + the weights fit in 32 registers
 
 // One row of activations quantized to int8 per block of `block` inputs (symmetric, scale amax/127),
 // with the sum of each 16-input group (the integer corrections for the weights' offsets).
@@ -37,12 +37,13 @@ struct QuantRows {
   std::vector<int8_t> q;
   std::vector<float> scale;    // [M][K/block]
   std::vector<int32_t> sum16;  // [M][K/16]
+  std::vector<float> sum32;    // [M][K/32] the sum of each 32-input group, as the q4 kernel uses it
   int K, block;
 };
 
 QuantRows quantize_rows(const float* x, int64_t M, int64_t K, int block) {
   QuantRows out{std::vector<int8_t>(M * K), std::vector<float>(M * (K / block)),
-                std::vector<int32_t>(M * (K / 16)), static_cast<int>(K), block};
+                std::vector<int32_t>(M * (K / 16)), std::vector<float>(M * (K / 32)), static_cast<int>(K), block};
   at::parallel_for(0, M, 1, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m) {
       const float* row = x + m * K;
@@ -61,6 +62,8 @@ QuantRows quantize_rows(const float* x, int64_t M, int64_t K, int block) {
           out.sum16[m * (K / 16) + (b * block + i) / 16] = _mm512_reduce_add_epi32(v);
         }
       }
+      const int32_t* s16 = out.sum16.data() + m * (K / 16);
+      for (int64_t g = 0; g < K / 32; ++g) out.sum32[m * (K / 32) + g] = static_cast<float>(s16[2 * g] + s16[2 * g + 1]);
     }
   });
   return out;
@@ -82,27 +85,35 @@ inline __m512i dot4(__m512i acc, __m512i w, const int8_t* x) {
   return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(x)));
 }
 
-// Asks for the weights 16 groups ahead of `group` (4 KiB; past a channel block's end that is the
-// next block, which the same thread computes next). Several rows per group leave the hardware
-// prefetcher behind; one row does not, and there the extra instructions only cost.
+// Asks for the weights 32 groups ahead of `group` (8 KiB; past a channel block's end that is the
+// next block, which the same thread computes next), into L2 rather than L1: the hardware
+// prefetcher alone leaves the memory bus idle part of the time, and hints into L1 evict the
+// activations and cost more than they save when a pass computes one row.
 inline void prefetch_ahead(const uint8_t* group) {
-  for (int line = 0; line < 256; line += 64) _mm_prefetch(reinterpret_cast<const char*>(group + 4096 + line), _MM_HINT_T0);
+  for (int line = 0; line < 256; line += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(group + 8192 + line), _MM_HINT_T1);
 }
 
 struct Q4Weights {
   const uint8_t* q; const uint8_t* sc; const uint8_t* mn; const at::Half* d; const at::Half* dm;
 };
 
-// Rows [0, R) of one channel block of a q4 matrix.
+// Rows [0, R) of one channel block of a q4 matrix. The rows' integer dot products are interleaved
+// (and split in two chains when few rows) so that the multiply-adds do not wait on each other;
+// integer sums are exact in any order, so the result does not depend on it.
 template <int R>
 void q4_block(const Q4Weights& w, int64_t nb, int64_t K, int S, const QuantRows& x, int64_t m0, float* y,
               int64_t ldy, const float* bias) {
+  constexpr int CHAINS = R <= 4 ? 2 : 1;
   const int64_t groups = K / 32, supers = K / S, per_super = S / 32;
   const uint8_t* q = w.q + nb * groups * 256;
   const uint8_t* sc = w.sc + nb * groups * 16;
   const uint8_t* mn = w.mn + nb * groups * 16;
   const at::Half* d = w.d + nb * supers * 16;
   const at::Half* dm = w.dm + nb * supers * 16;
+  const int8_t* xq = x.q.data() + m0 * K;
+  const float* xsum = x.sum32.data() + m0 * groups;
+  const float* xscale = x.scale.data() + m0 * supers;
   const __m512i low = _mm512_set1_epi8(0x0F);
   __m512 total[R];
   for (int r = 0; r < R; ++r) total[r] = _mm512_setzero_ps();
@@ -112,27 +123,29 @@ void q4_block(const Q4Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
     for (int r = 0; r < R; ++r) part[r] = _mm512_setzero_ps();
     for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
       const uint8_t* qg = q + g * 256;
-      if constexpr (R > 1) prefetch_ahead(qg);
-      __m512i w4[8];
+      prefetch_ahead(qg);
+      __m512i acc[CHAINS][R];
+      for (int c = 0; c < CHAINS; ++c)
+        for (int r = 0; r < R; ++r) acc[c][r] = _mm512_setzero_si512();
       for (int j = 0; j < 4; ++j) {
         const __m512i v = _mm512_loadu_si512(qg + 64 * j);
-        w4[j] = _mm512_and_si512(v, low);
-        w4[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+        const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+        for (int r = 0; r < R; ++r) {
+          const int8_t* xr = xq + r * K + g * 32;
+          acc[0][r] = dot4(acc[0][r], lo, xr + 4 * j);
+          acc[CHAINS - 1][r] = dot4(acc[CHAINS - 1][r], hi, xr + 4 * (j + 4));
+        }
       }
       const __m512 scale = _mm512_mul_ps(dv, u8x16(sc + g * 16));
       const __m512 minimum = _mm512_mul_ps(dmv, u8x16(mn + g * 16));
       for (int r = 0; r < R; ++r) {
-        const int64_t m = m0 + r;
-        const int8_t* xr = x.q.data() + m * K + g * 32;
-        __m512i acc = _mm512_setzero_si512();
-        for (int j = 0; j < 8; ++j) acc = dot4(acc, w4[j], xr + 4 * j);
-        const int32_t* s16 = x.sum16.data() + m * (K / 16) + 2 * g;
-        part[r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(acc), part[r]);
-        part[r] = _mm512_fnmadd_ps(minimum, _mm512_set1_ps(static_cast<float>(s16[0] + s16[1])), part[r]);
+        const __m512i sum = CHAINS == 2 ? _mm512_add_epi32(acc[0][r], acc[CHAINS - 1][r]) : acc[0][r];
+        part[r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sum), part[r]);
+        part[r] = _mm512_fnmadd_ps(minimum, _mm512_set1_ps(xsum[r * groups + g]), part[r]);
       }
     }
     for (int r = 0; r < R; ++r) {
-      const float xs = x.scale[(m0 + r) * supers + s];  // the input was quantized per super-block
+      const float xs = xscale[r * supers + s];  // the input was quantized per super-block
       total[r] = _mm512_fmadd_ps(_mm512_set1_ps(xs), part[r], total[r]);
     }
   }
@@ -147,10 +160,14 @@ struct Q8Weights {
 template <int R>
 void q8_block(const Q8Weights& w, int64_t nb, int64_t K, int S, const QuantRows& x, int64_t m0, float* y,
               int64_t ldy, const float* bias) {
+  constexpr int CHAINS = R <= 4 ? 2 : 1;
   const int64_t groups = K / 16, supers = K / S, per_super = S / 16;
   const uint8_t* q = w.q + nb * groups * 256;
   const int8_t* sc = w.sc + nb * groups * 16;
   const at::Half* d = w.d + nb * supers * 16;
+  const int8_t* xq = x.q.data() + m0 * K;
+  const int32_t* xsum = x.sum16.data() + m0 * groups;
+  const float* xscale = x.scale.data() + m0 * supers;
   __m512 total[R];
   for (int r = 0; r < R; ++r) total[r] = _mm512_setzero_ps();
   for (int64_t s = 0; s < supers; ++s) {
@@ -159,21 +176,23 @@ void q8_block(const Q8Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
     for (int r = 0; r < R; ++r) part[r] = _mm512_setzero_ps();
     for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
       const uint8_t* qg = q + g * 256;
-      if constexpr (R > 1) prefetch_ahead(qg);
-      __m512i w4[4];
-      for (int j = 0; j < 4; ++j) w4[j] = _mm512_loadu_si512(qg + 64 * j);
+      prefetch_ahead(qg);
+      __m512i acc[CHAINS][R];
+      for (int c = 0; c < CHAINS; ++c)
+        for (int r = 0; r < R; ++r) acc[c][r] = _mm512_setzero_si512();
+      for (int j = 0; j < 4; ++j) {
+        const __m512i v = _mm512_loadu_si512(qg + 64 * j);
+        for (int r = 0; r < R; ++r) acc[j % CHAINS][r] = dot4(acc[j % CHAINS][r], v, xq + r * K + g * 16 + 4 * j);
+      }
       const __m512 scale = _mm512_mul_ps(dv, i8x16(sc + g * 16));
       for (int r = 0; r < R; ++r) {
-        const int64_t m = m0 + r;
-        const int8_t* xr = x.q.data() + m * K + g * 16;
-        __m512i acc = _mm512_setzero_si512();
-        for (int j = 0; j < 4; ++j) acc = dot4(acc, w4[j], xr + 4 * j);
-        acc = _mm512_sub_epi32(acc, _mm512_set1_epi32(w.offset * x.sum16[m * (K / 16) + g]));
-        part[r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(acc), part[r]);
+        __m512i sum = CHAINS == 2 ? _mm512_add_epi32(acc[0][r], acc[CHAINS - 1][r]) : acc[0][r];
+        sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(w.offset * xsum[r * groups + g]));
+        part[r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sum), part[r]);
       }
     }
     for (int r = 0; r < R; ++r) {
-      const float xs = x.scale[(m0 + r) * supers + s];  // the input was quantized per super-block
+      const float xs = xscale[r * supers + s];  // the input was quantized per super-block
       total[r] = _mm512_fmadd_ps(_mm512_set1_ps(xs), part[r], total[r]);
     }
   }
@@ -440,6 +459,14 @@ struct Model {
     });
   }
 
+  // h[m, :hidden] += out[m, :hidden] (the residual stream; `out` is padded to whole channel blocks).
+  void add_rows(const torch::Tensor& out, float* h, int64_t M) const {
+    const float* o = out.data_ptr<float>();
+    const int64_t ld = out.size(1);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t i = 0; i < hidden; ++i) h[m * hidden + i] += o[m * ld + i];
+  }
+
   // Logits [n_logits, vocab] after the new `ids`; keys/values: per layer [kv_heads, capacity, head_dim],
   // holding `past` positions, written for the new ones.
   torch::Tensor forward(const torch::Tensor& ids_in, const std::vector<torch::Tensor>& keys,
@@ -481,26 +508,24 @@ struct Model {
       }
       attend(qp, q_ld, K, V, capacity, past, M, attn.data());
       auto o = run_group({L.o.get()}, attn.data(), M)[0];
-      const int64_t o_ld = o.size(1);
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t i = 0; i < hidden; ++i) h[m * hidden + i] += o.data_ptr<float>()[m * o_ld + i];
+      add_rows(o, h.data(), M);
       rms_norm(h.data(), L.ffn_norm.data_ptr<float>(), x.data(), M);
       auto gu = run_group({L.gate.get(), L.up.get()}, x.data(), M);
       const int64_t inter = L.gate->N, g_ld = gu[0].size(1), u_ld = gu[1].size(1);
       std::vector<float> act(M * inter);
       TORCH_CHECK(inter % 16 == 0, "the MLP width must be a multiple of 16");
       const __m512 one = _mm512_set1_ps(1.f);
+      const float* gate = gu[0].data_ptr<float>();
+      const float* up = gu[1].data_ptr<float>();
       for (int64_t m = 0; m < M; ++m)
         for (int64_t i = 0; i < inter; i += 16) {
-          const __m512 g = _mm512_loadu_ps(gu[0].data_ptr<float>() + m * g_ld + i);
-          const __m512 u = _mm512_loadu_ps(gu[1].data_ptr<float>() + m * u_ld + i);
+          const __m512 g = _mm512_loadu_ps(gate + m * g_ld + i);
+          const __m512 u = _mm512_loadu_ps(up + m * u_ld + i);
           const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
           _mm512_storeu_ps(act.data() + m * inter + i, _mm512_mul_ps(silu, u));
         }
       auto down = run_group({L.down.get()}, act.data(), M)[0];
-      const int64_t d_ld = down.size(1);
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t i = 0; i < hidden; ++i) h[m * hidden + i] += down.data_ptr<float>()[m * d_ld + i];
+      add_rows(down, h.data(), M);
     }
     const int64_t first = M - n_logits;
     rms_norm(h.data() + first * hidden, norm.data_ptr<float>(), x.data(), n_logits);
