@@ -1,8 +1,9 @@
 """The hybrid drafter: prompt lookup when the text repeats itself, the draft model otherwise.
 
-A lookup costs no model pass at all (c ≈ 0), so whenever the last tokens occurred before in the
-conversation (quoting a passage, editing code, a summary reusing phrases) its continuation is
-the cheapest possible draft; when there is no match, the draft model proposes as usual. Each
+A lookup costs no model pass at all (c ≈ 0), so whenever the last few tokens (two at least)
+occurred before in the conversation (quoting a passage, editing code, a summary reusing
+phrases) their continuation is the cheapest possible draft; when there is no match, the draft
+model proposes as usual. Each
 proposal keeps its own exact p_draft (one-hot for a lookup, the draft model's shaped
 distribution otherwise), so verification stays exact either way.
 
@@ -24,11 +25,18 @@ from specchat.engine.sampling import SamplingParams
 class HybridDrafter:
     name: DrafterName = "model"
 
-    def __init__(self, ngram: NgramDrafter, model: ModelDrafter, *, min_lookup: int = 2) -> None:
+    def __init__(
+        self, ngram: NgramDrafter, model: ModelDrafter, *, min_lookup: int = 2, min_key: int = 2
+    ) -> None:
         self.ngram = ngram
         self.model = model
         self.min_lookup = min_lookup
-        """Shorter lookups than this (a lone repeated token) are ignored in favour of the model."""
+        """Shorter continuations than this are ignored in favour of the model."""
+        self.min_key = min_key
+        """Tokens that must match before a lookup is trusted. One token (a lone " the") recurs by
+        chance in any conversation, and what followed it then is mostly rejected: a verify pass
+        spent on it, where the model would have drafted. The plain n-gram drafter, which has no
+        model to fall back on, still takes such matches."""
         self._looked_up: tuple[list[int], list[int]] = ([], [])
         """(ids, their continuation): the lookup next_source made, reused by propose."""
 
@@ -51,6 +59,7 @@ class HybridDrafter:
         """The longest continuation any γ could use, scanned once per round (a scan is O(context))."""
         seen, found = self._looked_up
         if seen != ids:  # a C-level list comparison, far cheaper than the scan
-            found = lookup_continuation(ids, GAMMA_MAX, self.ngram.max_ngram, self.ngram.min_ngram)
+            shortest = max(self.ngram.min_ngram, self.min_key)
+            found = lookup_continuation(ids, GAMMA_MAX, self.ngram.max_ngram, shortest)
             self._looked_up = (list(ids), found)
         return found

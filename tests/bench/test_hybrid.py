@@ -42,3 +42,16 @@ def test_the_source_announced_is_the_one_that_proposes(engine: ChatEngine) -> No
         assert hybrid.next_source(ids) == source
         draft = hybrid.propose(ids, 1, params, None)
         assert hybrid.name == source and len(draft.ids) == 1
+
+
+def test_a_one_token_match_is_left_to_the_model(engine: ChatEngine) -> None:
+    hybrid = engine.drafter("hybrid")
+    lookup = engine.drafter("ngram")
+    assert hybrid is not None and lookup is not None
+    params = Controls().sampling()
+    once = [5, 6, 7, 8, 5]  # only the last token occurred before
+    twice = [5, 6, 7, 8, 5, 6]  # the last two did
+    assert lookup.propose(once, 2, params, None).ids == [6, 7]  # the n-gram drafter takes it
+    assert hybrid.next_source(once) == "model"
+    assert hybrid.next_source(twice) == "ngram"
+    assert hybrid.propose(twice, 2, params, None).ids == [7, 8]
