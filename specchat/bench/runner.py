@@ -44,8 +44,12 @@ class Method:
 
     @property
     def sweep_gamma(self) -> int | None:
-        """γ of a fixed-γ run with a draft model (the points of the γ sweep), else None."""
-        if self.drafter == "model" and self.schedule == "fixed" and self.gamma > 0:
+        """γ of specchat's fixed-γ run with a draft model (the points of the γ sweep), else None.
+
+        Peers' speculative rows draft a fixed γ too, but they are lines of their own, not points
+        of specchat's curve."""
+        fixed_model = self.drafter == "model" and self.schedule == "fixed"
+        if self.kind == "specchat" and fixed_model and self.gamma > 0:
             return self.gamma
         return None
 

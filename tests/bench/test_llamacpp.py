@@ -164,6 +164,8 @@ def test_rows_are_added_and_interleaved(
     records, methods, peer = replayed
     assert [m.name for m in methods][-2:] == [PLAIN_ROW, SPECULATIVE_ROW]
     assert build_methods([2], has_draft=False, llama_cpp_draft_max=4)[-1].name == PLAIN_ROW
+    # llama.cpp drafts a fixed γ too, but it is a line of its own, not a point of the γ sweep.
+    assert [m.name for m in methods if m.sweep_gamma] == ["fixed-2"]
     for prompt in prompts:
         order = [r.method for r in records if r.prompt_id == prompt.id]
         assert set(order) == {m.name for m in methods}
