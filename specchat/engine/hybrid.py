@@ -3,9 +3,8 @@
 A lookup costs no model pass at all (c ≈ 0), so whenever the last few tokens (two at least)
 occurred before in the conversation (quoting a passage, editing code, a summary reusing
 phrases) their continuation is the cheapest possible draft; when there is no match, the draft
-model proposes as usual. Each
-proposal keeps its own exact p_draft (one-hot for a lookup, the draft model's shaped
-distribution otherwise), so verification stays exact either way.
+model proposes as usual. Each proposal keeps its own exact p_draft (one-hot for a lookup, the
+draft model's shaped distribution otherwise), so verification stays exact either way.
 
 ``name`` tells which of the two proposed the latest draft ("ngram" or "model"): the loop stamps
 it on the round's RoundEvent, so statistics and the adaptive schedule (which keeps estimates per
