@@ -94,17 +94,34 @@ inline void prefetch_ahead(const uint8_t* group) {
     _mm_prefetch(reinterpret_cast<const char*>(group + 8192 + line), _MM_HINT_T1);
 }
 
+// Each row's exact int32 dot products over one group, in interleaved accumulators: two per row
+// when there are few rows, so that consecutive multiply-adds do not wait on each other. Integer
+// sums are exact in any order, so the result does not depend on how they are split.
+template <int R>
+struct RowSums {
+  static constexpr int CHAINS = R <= 4 ? 2 : 1;
+  __m512i acc[CHAINS][R];
+
+  RowSums() {
+    for (int c = 0; c < CHAINS; ++c)
+      for (int r = 0; r < R; ++r) acc[c][r] = _mm512_setzero_si512();
+  }
+  void add(int chain, int r, __m512i w, const int8_t* x) {
+    acc[chain % CHAINS][r] = dot4(acc[chain % CHAINS][r], w, x);
+  }
+  __m512i total(int r) const {
+    return CHAINS == 2 ? _mm512_add_epi32(acc[0][r], acc[CHAINS - 1][r]) : acc[0][r];
+  }
+};
+
 struct Q4Weights {
   const uint8_t* q; const uint8_t* sc; const uint8_t* mn; const at::Half* d; const at::Half* dm;
 };
 
-// Rows [0, R) of one channel block of a q4 matrix. The rows' integer dot products are interleaved
-// (and split in two chains when few rows) so that the multiply-adds do not wait on each other;
-// integer sums are exact in any order, so the result does not depend on it.
+// Rows [0, R) of one channel block of a q4 matrix.
 template <int R>
 void q4_block(const Q4Weights& w, int64_t nb, int64_t K, int S, const QuantRows& x, int64_t m0, float* y,
               int64_t ldy, const float* bias) {
-  constexpr int CHAINS = R <= 4 ? 2 : 1;
   const int64_t groups = K / 32, supers = K / S, per_super = S / 32;
   const uint8_t* q = w.q + nb * groups * 256;
   const uint8_t* sc = w.sc + nb * groups * 16;
@@ -124,23 +141,20 @@ void q4_block(const Q4Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
     for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
       const uint8_t* qg = q + g * 256;
       prefetch_ahead(qg);
-      __m512i acc[CHAINS][R];
-      for (int c = 0; c < CHAINS; ++c)
-        for (int r = 0; r < R; ++r) acc[c][r] = _mm512_setzero_si512();
+      RowSums<R> sums;
       for (int j = 0; j < 4; ++j) {
         const __m512i v = _mm512_loadu_si512(qg + 64 * j);
         const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
         for (int r = 0; r < R; ++r) {
           const int8_t* xr = xq + r * K + g * 32;
-          acc[0][r] = dot4(acc[0][r], lo, xr + 4 * j);
-          acc[CHAINS - 1][r] = dot4(acc[CHAINS - 1][r], hi, xr + 4 * (j + 4));
+          sums.add(0, r, lo, xr + 4 * j);
+          sums.add(1, r, hi, xr + 4 * (j + 4));
         }
       }
       const __m512 scale = _mm512_mul_ps(dv, u8x16(sc + g * 16));
       const __m512 minimum = _mm512_mul_ps(dmv, u8x16(mn + g * 16));
       for (int r = 0; r < R; ++r) {
-        const __m512i sum = CHAINS == 2 ? _mm512_add_epi32(acc[0][r], acc[CHAINS - 1][r]) : acc[0][r];
-        part[r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sum), part[r]);
+        part[r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sums.total(r)), part[r]);
         part[r] = _mm512_fnmadd_ps(minimum, _mm512_set1_ps(xsum[r * groups + g]), part[r]);
       }
     }
@@ -160,7 +174,6 @@ struct Q8Weights {
 template <int R>
 void q8_block(const Q8Weights& w, int64_t nb, int64_t K, int S, const QuantRows& x, int64_t m0, float* y,
               int64_t ldy, const float* bias) {
-  constexpr int CHAINS = R <= 4 ? 2 : 1;
   const int64_t groups = K / 16, supers = K / S, per_super = S / 16;
   const uint8_t* q = w.q + nb * groups * 256;
   const int8_t* sc = w.sc + nb * groups * 16;
@@ -177,17 +190,14 @@ void q8_block(const Q8Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
     for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
       const uint8_t* qg = q + g * 256;
       prefetch_ahead(qg);
-      __m512i acc[CHAINS][R];
-      for (int c = 0; c < CHAINS; ++c)
-        for (int r = 0; r < R; ++r) acc[c][r] = _mm512_setzero_si512();
+      RowSums<R> sums;
       for (int j = 0; j < 4; ++j) {
         const __m512i v = _mm512_loadu_si512(qg + 64 * j);
-        for (int r = 0; r < R; ++r) acc[j % CHAINS][r] = dot4(acc[j % CHAINS][r], v, xq + r * K + g * 16 + 4 * j);
+        for (int r = 0; r < R; ++r) sums.add(j, r, v, xq + r * K + g * 16 + 4 * j);
       }
       const __m512 scale = _mm512_mul_ps(dv, i8x16(sc + g * 16));
       for (int r = 0; r < R; ++r) {
-        __m512i sum = CHAINS == 2 ? _mm512_add_epi32(acc[0][r], acc[CHAINS - 1][r]) : acc[0][r];
-        sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(w.offset * xsum[r * groups + g]));
+        const __m512i sum = _mm512_sub_epi32(sums.total(r), _mm512_set1_epi32(w.offset * xsum[r * groups + g]));
         part[r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sum), part[r]);
       }
     }
