@@ -104,7 +104,7 @@ def load_packed(
     """The native model over the folder's memory-mapped tensors, and its tokenizer (``tokenizer``
     when given: the caller checked the folder's tokenizer files are the same)."""
     from safetensors import safe_open
-    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+    from transformers import GenerationConfig, PretrainedConfig
 
     from specchat.kernels.native import PackedModel, native_model
 
@@ -113,17 +113,62 @@ def load_packed(
         meta = json.loads(handle.metadata()["specchat"])
         tensors = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 - not a dict
     packed = PackedModel.from_meta(meta, tensors)
-    config = AutoConfig.from_pretrained(str(folder))
+    # The kernels take their shapes from the packed record; the engine reads only plain fields of
+    # the config (context length, stop ids), so the generic class serves and AutoConfig's imports
+    # (about 0.4 s at every start) are skipped.
+    config = PretrainedConfig.from_dict(_json_file(folder / "config.json"))
     generation = (
         GenerationConfig.from_pretrained(str(folder))
         if (folder / "generation_config.json").is_file()
         else None
     )
     if tokenizer is None:
-        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        tokenizer = load_tokenizer(folder)
     model = native_model(packed, config, generation)
     emit(progress, LoadProgress(name, "load", 1, 1, f"loading {name}: done"))
     return model, tokenizer
+
+
+TOKENIZER_SETTINGS_SKIPPED = (
+    "tokenizer_class", "auto_map", "added_tokens_decoder", "is_local", "local_files_only"
+)  # fmt: skip
+"""tokenizer_config.json entries that name a class or describe the download, not the tokenizer
+(added tokens, special flags included, are in tokenizer.json itself)."""
+
+
+def load_tokenizer(folder: Path) -> Any:
+    """The folder's tokenizer, read straight from its tokenizer.json.
+
+    AutoTokenizer builds the same tokenizer about 2 s later at every start: it imports every auto
+    class first, and a Qwen2 tokenizer parses its 11 MB tokenizer.json twice. A folder without a
+    tokenizer.json, written in an older layout, or whose tokenizer has another backend, still goes
+    through AutoTokenizer.
+    """
+    settings = _json_file(folder / "tokenizer_config.json")
+    file = folder / "tokenizer.json"
+    older_layout = (folder / "special_tokens_map.json").is_file()
+    if not file.is_file() or older_layout or settings.get("backend", "tokenizers") != "tokenizers":
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(folder))
+    from transformers import PreTrainedTokenizerFast
+
+    for key in TOKENIZER_SETTINGS_SKIPPED:
+        settings.pop(key, None)
+    template = folder / "chat_template.jinja"
+    if template.is_file():
+        settings["chat_template"] = template.read_text(encoding="utf-8")
+    return PreTrainedTokenizerFast(tokenizer_file=str(file), name_or_path=str(folder), **settings)
+
+
+def _json_file(path: Path) -> dict[str, Any]:
+    """A JSON object from ``path``; an empty one when there is no such file."""
+    if not path.is_file():
+        return {}
+    value = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(value, dict):
+        raise ValueError(f"{path} does not hold a JSON object")
+    return value
 
 
 # ------------------------------------------------------------------------------ packing a model

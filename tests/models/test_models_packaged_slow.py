@@ -33,3 +33,26 @@ def test_packaged_pair_loads_and_shares_tokens() -> None:
         generation_eos = lm.model.generation_config.eos_token_id
         assert eos in (generation_eos if isinstance(generation_eos, list) else [generation_eos])
         assert not lm.model.training
+
+
+@pytest.mark.slow
+def test_the_real_packed_tokenizers_read_straight_from_their_files_are_autotokenizers() -> None:
+    """The fast start's tokenizer agrees with AutoTokenizer's Qwen2Tokenizer on real text."""
+    from transformers import AutoTokenizer
+
+    from specchat.bench.prompts import load_prompts
+    from specchat.models.packed import load_tokenizer, packed_dir
+    from tests.models.test_packed import assert_same_tokenizer
+
+    folders = [f for f in packed_dir().glob("qwen*") if (f / "tokenizer.json").is_file()]
+    if not folders:
+        pytest.skip("no packed Qwen model in the cache: run specchat once")
+    conversations = [list(prompt.messages) for prompt in load_prompts(check=True)]
+    for folder in folders[:2]:
+        fast, reference = load_tokenizer(folder), AutoTokenizer.from_pretrained(str(folder))
+        assert_same_tokenizer(fast, reference)
+        for messages in conversations:
+            as_ids = {"tokenize": True, "add_generation_prompt": True, "return_dict": True}
+            ids = reference.apply_chat_template(messages, **as_ids)["input_ids"]
+            assert fast.apply_chat_template(messages, **as_ids)["input_ids"] == ids
+            assert fast.decode(ids) == reference.decode(ids)

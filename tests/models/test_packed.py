@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from specchat.kernels import cpu_supports
 from specchat.kernels.native import from_hf
-from specchat.models.packed import WEIGHTS, PackRecipe, is_packed, load_native, packed_dir
+from specchat.models.packed import WEIGHTS, PackRecipe, is_packed, load_native, load_tokenizer, packed_dir
 from specchat.models.records import LoadProgress
 from specchat.testing import TinyPair
 
@@ -18,7 +19,7 @@ IDS = torch.tensor([[1, 5, 9, 12, 7, 30, 22, 4, 8, 3]])
 
 
 def logits(model: object, ids: torch.Tensor = IDS) -> torch.Tensor:
-    return model(ids, None, logits_to_keep=ids.shape[1]).logits[0]  # type: ignore[operator]
+    return model(ids, None, logits_to_keep=ids.shape[1]).logits[0]
 
 
 def test_a_folder_is_packed_once_then_loaded_from_the_cache(tiny_folders: tuple[Path, Path]) -> None:
@@ -91,3 +92,55 @@ def test_packing_reports_each_layer_and_stops_when_the_callback_gives_up(
         load_native(spec, recipe, progress)
     assert len(layers) == 1 and layers[0].endswith("layer 1/2")
     assert not any(is_packed(p) for p in packed_dir().glob("*"))  # nothing half-packed is kept
+
+
+TEXTS = ["cab", "  a\tb\nc ", "", "<s>abc</s>", "zzz yyy", "é日🙂"]
+MESSAGES = [
+    {"role": "user", "content": "abc"},
+    {"role": "assistant", "content": "d"},
+    {"role": "user", "content": "e"},
+]
+
+
+def assert_same_tokenizer(fast: Any, reference: Any) -> None:
+    """Everything the engine asks of a tokenizer agrees between the two."""
+    for text in TEXTS:
+        ids = reference(text)["input_ids"]
+        assert fast(text)["input_ids"] == ids, text
+        options = {"skip_special_tokens": False, "clean_up_tokenization_spaces": False}
+        assert fast.decode(ids, **options) == reference.decode(ids, **options)
+    template = {"tokenize": False, "add_generation_prompt": True}
+    assert fast.apply_chat_template(MESSAGES, **template) == reference.apply_chat_template(
+        MESSAGES, **template
+    )
+    for name in ("eos_token_id", "bos_token_id", "pad_token_id", "unk_token_id", "all_special_ids"):
+        assert getattr(fast, name) == getattr(reference, name), name
+    assert fast.get_vocab() == reference.get_vocab()
+    specials = {i: t.special for i, t in reference.added_tokens_decoder.items()}
+    assert {i: t.special for i, t in fast.added_tokens_decoder.items()} == specials
+
+
+def test_the_tokenizer_read_straight_from_its_file_is_autotokenizers(tiny_folders: tuple[Path, Path]) -> None:
+    from transformers import AutoTokenizer
+
+    folder = load_native(str(tiny_folders[0]), PackRecipe("q8")).folder
+    fast = load_tokenizer(folder)
+    assert type(fast).__name__ != "function" and fast.chat_template
+    assert_same_tokenizer(fast, AutoTokenizer.from_pretrained(str(folder)))
+
+
+def test_an_older_tokenizer_layout_goes_through_autotokenizer(
+    tiny_folders: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from transformers import AutoTokenizer
+
+    folder = load_native(str(tiny_folders[0]), PackRecipe("q8")).folder
+    reference = AutoTokenizer.from_pretrained(str(folder))
+    (folder / "special_tokens_map.json").write_text(json.dumps({"eos_token": "</s>", "bos_token": "<s>"}))
+    calls: list[str] = []
+    original = AutoTokenizer.from_pretrained
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", lambda path: calls.append(path) or original(path))
+    assert_same_tokenizer(load_tokenizer(folder), reference)
+    assert calls == [str(folder)]
