@@ -133,7 +133,9 @@ class AdaptiveGamma:
 
     The first round is a plain step (it measures V(0)); the second drafts the ``start`` γ the user
     set (at most 3, so that one unlucky first round costs little); after that γ may move anywhere
-    in [0, ``cap``], at most two above the widest verify pass measured so far. Speculation is
+    in [0, ``cap``], at most two above the widest verify pass measured so far, and a neighbour
+    of the best γ predicted nearly as fast is tried when its cost was timed too rarely or too
+    long ago to rule it out. Speculation is
     switched off at once if even perfect acceptance could not pay for the measured costs, but
     for low acceptance only after ``min_evidence`` draft positions were tested, since one round
     says little about α. Estimates are kept per drafter, so switching drafters mid-reply is fine.
@@ -153,6 +155,7 @@ class AdaptiveGamma:
         min_evidence: float = 12.0,
         probe_first: int = 8,
         probe_max: int = 128,
+        refresh_slack: float = 0.15,
     ) -> None:
         self._start = start if callable(start) else (lambda: start)
         self.cap = min(max(cap, 1), GAMMA_MAX)
@@ -163,6 +166,9 @@ class AdaptiveGamma:
         self.min_evidence = min_evidence
         self.probe_first = probe_first
         self.probe_max = probe_max
+        self.refresh_slack = refresh_slack
+        """How much slower than the best a neighbouring γ may be predicted and still be timed
+        again when its timings are few or old (at most a few rounds per width in sixty-four)."""
         self.drafter = "model"
         """Drafter of the latest observed round; estimates below are looked up for it."""
         self.costs = CostEstimator()
@@ -253,7 +259,7 @@ class AdaptiveGamma:
             return min(max(self._start(), 1), 3, self.cap)  # nothing drafted yet: try the user's γ
         best = max(predicted, key=lambda g: predicted[g])
         if predicted[best] >= 1.0 + self.margin:
-            return best
+            return self._refresh_or(best, predicted)
         if self.evidence < self.min_evidence:
             ceiling = self._speedups(alpha=1.0)
             if max(ceiling.values()) >= 1.0 + self.margin:
@@ -261,6 +267,16 @@ class AdaptiveGamma:
         if self._plain_streak >= self._probe_interval:
             return best  # a probe: has the text become predictable?
         return 0
+
+    def _refresh_or(self, best: int, predicted: dict[int, float]) -> int:
+        """``best``, or a neighbouring γ predicted nearly as fast whose verify cost rests on too
+        few or too old timings (CostEstimator.needs_refresh): without this, one slow pass timed
+        at a width would rule it out for good, since it is never tried again."""
+        for gamma in (best - 1, best + 1):
+            close = predicted.get(gamma, 0.0) >= predicted[best] * (1.0 - self.refresh_slack)
+            if gamma >= 1 and close and self.costs.needs_refresh(gamma):
+                return gamma
+        return best
 
 
 def make_schedule(name: str, gamma: int | Callable[[], int]) -> GammaSchedule:

@@ -154,6 +154,26 @@ class RollingAlpha:
 # ---------------------------------------------------------------------------- the cost model
 
 
+def monotone_fit(values: Mapping[int, float], weights: Mapping[int, float]) -> dict[int, float]:
+    """The non-decreasing sequence (in key order) closest to ``values`` in weighted least squares.
+
+    Pool adjacent violators: walking up the keys, any value below the block before it is merged
+    with that block into their weighted mean, until the blocks rise. A point with more samples
+    pulls harder, so a lone slow timing gives way to its well-measured neighbours. (Twenty lines
+    here rather than scikit-learn or SciPy for the one call.)
+    """
+    blocks: list[tuple[list[int], float, float]] = []  # (keys, weighted mean, total weight)
+    for key in sorted(values):
+        keys, mean, weight = [key], values[key], max(weights.get(key, 1.0), 1e-9)
+        while blocks and blocks[-1][1] > mean:
+            previous_keys, previous_mean, previous_weight = blocks.pop()
+            total = previous_weight + weight
+            mean = (previous_mean * previous_weight + mean * weight) / total
+            keys, weight = previous_keys + keys, total
+        blocks.append((keys, mean, weight))
+    return {key: mean for keys, mean, _ in blocks for key in keys}
+
+
 def interpolate_verify_ms(measured: Mapping[int, float], gamma: int) -> float | None:
     """V(γ), milliseconds of a target pass over γ+1 positions, from the widths measured so far.
 
@@ -247,14 +267,24 @@ class CostEstimator:
     timings (a server) are ignored. After a run of plain rounds a draft model first catches up on
     the tokens it skipped, a one-off cost that is not the per-token price of drafting, so such a
     round's drafting time is not taken as d (unless nothing else is known yet).
+
+    A wider pass never costs less, so the widths' medians are read through their closest
+    non-decreasing fit (:func:`monotone_fit`, each width weighted by its samples): one slow pass
+    timed at a width the schedule then stopped choosing would otherwise stand for that width
+    forever. :meth:`needs_refresh` says which widths rest on too little, or too old, evidence.
     """
 
-    def __init__(self, window: int = 9) -> None:
+    def __init__(self, window: int = 9, *, min_samples: int = 3, stale_after: int = 64) -> None:
         self.window = window
+        self.min_samples = min_samples
+        self.stale_after = stale_after
         self.plain = RecentMedian(window)
         self.verify: dict[int, RecentMedian] = {}
         self.draft_per_token: dict[str, RecentMedian] = {}
         self._plain_streak = 0
+        self._rounds = 0
+        self._last_timed: dict[int, int] = {}
+        """Width → the round (counted by this estimator) in which it was last timed."""
 
     def begin_reply(self) -> None:
         """A new reply: its drafter was prefilled with the prompt, so nothing is caught up."""
@@ -263,6 +293,8 @@ class CostEstimator:
     def observe(self, event: RoundEvent) -> None:
         if not known(event.verify_ms) or not known(event.draft_ms):
             return
+        self._rounds += 1
+        self._last_timed[event.drafted] = self._rounds
         if event.drafted == 0:
             self.plain.add(event.verify_ms + event.draft_ms)  # a failed lookup is part of the step
             self._plain_streak += 1
@@ -280,21 +312,38 @@ class CostEstimator:
 
     @property
     def plain_ms(self) -> float | None:
-        return self.plain.value
+        """V(0), one plain step, as fitted with the wider passes (None until one was timed)."""
+        return self.verify_fitted().get(0)
 
     def draft_ms(self, drafter: str) -> float | None:
         found = self.draft_per_token.get(drafter)
         return found.value if found is not None else None
 
+    def _timings(self) -> dict[int, RecentMedian]:
+        timings = dict(self.verify)
+        if len(self.plain):
+            timings[0] = self.plain
+        return dict(sorted(timings.items()))
+
     def verify_measured(self) -> dict[int, float]:
         """Median V(γ) of each width seen, γ = 0 (the plain step) included when seen."""
-        out = {g: v for g, r in self.verify.items() if (v := r.value) is not None}
-        if self.plain_ms is not None:
-            out[0] = self.plain_ms
-        return dict(sorted(out.items()))
+        return {g: v for g, r in self._timings().items() if (v := r.value) is not None}
+
+    def verify_fitted(self) -> dict[int, float]:
+        """The measured widths' V(γ), made non-decreasing in γ (see :func:`monotone_fit`)."""
+        timings = self._timings()
+        return monotone_fit(self.verify_measured(), {g: float(len(r)) for g, r in timings.items()})
 
     def verify_ms(self, gamma: int) -> float | None:
-        return interpolate_verify_ms(self.verify_measured(), gamma)
+        return interpolate_verify_ms(self.verify_fitted(), gamma)
+
+    def needs_refresh(self, gamma: int) -> bool:
+        """Whether width ``gamma`` was timed fewer than ``min_samples`` times, or not for
+        ``stale_after`` rounds: worth timing again before the schedule rules it out."""
+        timings = self._timings().get(gamma)
+        if timings is None or len(timings) < self.min_samples:
+            return True
+        return self._rounds - self._last_timed.get(gamma, 0) > self.stale_after
 
     @property
     def widest(self) -> int:
@@ -303,8 +352,8 @@ class CostEstimator:
     def model(self, drafter: str) -> CostModel | None:
         """The cost model for rounds ``drafter`` proposes; None until a plain step and a draft
         by that drafter were both timed."""
-        plain, draft = self.plain_ms, self.draft_ms(drafter)
+        fitted = self.verify_fitted()
+        plain, draft = fitted.get(0), self.draft_ms(drafter)
         if plain is None or draft is None or plain <= 0:
             return None
-        verify = {g: v for g, v in self.verify_measured().items() if g > 0}
-        return CostModel(plain, draft, verify)
+        return CostModel(plain, draft, {g: v for g, v in fitted.items() if g > 0})

@@ -193,3 +193,17 @@ def test_the_engine_keeps_one_schedule_per_name_across_replies(long_pair: TinyPa
     assert isinstance(schedule, AdaptiveGamma)
     assert schedule.estimates().plain_ms is not None  # what the next reply starts from
     assert engine.schedule("adaptive", lambda: 3) is schedule
+
+
+def test_one_slow_pass_at_a_width_does_not_rule_that_width_out_for_good() -> None:
+    # The bench's translation prompts on this CPU: plain 43 ms, d 11.5 ms, V(1) 47, V(2) 50, α 0.53,
+    # where γ = 1 is the fastest. Earlier replies (code, α high) drafted γ = 2, and the one γ = 1
+    # pass they timed happened to take 75 ms.
+    schedule = AdaptiveGamma(2)
+    schedule.observe(plain_round(0, 43.0))
+    for n in range(1, 11):
+        schedule.observe(drafted_round(n, 2, 2, draft_ms_per_token=11.5, verify_ms=50.0))
+    schedule.observe(drafted_round(11, 1, 1, draft_ms_per_token=11.5, verify_ms=75.0))
+    verify = {1: 47.0, 2: 50.0, 3: 54.0, 4: 57.0, 5: 60.0, 6: 70.0}
+    chosen = drive(schedule, 120, plain_ms=43.0, draft_ms_per_token=11.5, verify=verify, accept=0.53)
+    assert chosen[-40:].count(1) >= 35, chosen

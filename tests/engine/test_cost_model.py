@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -14,6 +15,7 @@ from specchat.engine.metrics import (
     acceptance_per_position,
     expected_tokens_per_round,
     interpolate_verify_ms,
+    monotone_fit,
     predicted_speedup,
 )
 
@@ -108,3 +110,32 @@ def test_adaptive_schedule_reads_the_same_cost_model() -> None:
         assert speedup == pytest.approx(model.speedup(schedule.alpha, gamma))
     assert estimates.c == pytest.approx(model.c)
     assert not math.isnan(estimates.verify_ms[5])
+
+
+def test_monotone_fit_pools_the_widths_that_fall() -> None:
+    assert monotone_fit({0: 40.0, 1: 45.0, 2: 50.0}, {}) == {0: 40.0, 1: 45.0, 2: 50.0}
+    # A width timed once, slowly, gives way to its well-measured wider neighbour.
+    fitted = monotone_fit({0: 40.0, 1: 75.0, 2: 50.0}, {0: 9.0, 1: 1.0, 2: 9.0})
+    assert fitted[0] == 40.0 and fitted[1] == fitted[2] == pytest.approx((75.0 + 9 * 50.0) / 10)
+    # Pooling cascades: the pooled block still below its predecessor merges again.
+    fitted = monotone_fit({1: 60.0, 2: 50.0, 3: 40.0}, {1: 1.0, 2: 1.0, 3: 1.0})
+    assert list(fitted.values()) == pytest.approx([50.0, 50.0, 50.0])
+    zigzag = monotone_fit({1: 3.0, 2: 1.0, 3: 2.0, 4: 0.5}, {})
+    assert all(a <= b for a, b in itertools.pairwise(zigzag.values()))
+
+
+def test_the_estimator_reads_a_lone_slow_width_through_the_fit_and_asks_to_time_it_again() -> None:
+    estimator = CostEstimator()
+    estimator.observe(timed_round(0, 0, 0, 0.0, 40.0))
+    estimator.observe(timed_round(1, 1, 1, 10.0, 75.0))  # one slow pass (another process woke up)
+    for n in range(2, 11):
+        estimator.observe(timed_round(n, 2, 1, 20.0, 50.0))
+    assert estimator.verify_measured()[1] == 75.0
+    assert estimator.verify_ms(1) == pytest.approx(estimator.verify_ms(2))  # never above a wider pass
+    assert estimator.needs_refresh(1) and not estimator.needs_refresh(2)
+    for n in range(11, 13):
+        estimator.observe(timed_round(n, 1, 1, 10.0, 45.0))
+    assert estimator.verify_ms(1) == 45.0 and not estimator.needs_refresh(1)  # the median of three
+    for n in range(13, 13 + estimator.stale_after + 1):
+        estimator.observe(timed_round(n, 2, 1, 20.0, 50.0))
+    assert estimator.needs_refresh(1) and not estimator.needs_refresh(2)  # timed too long ago
