@@ -62,10 +62,13 @@ class CachedLM:
         self.cache = None
 
     @torch.inference_mode()
-    def logits_after(self, ids: list[int], n_logits: int = 1) -> torch.Tensor:
+    def logits_after(
+        self, ids: list[int], n_logits: int = 1, *, head_rows: int | None = None
+    ) -> torch.Tensor:
         """Logits [n_logits, V] predicting the token after each of the last n_logits of ids.
 
-        Afterwards the cache holds all of ``ids``.
+        Afterwards the cache holds all of ``ids``. ``head_rows`` asks a model that can narrow its
+        head (the native kernels' drafts) for that many ids' logits; others are never passed it.
         """
         if n_logits < 1 or n_logits > len(ids):
             raise ValueError(f"cannot score {n_logits} positions of a {len(ids)}-token sequence")
@@ -74,7 +77,8 @@ class CachedLM:
         if self.cache is None:
             self.cache = DynamicCache(config=self.model.config)
         new = torch.tensor([ids[reuse:]], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=new, cache=self.cache, use_cache=True, logits_to_keep=n_logits)
+        options = {"head_rows": head_rows} if head_rows is not None else {}
+        out = self.model(input_ids=new, cache=self.cache, use_cache=True, logits_to_keep=n_logits, **options)
         self.forward_calls += 1
         self.cache = out.cache
         self.cached_ids = list(ids)

@@ -58,6 +58,10 @@ class NativeCausalLM:
         self.config = config
         self.generation_config = generation_config
         self._head = _Head(shape.vocab, shape.hidden)
+        self.narrow_head: int | None = None
+        """Head rows a pass computes by default (None: all of them). A draft narrows its head to
+        its most frequent ids, the fewer bytes per drafted token, and its drafter widens it for
+        text that needs the rest (see specchat.engine.drafters.ModelDrafter)."""
 
     @property
     def device(self) -> torch.device:
@@ -76,8 +80,11 @@ class NativeCausalLM:
         cache: Any = None,
         use_cache: bool = True,
         logits_to_keep: int = 1,
+        head_rows: int | None = None,
         **_: Any,
     ) -> LeanOutput:
+        """``head_rows``: the logits of the first ids only (a draft's head over its most frequent
+        ids: the other rows are not read at all); ``narrow_head`` when None."""
         if not isinstance(cache, LeanCache):
             if cache is not None and cache.get_seq_length() != 0:
                 raise ValueError("the native forward needs its own cache: pass None or an empty cache")
@@ -85,7 +92,8 @@ class NativeCausalLM:
         ids = input_ids[0]
         past = cache.length
         cache.reserve(past + int(ids.shape[0]))
-        logits = self._model.forward(ids, cache.keys, cache.values, past, logits_to_keep)
+        rows = head_rows if head_rows is not None else self.narrow_head
+        logits = self._model.forward(ids, cache.keys, cache.values, past, logits_to_keep, rows or 0)
         cache.length = past + int(ids.shape[0])
         return LeanOutput(logits[None], cache)
 

@@ -303,7 +303,10 @@ struct QMat {
 
 // Several matrices reading the same input (q/k/v, gate/up), in one parallel region; each writes
 // its own output [M, N16].
-std::vector<torch::Tensor> run_group(const std::vector<const QMat*>& mats, const float* x, int64_t M) {
+// `max_blocks` (> 0) computes only each matrix's first channel blocks: a draft's head over its most
+// frequent ids, whose other rows are not even read.
+std::vector<torch::Tensor> run_group(const std::vector<const QMat*>& mats, const float* x, int64_t M,
+                                     int64_t max_blocks = 0) {
   const int64_t K = mats[0]->K;
   std::vector<QuantRows> inputs;  // one quantization per distinct super-block size
   std::vector<int> input_of(mats.size());
@@ -321,15 +324,16 @@ std::vector<torch::Tensor> run_group(const std::vector<const QMat*>& mats, const
   }
   std::vector<torch::Tensor> outs;
   std::vector<int64_t> first_block{0};
+  std::vector<int64_t> blocks;
   for (const QMat* m : mats) {
-    outs.push_back(torch::empty({M, m->blocks() * 16}, torch::kFloat32));
-    first_block.push_back(first_block.back() + m->blocks());
+    blocks.push_back(max_blocks > 0 ? std::min(max_blocks, m->blocks()) : m->blocks());
+    outs.push_back(torch::empty({M, blocks.back() * 16}, torch::kFloat32));
+    first_block.push_back(first_block.back() + blocks.back());
   }
   at::parallel_for(0, first_block.back(), 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const size_t i = std::upper_bound(first_block.begin(), first_block.end(), b) - first_block.begin() - 1;
-      const QMat* m = mats[i];
-      m->run_block(b - first_block[i], inputs[input_of[i]], M, outs[i].data_ptr<float>(), m->blocks() * 16, 0);
+      mats[i]->run_block(b - first_block[i], inputs[input_of[i]], M, outs[i].data_ptr<float>(), blocks[i] * 16, 0);
     }
   });
   return outs;
@@ -478,9 +482,11 @@ struct Model {
   }
 
   // Logits [n_logits, vocab] after the new `ids`; keys/values: per layer [kv_heads, capacity, head_dim],
-  // holding `past` positions, written for the new ones.
+  // holding `past` positions, written for the new ones. `head_rows` (> 0) computes the logits of
+  // the first ids only ([n_logits, head_rows]; the same values as those columns of a full pass).
   torch::Tensor forward(const torch::Tensor& ids_in, const std::vector<torch::Tensor>& keys,
-                        const std::vector<torch::Tensor>& values, int64_t past, int64_t n_logits) const {
+                        const std::vector<torch::Tensor>& values, int64_t past, int64_t n_logits,
+                        int64_t head_rows) const {
     const torch::Tensor ids = ids_in.to(torch::kInt64).contiguous();
     const int64_t M = ids.size(0), qd = heads * head_dim;
     TORCH_CHECK(head_dim % 16 == 0 && hidden % 16 == 0, "head and hidden widths must be multiples of 16");
@@ -539,8 +545,9 @@ struct Model {
     }
     const int64_t first = M - n_logits;
     rms_norm(h.data() + first * hidden, norm.data_ptr<float>(), x.data(), n_logits);
-    auto logits = run_group({head.get()}, x.data(), n_logits)[0];
-    return logits.narrow(1, 0, head->N);
+    const int64_t rows = head_rows > 0 ? std::min(head_rows, head->N) : head->N;
+    auto logits = run_group({head.get()}, x.data(), n_logits, (rows + 15) / 16)[0];
+    return logits.narrow(1, 0, rows);
   }
 };
 
@@ -555,5 +562,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(py::init<int64_t, int64_t, int64_t, double, torch::Tensor, double, std::shared_ptr<QMat>,
                     std::shared_ptr<QMat>, torch::Tensor>())
       .def("add_layer", &Model::add_layer)
-      .def("forward", &Model::forward, py::call_guard<py::gil_scoped_release>());
+      .def("forward", &Model::forward, py::arg("ids"), py::arg("keys"), py::arg("values"), py::arg("past"),
+           py::arg("n_logits"), py::arg("head_rows") = 0, py::call_guard<py::gil_scoped_release>());
 }

@@ -449,9 +449,9 @@ def _native_pair(target: nn.Module, draft: nn.Module | None, path: CpuPath) -> C
         return 4 if mode == "q4" else 8
 
     native_target = from_hf(target, bits=bits(path.target))
-    native_draft = (
-        from_hf(draft, bits=bits(path.draft), head_rows=path.draft_head) if draft is not None else None
-    )
+    native_draft = from_hf(draft, bits=bits(path.draft)) if draft is not None else None
+    if native_draft is not None:
+        native_draft.narrow_head = path.draft_head  # see _load_native_pair
     return CpuPair(native_target, native_draft, target, draft, str(path), True)
 
 

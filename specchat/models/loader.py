@@ -189,9 +189,10 @@ def _load_native_pair(
     loaded = load_native(target, PackRecipe(path.target), progress)
     draft_loaded = None
     if draft is not None:
-        draft_loaded = load_native(
-            draft, PackRecipe(path.draft, path.draft_head), progress, share_tokenizer=loaded
-        )
+        # The whole head is packed; passes compute its first draft_head rows unless the drafter
+        # asks for more (text in a language whose tokens lie past them).
+        draft_loaded = load_native(draft, PackRecipe(path.draft), progress, share_tokenizer=loaded)
+        draft_loaded.model.narrow_head = path.draft_head
         if draft_loaded.tokenizer is not loaded.tokenizer:
             check_tokenizers_compatible(
                 loaded.tokenizer,

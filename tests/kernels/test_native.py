@@ -56,9 +56,9 @@ def test_a_pass_over_many_positions_equals_one_position_at_a_time(bits: int) -> 
 @pytest.mark.parametrize("gamma", [1, 3, 6])
 def test_greedy_speculation_equals_plain_decoding(drafter: str, gamma: int) -> None:
     pair = make_tiny_pair(seed=2, draft_noise=0.5, logit_scale=2.5)
-    engine = ChatEngine(
-        from_hf(pair.target, bits=4), pair.tokenizer, from_hf(pair.draft, bits=4, head_rows=40)
-    )
+    draft = from_hf(pair.draft, bits=4)
+    draft.narrow_head = 24  # the drafter widens it for text past its ids
+    engine = ChatEngine(from_hf(pair.target, bits=4), pair.tokenizer, draft)
     prompt = engine.prompt_ids([{"role": "user", "content": "the cat sat on the mat. the cat sat on"}])
     controls = Controls(gamma=gamma, drafter=drafter, max_new_tokens=48)
     plain = [e.token_id for e in engine.stream_plain(prompt, controls) if isinstance(e, TokenEvent)]
@@ -66,12 +66,39 @@ def test_greedy_speculation_equals_plain_decoding(drafter: str, gamma: int) -> N
     assert spec == plain
 
 
-def test_sampled_distribution_matches_the_native_target() -> None:
-    """Exactness at T > 0 on the kernels: the target's own law, computed by enumeration."""
+def test_a_narrow_head_gives_the_first_ids_logits_bit_for_bit() -> None:
+    native = from_hf(make_tiny_pair(seed=1).draft, bits=4)
+    whole = logits(native, IDS)
+    for rows in (16, 20, 40):
+        narrow = native(IDS, None, logits_to_keep=IDS.shape[1], head_rows=rows).logits[0]
+        assert narrow.shape == (IDS.shape[1], rows) and torch.equal(narrow, whole[:, :rows])
+    native.narrow_head = 20  # the default for every pass; an explicit head_rows overrides it
+    assert logits(native, IDS).shape[1] == 20
+    assert torch.equal(native(IDS, None, logits_to_keep=1, head_rows=whole.shape[1]).logits[0], whole[-1:])
+
+
+def test_the_drafter_computes_the_whole_head_only_for_text_past_the_narrow_one() -> None:
+    from specchat.engine.drafters import ModelDrafter
+    from specchat.engine.kv import CachedLM
+
+    draft = CachedLM(from_hf(make_tiny_pair(seed=1).draft, bits=4))  # type: ignore[arg-type]
+    drafter = ModelDrafter(draft, draft.vocab_width)
+    assert drafter.head_rows([5, 9, 30, 31] * 8) is None  # no narrow head: the model's default
+    draft.model.narrow_head = 16
+    assert drafter.head_rows([5, 9, 3, 7] * 16 + [30] * 7) is None  # 7 of the last 64 past it
+    assert drafter.head_rows([5, 9, 3, 7] * 16 + [30] * 8) == draft.vocab_width  # an eighth
+
+
+@pytest.mark.parametrize("narrow_head", [None, 5])
+def test_sampled_distribution_matches_the_native_target(narrow_head: int | None) -> None:
+    """Exactness at T > 0 on the kernels: the target's own law, computed by enumeration. With a
+    narrow draft head (ids 5 and 6 past it) some rounds draft from the narrow head, others, once
+    those ids fill the text, from the whole one."""
     tokenizer = make_tokenizer(VOCAB_CHARS)
     float_target = make_model(len(tokenizer), seed=3, hidden_size=64, logit_scale=1.5)
     target = from_hf(float_target, bits=4)
     draft = from_hf(perturbed_copy(float_target, noise=1.5, seed=4), bits=4)
+    draft.narrow_head = narrow_head
     engine = ChatEngine(target, tokenizer, draft)
     engine.stop_ids = frozenset()
     engine._decoder.stop_ids = frozenset()
