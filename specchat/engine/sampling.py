@@ -57,13 +57,45 @@ def _keep_top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return kept / kept.sum(dim=-1, keepdim=True)
 
 
+DRAW_BLOCK = 1024
+"""Tokens per block of :func:`draw_rows`'s two-level running sum."""
+
+
 def pick_tokens(
     probs: torch.Tensor, params: SamplingParams, generator: torch.Generator | None
 ) -> torch.Tensor:
     """One token per row: argmax when greedy, else a draw from the row's distribution."""
     if params.greedy:
         return probs.argmax(dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return draw_rows(probs, generator)
+
+
+def draw_rows(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One draw per row of (unnormalised) probabilities, by inverting the row's running sum.
+
+    Exact like torch.multinomial and, on the CPU, an order of magnitude faster over a 150k-token
+    vocabulary (multinomial costs milliseconds per row there). The running sum is taken in two
+    levels, in float64: over blocks of the row, then within the block the uniform falls in, so
+    rounding cannot move mass between tokens, and only one block's sum runs serially. A
+    zero-probability token is never drawn: no uniform falls between two equal running sums.
+    """
+    rows, width = probs.shape
+    blocks = -(-width // DRAW_BLOCK)
+    padded = torch.nn.functional.pad(probs, (0, blocks * DRAW_BLOCK - width)).view(rows, blocks, DRAW_BLOCK)
+    block_cdf = torch.cumsum(padded.sum(-1, dtype=torch.float64), dim=-1)
+    total = block_cdf[:, -1:].contiguous()
+    u = torch.rand(rows, 1, generator=generator, dtype=torch.float64, device=probs.device) * total
+    # u < total in exact arithmetic; should rounding give u == total, the last block (or token)
+    # of positive mass is taken rather than running off the end.
+    block = torch.minimum(torch.searchsorted(block_cdf, u, right=True), torch.searchsorted(block_cdf, total))
+    before = torch.where(block > 0, block_cdf.gather(1, (block - 1).clamp(min=0)), torch.zeros_like(u))
+    inner = padded.gather(1, block[:, :, None].expand(rows, 1, DRAW_BLOCK)).squeeze(1)
+    inner_cdf = torch.cumsum(inner, dim=-1, dtype=torch.float64)
+    offset = torch.minimum(
+        torch.searchsorted(inner_cdf, u - before, right=True),
+        torch.searchsorted(inner_cdf, inner_cdf[:, -1:].contiguous()),
+    )
+    return (block * DRAW_BLOCK + offset).squeeze(-1)
 
 
 def acceptance_probability(p_target: torch.Tensor, p_draft: torch.Tensor) -> torch.Tensor:

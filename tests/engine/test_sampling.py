@@ -5,9 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from specchat.engine import sampling as sampling_module
 from specchat.engine.sampling import (
+    DRAW_BLOCK,
     SamplingParams,
     acceptance_probability,
+    draw_rows,
     residual_distribution,
     shape_probs,
     verify,
@@ -102,3 +105,54 @@ def test_sampled_verify_rejects_impossible_draft_and_uses_residual() -> None:
         )
         assert verdict.accepted == 0
         assert verdict.next_token in (1, 2)  # residual [0, 0.3, 0.5] normalised
+
+
+def spread_row(width: int) -> torch.Tensor:
+    """Unnormalised mass on a few ids either side of draw_rows' block edges, zero elsewhere."""
+    row = torch.zeros(width)
+    for token, mass in {
+        3: 2.0,
+        DRAW_BLOCK - 1: 1.0,
+        DRAW_BLOCK: 3.0,
+        2 * DRAW_BLOCK + 5: 0.5,
+        width - 1: 1.5,
+    }.items():
+        row[token] = mass
+    return row
+
+
+def test_draw_rows_follows_each_rows_distribution_across_blocks() -> None:
+    width = 3 * DRAW_BLOCK + 17
+    rows = torch.stack([spread_row(width), spread_row(width).flip(0)])
+    generator = torch.Generator().manual_seed(0)
+    draws = torch.cat([draw_rows(rows, generator)[None] for _ in range(4000)])
+    for r in range(2):
+        counts = torch.bincount(draws[:, r], minlength=width).double()
+        assert set(counts.nonzero().flatten().tolist()) == set(rows[r].nonzero().flatten().tolist())
+        expected = rows[r].double() / rows[r].sum()
+        observed = counts / counts.sum()
+        assert torch.allclose(observed, expected, atol=0.03)  # 4000 draws: a few standard errors
+
+
+def test_draw_rows_never_runs_past_the_last_token_with_mass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Should rounding put the uniform at the very top of the running sum, the draw must still be
+    a token of positive probability, not one of the zero-probability tokens after it."""
+    rows = torch.zeros(2, 2 * DRAW_BLOCK + 3)
+    rows[0, 7], rows[0, DRAW_BLOCK + 2] = 0.25, 0.75
+    rows[1, 5] = 1.0
+    monkeypatch.setattr(
+        sampling_module.torch, "rand", lambda *shape, **kw: torch.ones(*shape, dtype=torch.float64)
+    )
+    assert draw_rows(rows, None).tolist() == [DRAW_BLOCK + 2, 5]
+
+
+def test_sampled_verify_draws_the_bonus_from_the_target_at_t_above_0() -> None:
+    p_target = torch.tensor([[0.0, 1.0, 0.0], [0.2, 0.0, 0.8]])
+    drafts = torch.tensor([1])
+    p_draft = torch.tensor([[0.0, 1.0, 0.0]])
+    bonus = [
+        verify(p_target, p_draft, drafts, SamplingParams(temperature=1.0), torch.Generator().manual_seed(s))
+        for s in range(200)
+    ]
+    assert all(v.accepted == 1 and v.next_token in (0, 2) for v in bonus)
+    assert 120 < sum(v.next_token == 2 for v in bonus) < 190
