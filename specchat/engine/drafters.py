@@ -49,6 +49,8 @@ RECENT_TOKENS = 64
 """How far back the drafter looks to decide whether the text needs its whole head."""
 WIDEN_SHARE = 1 / 8
 """Share of those tokens past the narrow head from which the whole head is computed."""
+STOP_BELOW = 0.5
+"""The draft stops a round after a token it gave less than this probability (0: never)."""
 
 
 class ModelDrafter:
@@ -64,8 +66,9 @@ class ModelDrafter:
 
     name: DrafterName = "model"
 
-    def __init__(self, model: CachedLM, vocab_width: int) -> None:
+    def __init__(self, model: CachedLM, vocab_width: int, stop_below: float = STOP_BELOW) -> None:
         self.lm = model
+        self.stop_below = stop_below
         self.vocab_width = vocab_width
         """Width the rows are padded to: the wider of the two models, so the rows line up."""
 
@@ -97,7 +100,10 @@ class ModelDrafter:
             rows.append(probs)
             drafted.append(token)
             # One small host read per drafted token is inherent: the next pass needs its id.
-            context.append(int(token.item()))
+            token_id, confidence = read_choice(probs, token)
+            context.append(token_id)
+            if confidence < self.stop_below:
+                break
         if not rows:
             return empty_draft(self.vocab_width, self.lm.device)
         p_draft = _pad_columns(torch.cat(rows), self.vocab_width)  # a narrow head: zero past its ids
@@ -148,6 +154,12 @@ def lookup_continuation(ids: list[int], gamma: int, max_ngram: int = 3, min_ngra
                 if follow:
                     return follow
     return []
+
+
+def read_choice(probs: torch.Tensor, token: torch.Tensor) -> tuple[int, float]:
+    """The drafted id and the draft's top probability at that position, in one host read."""
+    both = torch.stack([token[0].double(), probs[0].max().double()]).tolist()
+    return int(both[0]), float(both[1])
 
 
 def _pad_columns(rows: torch.Tensor, width: int) -> torch.Tensor:

@@ -175,6 +175,8 @@ class AdaptiveGamma:
         """c and v(γ), from the rounds this schedule observed."""
         self._accepted: dict[str, float] = {}
         self._tested: dict[str, float] = {}
+        self._sure_accepted: dict[str, float] = {}
+        self._sure_tested: dict[str, float] = {}
         self._rounds = 0
         self._plain_streak = 0
         self._probe_interval = probe_first
@@ -201,6 +203,9 @@ class AdaptiveGamma:
         keep = self.decay**tested  # forget per tested position: recent text weighs more
         self._accepted[name] = keep * self._accepted.get(name, 0.0) + event.accepted
         self._tested[name] = keep * self._tested.get(name, 0.0) + tested
+        sure_accepted, sure_tested = sure_positions(event)
+        self._sure_accepted[name] = keep * self._sure_accepted.get(name, 0.0) + sure_accepted
+        self._sure_tested[name] = keep * self._sure_tested.get(name, 0.0) + sure_tested
         self._plain_streak = 0
         predicted = self._speedups()
         if predicted and max(predicted.values()) >= 1.0 + self.margin:
@@ -211,9 +216,17 @@ class AdaptiveGamma:
     # ------------------------------------------------------------------ estimates
     @property
     def alpha(self) -> float:
+        return self._alpha_of(self._accepted, self._tested)
+
+    @property
+    def sure_alpha(self) -> float:
+        """α over the positions the draft model was sure of (see :func:`sure_positions`)."""
+        return self._alpha_of(self._sure_accepted, self._sure_tested)
+
+    def _alpha_of(self, accepted: dict[str, float], tested: dict[str, float]) -> float:
         name = self.drafter
-        accepted = self._accepted.get(name, 0.0) + self.prior_alpha * self.prior_weight
-        return accepted / (self._tested.get(name, 0.0) + self.prior_weight)
+        hits = accepted.get(name, 0.0) + self.prior_alpha * self.prior_weight
+        return hits / (tested.get(name, 0.0) + self.prior_weight)
 
     def _verify_ms(self, gamma: int) -> float | None:
         """V(γ): measured median for this width, else the cost model's line through the widths."""
@@ -257,9 +270,12 @@ class AdaptiveGamma:
         predicted = self._speedups()
         if not predicted:
             return min(max(self._start(), 1), 3, self.cap)  # nothing drafted yet: try the user's γ
-        best = max(predicted, key=lambda g: predicted[g])
-        if predicted[best] >= 1.0 + self.margin:
-            return self._refresh_or(best, predicted)
+        # Whether drafting pays is judged on every tested position; how far to draft, on those
+        # the draft was sure of, since the draft itself ends a round where it is unsure.
+        sizing = self._speedups(alpha=self.sure_alpha)
+        best = max(sizing, key=lambda g: sizing[g])
+        if max(predicted.values()) >= 1.0 + self.margin:
+            return self._refresh_or(best, sizing)
         if self.evidence < self.min_evidence:
             ceiling = self._speedups(alpha=1.0)
             if max(ceiling.values()) >= 1.0 + self.margin:
@@ -277,6 +293,20 @@ class AdaptiveGamma:
             if gamma >= 1 and close and self.costs.needs_refresh(gamma):
                 return gamma
         return best
+
+
+def sure_positions(event: RoundEvent) -> tuple[int, int]:
+    """(accepted, tested) over the round's positions the draft model was sure of.
+
+    A model draft shorter than the γ asked ended where the draft was unsure of its last token
+    (ModelDrafter.stop_below); that position, when tested, is left out, so that the estimate
+    says how far a confident draft holds up.
+    """
+    accepted, tested = event.accepted, positions_tested(event)
+    cut_short = event.drafter == "model" and 0 < event.drafted < event.gamma
+    if cut_short and tested == event.drafted:
+        return accepted - (accepted == event.drafted), tested - 1
+    return accepted, tested
 
 
 def make_schedule(name: str, gamma: int | Callable[[], int]) -> GammaSchedule:

@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from specchat.engine.events import RoundEvent, TokenEvent
-from specchat.engine.gamma import SCHEDULES, AdaptiveGamma, make_schedule, positions_tested
+from specchat.engine.gamma import SCHEDULES, AdaptiveGamma, make_schedule, positions_tested, sure_positions
 from specchat.engine.session import ChatEngine, Controls
 from specchat.testing import TinyPair
 
@@ -207,3 +207,25 @@ def test_one_slow_pass_at_a_width_does_not_rule_that_width_out_for_good() -> Non
     verify = {1: 47.0, 2: 50.0, 3: 54.0, 4: 57.0, 5: 60.0, 6: 70.0}
     chosen = drive(schedule, 120, plain_ms=43.0, draft_ms_per_token=11.5, verify=verify, accept=0.53)
     assert chosen[-40:].count(1) >= 35, chosen
+
+
+def test_sure_positions_leave_out_the_token_a_draft_stopped_on() -> None:
+    assert sure_positions(RoundEvent(0, 4, 2, 1, 0, 0, "model")) == (1, 1)  # cut: 2nd unsure, rejected
+    assert sure_positions(RoundEvent(0, 4, 2, 2, 0, 0, "model")) == (1, 1)  # cut: 2nd unsure, accepted
+    assert sure_positions(RoundEvent(0, 4, 3, 0, 0, 0, "model")) == (0, 1)  # rejected before the unsure one
+    assert sure_positions(RoundEvent(0, 4, 4, 1, 0, 0, "model")) == (1, 2)  # drafted all it was asked
+    assert sure_positions(RoundEvent(0, 4, 2, 1, 0, 0, "ngram")) == (1, 2)  # a lookup that ran out
+
+
+def test_rounds_cut_short_where_the_draft_was_unsure_size_gamma_by_its_sure_tokens() -> None:
+    """A draft right whenever it is sure, which stops where unsure: asked for more, it drafts more
+    while it is sure; the same outcomes from a draft that was not cut short ask for less."""
+    cut, whole = AdaptiveGamma(2), AdaptiveGamma(2)
+    for schedule, drafted in ((cut, 2), (whole, 2)):
+        schedule.observe(plain_round(0, 100.0))
+        for n in range(1, 30):
+            gamma = 4 if schedule is cut else 2
+            schedule.observe(RoundEvent(n, gamma, drafted, 1, 20.0 * drafted, 102.0 + drafted, "model"))
+    assert cut.alpha == pytest.approx(whole.alpha)  # every tested position counts alike for α
+    assert cut.sure_alpha > 0.9 > whole.sure_alpha
+    assert cut.next_gamma() > whole.next_gamma() >= 1

@@ -10,12 +10,13 @@ import itertools
 import math
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 import torch
 
 from specchat.engine import sampling as sampling_module
-from specchat.engine.events import Event, TokenEvent
+from specchat.engine.events import Event, RoundEvent, TokenEvent
 from specchat.engine.sampling import SamplingParams, shape_probs
 from specchat.engine.session import ChatEngine, Controls
 from specchat.testing import make_model, make_tiny_pair, make_tokenizer, perturbed_copy
@@ -133,9 +134,42 @@ CASES = {
 }
 
 
+UNSURE_BELOW = 0.18
+"""A confidence threshold that cuts about a fifth of the tiny draft's first rounds at T = 1 after
+two of three tokens (its top probabilities there lie around 0.15–0.2)."""
+
+
+@pytest.fixture
+def whole_chains(small_vocab_engine: ChatEngine, monkeypatch: pytest.MonkeyPatch) -> ChatEngine:
+    """The engine with a draft that never stops short of γ: every chain is as long as asked."""
+    monkeypatch.setattr(small_vocab_engine.drafter("model"), "stop_below", 0.0)
+    return small_vocab_engine
+
+
 @pytest.mark.parametrize("case", list(CASES))
-def test_sampled_distribution_matches_target(small_vocab_engine: ChatEngine, case: str) -> None:
+def test_sampled_distribution_matches_target(whole_chains: ChatEngine, case: str) -> None:
     controls = CASES[case]
+    exact = exact_two_token_distribution(whole_chains.target.model, PROMPT, controls.sampling()).flatten()
+    counts = sample_two_tokens(whole_chains, PROMPT, controls)
+    assert chi_square_p_value(counts, exact.double()) > ALPHA_LEVEL
+
+
+@pytest.mark.parametrize("drafter", ["model", "hybrid"])
+def test_sampled_distribution_matches_target_when_the_draft_stops_where_unsure(
+    small_vocab_engine: ChatEngine, monkeypatch: pytest.MonkeyPatch, drafter: str
+) -> None:
+    """How many tokens the draft proposes may depend on what it drafted (it stops after a token
+    it was unsure of): the reply is still distributed exactly as the target's."""
+    monkeypatch.setattr(small_vocab_engine.drafter("model"), "stop_below", UNSURE_BELOW)
+    controls = Controls(drafter=drafter, gamma=3, temperature=1.0, max_new_tokens=8)
+    model_rounds = [
+        e
+        for s in range(50)
+        for e in small_vocab_engine.stream_ids(PROMPT, replace(controls, seed=s))
+        if isinstance(e, RoundEvent) and e.drafter == "model"
+    ]
+    cut = Counter(e.drafted < e.gamma for e in model_rounds)
+    assert cut[True] > 0 and cut[False] > 0, cut  # rounds cut short and whole chains both exercised
     exact = exact_two_token_distribution(
         small_vocab_engine.target.model, PROMPT, controls.sampling()
     ).flatten()
@@ -144,20 +178,18 @@ def test_sampled_distribution_matches_target(small_vocab_engine: ChatEngine, cas
 
 
 def test_distribution_test_catches_a_wrong_residual(
-    small_vocab_engine: ChatEngine, monkeypatch: pytest.MonkeyPatch
+    whole_chains: ChatEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The statistical test has the power to see the classic bug: resampling from p_target."""
     monkeypatch.setattr(sampling_module, "residual_distribution", lambda p_target, p_draft: p_target)
     controls = Controls(drafter="model", gamma=3, temperature=1.0, max_new_tokens=8)
-    exact = exact_two_token_distribution(
-        small_vocab_engine.target.model, PROMPT, controls.sampling()
-    ).flatten()
-    counts = sample_two_tokens(small_vocab_engine, PROMPT, controls)
+    exact = exact_two_token_distribution(whole_chains.target.model, PROMPT, controls.sampling()).flatten()
+    counts = sample_two_tokens(whole_chains, PROMPT, controls)
     assert chi_square_p_value(counts, exact.double()) < ALPHA_LEVEL
 
 
 def test_distribution_test_catches_unshaped_draft_probabilities(
-    small_vocab_engine: ChatEngine, monkeypatch: pytest.MonkeyPatch
+    whole_chains: ChatEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """p_draft must be the distribution the draft sampled from: report the T=1 softmax while
     sampling at T=0.5, and the test must fail."""
@@ -179,10 +211,8 @@ def test_distribution_test_catches_unshaped_draft_probabilities(
 
     monkeypatch.setattr(drafters, "shape_probs", sample_shaped_report_unshaped)
     monkeypatch.setattr(drafters, "pick_tokens", pick_from_shaped)
-    exact = exact_two_token_distribution(
-        small_vocab_engine.target.model, PROMPT, controls.sampling()
-    ).flatten()
-    counts = sample_two_tokens(small_vocab_engine, PROMPT, controls)
+    exact = exact_two_token_distribution(whole_chains.target.model, PROMPT, controls.sampling()).flatten()
+    counts = sample_two_tokens(whole_chains, PROMPT, controls)
     assert chi_square_p_value(counts, exact.double()) < ALPHA_LEVEL
 
 

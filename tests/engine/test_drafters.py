@@ -1,0 +1,43 @@
+"""The draft model ends a round where it is unsure of its own token (ModelDrafter.stop_below)."""
+
+from __future__ import annotations
+
+import torch
+
+from specchat.engine.drafters import ModelDrafter
+from specchat.engine.kv import CachedLM
+from specchat.engine.sampling import SamplingParams, shape_probs
+from specchat.testing import make_tiny_pair
+
+PROMPT = [1, 5, 6, 7, 5, 6]
+
+
+def drafter(stop_below: float) -> ModelDrafter:
+    draft = CachedLM(make_tiny_pair(seed=2, logit_scale=2.0).draft)
+    return ModelDrafter(draft, draft.vocab_width, stop_below=stop_below)
+
+
+def top_probability_after(model: ModelDrafter, ids: list[int]) -> float:
+    logits = CachedLM(model.lm.model).logits_after(ids, 1)
+    return float(shape_probs(logits, SamplingParams()).max())
+
+
+def test_without_a_threshold_the_draft_proposes_all_of_gamma() -> None:
+    assert len(drafter(0.0).propose(PROMPT, 5, SamplingParams(), None).ids) == 5
+
+
+def test_the_draft_stops_after_the_first_token_it_is_unsure_of() -> None:
+    model = drafter(0.0)
+    draft = model.propose(PROMPT, 6, SamplingParams(), None)
+    confidence = [top_probability_after(model, PROMPT + draft.ids[:i]) for i in range(6)]
+    threshold = sorted(confidence)[2]  # two tokens below it, wherever they fall
+    first_unsure = next(i for i, p in enumerate(confidence) if p < threshold)
+    cut = drafter(threshold).propose(PROMPT, 6, SamplingParams(), None)
+    # The unsure token is still proposed (its verify row costs next to nothing); the next pass is not run.
+    assert cut.ids == draft.ids[: first_unsure + 1]
+    assert cut.p_draft.shape[0] == len(cut.ids)
+    assert torch.equal(cut.p_draft, draft.p_draft[: len(cut.ids)])
+
+
+def test_a_draft_never_sure_enough_proposes_one_token_per_round() -> None:
+    assert len(drafter(1.01).propose(PROMPT, 4, SamplingParams(temperature=1.0), torch.Generator()).ids) == 1
