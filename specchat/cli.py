@@ -72,7 +72,12 @@ def model_options(func: F) -> F:
             + "; ".join(f"{spec.name} ({spec.summary})" for spec in DRAFTERS)
             + ".",
         ),
-        click.option("--gamma", type=int, help="Tokens drafted per round (γ ≥ 1)."),
+        click.option(
+            "--gamma",
+            type=int,
+            help="Most tokens drafted per round (γ ≥ 1); the draft model stops sooner after a token "
+            "it gave less than 0.5.",
+        ),
         click.option(
             "--gamma-schedule",
             "schedule",
