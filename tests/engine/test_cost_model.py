@@ -139,3 +139,18 @@ def test_the_estimator_reads_a_lone_slow_width_through_the_fit_and_asks_to_time_
     for n in range(13, 13 + estimator.stale_after + 1):
         estimator.observe(timed_round(n, 2, 1, 20.0, 50.0))
     assert estimator.needs_refresh(1) and not estimator.needs_refresh(2)  # timed too long ago
+
+
+def test_a_width_timed_again_after_long_drops_its_old_timings() -> None:
+    """Cold first passes timed a width slowly; timed again after stale_after rounds, one fresh
+    pass stands for it (a median of old samples could never move)."""
+    estimator = CostEstimator()
+    estimator.observe(timed_round(0, 0, 0, 0.0, 40.0))
+    for n in range(1, 5):
+        estimator.observe(timed_round(n, 1, 1, 10.0, 90.0))  # cold
+    for n in range(5, 5 + estimator.stale_after + 1):
+        estimator.observe(timed_round(n, 2, 1, 20.0, 50.0))
+    estimator.observe(timed_round(99, 1, 1, 10.0, 44.0))
+    assert estimator.verify_measured()[1] == 44.0
+    estimator.observe(timed_round(100, 1, 1, 10.0, 46.0))  # not stale: it joins the fresh one
+    assert estimator.verify_measured()[1] == 45.0
