@@ -107,6 +107,10 @@ class ChatEngine:
         schedule.begin_reply(gamma)
         return schedule
 
+    def forget_measurements(self) -> None:
+        """Drop what the γ schedules measured (costs, α): the next reply starts as the first did."""
+        self._schedules.clear()
+
     def drafter(self, name: str) -> Drafter | None:
         if name not in self._drafters:
             drafter_spec(name)  # an unknown name gets the registry's message

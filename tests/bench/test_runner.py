@@ -22,6 +22,7 @@ from specchat.bench.runner import (
     fastest,
     first_difference,
     run_bench,
+    warm_up,
 )
 from specchat.engine.events import RoundEvent
 from specchat.engine.session import ChatEngine
@@ -209,3 +210,12 @@ def test_sampling_runs_skip_the_greedy_check(engine: ChatEngine, prompts: list[B
         engine, prompts[:1], methods, BenchSettings(max_new_tokens=6, temperature=0.8, seed=3)
     )
     assert all(r.matches_plain is None for r in records)
+
+
+def test_the_timed_runs_start_without_the_warm_ups_measurements(
+    engine: ChatEngine, prompts: list[BenchPrompt]
+) -> None:
+    ids = engine.prompt_ids(prompts[0].messages)
+    warm_up(engine, ids, METHODS, tokens=4)
+    adaptive = engine.schedule("adaptive", lambda: 4)
+    assert adaptive.estimates().plain_ms is None  # a first reply's schedule: nothing measured yet
