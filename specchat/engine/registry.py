@@ -91,7 +91,7 @@ DRAFTERS: tuple[DrafterSpec, ...] = (
     DrafterSpec(
         "model",
         "model",
-        "the draft model proposes γ tokens each round",
+        "the draft model proposes up to γ tokens each round, fewer where it is unsure",
         needs_draft_model=True,
         build=_model,
         bench="sweep",

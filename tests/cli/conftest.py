@@ -13,6 +13,15 @@ def tiny_folders(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return save_tiny_pair(pair, tmp_path_factory.mktemp("models"))
 
 
+@pytest.fixture(scope="session")
+def distant_folders(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A draft far from its target, where a wrong residual shows plainly: with it, 1500 samples
+    per lane measured a total variation of 0.15–0.17 against sampling noise's 0.115 (95th
+    percentile); on tiny_folders 0.09–0.14 against 0.116, caught or not depending on the seed."""
+    pair = make_tiny_pair(seed=0, draft_noise=1.5, logit_scale=3.0)
+    return save_tiny_pair(pair, tmp_path_factory.mktemp("distant"))
+
+
 @pytest.fixture(autouse=True)
 def isolated_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No test reads or writes the user's real config, cache or conversations."""

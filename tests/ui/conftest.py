@@ -46,7 +46,16 @@ def tiny_pair() -> TinyPair:
 @pytest.fixture
 def engine(tiny_pair: TinyPair) -> PausingEngine:
     """A fresh real engine (fresh caches), with fixed timings and an optional pause."""
-    return PausingEngine(FixedTimings(ChatEngine(tiny_pair.target, tiny_pair.tokenizer, tiny_pair.draft)))
+    engine = ChatEngine(tiny_pair.target, tiny_pair.tokenizer, tiny_pair.draft)
+    return PausingEngine(FixedTimings(whole_chains(engine)))
+
+
+def whole_chains(engine: ChatEngine) -> ChatEngine:
+    """The tiny draft is unsure of nearly every token, so by default it would draft one token a
+    round; the screens under test are about rounds of several drafts (rejected, untested)."""
+    drafter = engine.drafter("model")
+    drafter.stop_below = 0.0  # type: ignore[union-attr]
+    return engine
 
 
 def settings(**overrides: Any) -> Settings:
