@@ -24,7 +24,7 @@ import click
 from specchat import __version__
 from specchat.config import Settings, load_settings
 from specchat.engine.race import WARM_UP_TOKENS
-from specchat.engine.registry import DRAFTER_NAMES, DRAFTERS, drafter_spec
+from specchat.engine.registry import DRAFT_STOP_BELOW, DRAFTER_NAMES, DRAFTERS, drafter_spec
 from specchat.errors import InvalidSettingError, SpecchatError
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def model_options(func: F) -> F:
             "--gamma",
             type=int,
             help="Most tokens drafted per round (γ ≥ 1); the draft model stops sooner after a token "
-            "it gave less than 0.5.",
+            f"it gave less than {DRAFT_STOP_BELOW}.",
         ),
         click.option(
             "--gamma-schedule",

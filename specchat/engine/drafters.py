@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from specchat.engine.events import DrafterName
 from specchat.engine.kv import CachedLM
+from specchat.engine.registry import DRAFT_STOP_BELOW
 from specchat.engine.sampling import SamplingParams, pick_tokens, shape_probs
 
 
@@ -49,8 +50,6 @@ RECENT_TOKENS = 64
 """How far back the drafter looks to decide whether the text needs its whole head."""
 WIDEN_SHARE = 1 / 8
 """Share of those tokens past the narrow head from which the whole head is computed."""
-STOP_BELOW = 0.5
-"""The draft stops a round after a token it gave less than this probability (0: never)."""
 
 
 class ModelDrafter:
@@ -66,7 +65,7 @@ class ModelDrafter:
 
     name: DrafterName = "model"
 
-    def __init__(self, model: CachedLM, vocab_width: int, stop_below: float = STOP_BELOW) -> None:
+    def __init__(self, model: CachedLM, vocab_width: int, stop_below: float = DRAFT_STOP_BELOW) -> None:
         self.lm = model
         self.stop_below = stop_below
         self.vocab_width = vocab_width

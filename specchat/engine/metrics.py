@@ -294,18 +294,18 @@ class CostEstimator:
         if not known(event.verify_ms) or not known(event.draft_ms):
             return
         self._rounds += 1
-        stale = self.needs_refresh(event.drafted) and event.drafted in self._last_timed
+        # Timings from so long ago that the machine may have changed since (the first, cold
+        # passes; another load) go: one fresh pass could never move a median of many old ones.
+        stale = event.drafted in self._last_timed and self._timed_long_ago(event.drafted)
         self._last_timed[event.drafted] = self._rounds
         if event.drafted == 0:
-            if stale and len(self.plain) >= self.min_samples:
+            if stale:
                 self.plain = RecentMedian(self.window)
             self.plain.add(event.verify_ms + event.draft_ms)  # a failed lookup is part of the step
             self._plain_streak += 1
             return
-        if stale and len(self.verify.get(event.drafted, ())) >= self.min_samples:
-            # Timed last so long ago that the machine may have changed since (the first, cold
-            # passes; another load): one fresh pass outweighs them, or it could never move the median.
-            del self.verify[event.drafted]
+        if stale:
+            self.verify.pop(event.drafted, None)
         self.verify.setdefault(event.drafted, RecentMedian(self.window)).add(event.verify_ms)
         per_token = self.draft_per_token.setdefault(event.drafter, RecentMedian(self.window))
         if self._plain_streak <= 1 or not len(per_token):
@@ -350,6 +350,9 @@ class CostEstimator:
         timings = self._timings().get(gamma)
         if timings is None or len(timings) < self.min_samples:
             return True
+        return self._timed_long_ago(gamma)
+
+    def _timed_long_ago(self, gamma: int) -> bool:
         return self._rounds - self._last_timed.get(gamma, 0) > self.stale_after
 
     @property

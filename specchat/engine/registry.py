@@ -87,11 +87,14 @@ def _none(kit: DrafterKit) -> Drafter | None:
     return None
 
 
+DRAFT_STOP_BELOW = 0.5
+"""The draft model ends a round after a token it gave less than this probability (0: never)."""
+
 DRAFTERS: tuple[DrafterSpec, ...] = (
     DrafterSpec(
         "model",
         "model",
-        "the draft model proposes up to γ tokens each round, fewer where it is unsure",
+        f"the draft model proposes up to γ tokens a round, fewer after a token it gave < {DRAFT_STOP_BELOW}",
         needs_draft_model=True,
         build=_model,
         bench="sweep",

@@ -16,6 +16,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from specchat.engine.events import TOKEN_KINDS
+from specchat.engine.registry import DRAFT_STOP_BELOW
 from specchat.ui.keys import APP_KEYS, PROMPT_KEYS, TEXTUAL_KEYS, display_key, effective_key
 from specchat.ui.themes import KIND_HELP, KIND_LABELS, REJECTED, TokenPalette
 
@@ -73,7 +74,7 @@ class HelpScreen(ModalScreen[None]):
             "[b]tokens/s[/b] the current reply (the engine's own figure once it ends); the sparkline "
             "shows each round\n"
             "[b]γ[/b] most tokens drafted per round (the draft model stops sooner after a token it gave "
-            "less than 0.5); F2/F3 change it for the next round\n"
+            f"less than {DRAFT_STOP_BELOW}); F2/F3 change it for the next round\n"
             "[b]inspector[/b] p = p_target, q = p_draft; a draft is accepted when u < min(1, p/q) "
             "(at T = 0: when it is the target's most likely token); a correction is drawn from the "
             "residual norm(max(p − q, 0))\n"
