@@ -75,8 +75,8 @@ def model_options(func: F) -> F:
         click.option(
             "--gamma",
             type=int,
-            help="Most tokens drafted per round (γ ≥ 1); the draft model stops sooner after a token "
-            f"it gave less than {DRAFT_STOP_BELOW}.",
+            help="Most tokens drafted per round (γ ≥ 1); the draft model stops sooner where its "
+            f"most likely token had less than {DRAFT_STOP_BELOW}.",
         ),
         click.option(
             "--gamma-schedule",

@@ -88,13 +88,15 @@ def _none(kit: DrafterKit) -> Drafter | None:
 
 
 DRAFT_STOP_BELOW = 0.5
-"""The draft model ends a round after a token it gave less than this probability (0: never)."""
+"""The draft model ends a round after a position where its most likely token had less than this
+probability (the token it drew there is still proposed; 0: never stop early)."""
 
 DRAFTERS: tuple[DrafterSpec, ...] = (
     DrafterSpec(
         "model",
         "model",
-        f"the draft model proposes up to γ tokens a round, fewer after a token it gave < {DRAFT_STOP_BELOW}",
+        "the draft model proposes up to γ tokens a round, fewer where its top choice is under "
+        f"{DRAFT_STOP_BELOW}",
         needs_draft_model=True,
         build=_model,
         bench="sweep",
