@@ -8,11 +8,14 @@ import torch
 from specchat.engine import sampling as sampling_module
 from specchat.engine.sampling import (
     DRAW_BLOCK,
+    TOP_CHUNK,
     SamplingParams,
     acceptance_probability,
+    argmax_rows,
     draw_rows,
     residual_distribution,
     shape_probs,
+    top_entries,
     verify,
 )
 from specchat.errors import InvalidSettingError
@@ -156,3 +159,42 @@ def test_sampled_verify_draws_the_bonus_from_the_target_at_t_above_0() -> None:
     ]
     assert all(v.accepted == 1 and v.next_token in (0, 2) for v in bonus)
     assert 120 < sum(v.next_token == 2 for v in bonus) < 190
+
+
+def test_argmax_rows_picks_what_torch_argmax_picks_first_of_equals_included() -> None:
+    generator = torch.Generator().manual_seed(0)
+    rows = torch.softmax(torch.randn(5, 151936, generator=generator) * 4, dim=-1)
+    rows[1, [7, 90000]] = 1.0  # two equal maxima: the first one wins, as in torch
+    rows[2] = 0.0  # all equal
+    assert argmax_rows(rows).tolist() == rows.argmax(dim=-1).tolist()
+    assert argmax_rows(rows).tolist()[1:3] == [7, 0]
+    assert argmax_rows(rows[:, ::3]).tolist() == rows[:, ::3].argmax(dim=-1).tolist()  # a strided view
+    assert argmax_rows(rows).dtype == torch.long
+
+
+@pytest.mark.parametrize("scale", [0.5, 3.0, 30.0])
+def test_top_entries_equal_torch_topk(scale: float) -> None:
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(20):
+        row = torch.softmax(torch.randn(151936, generator=generator) * scale, dim=-1)
+        values, ids = top_entries(row, 5)
+        expected = torch.topk(row, 5)
+        assert torch.equal(values, expected.values)
+        assert torch.equal(row[ids], expected.values)
+        assert ids.dtype == torch.long
+
+
+def test_top_entries_orders_equals_by_index_and_falls_back_on_flat_rows() -> None:
+    row = torch.rand(40 * TOP_CHUNK, generator=torch.Generator().manual_seed(3)) * 0.5
+    row[[30000, 17, 25000]] = 0.9  # three equal largest entries
+    values, ids = top_entries(row, 5)
+    assert ids.tolist()[:3] == [17, 25000, 30000]
+    assert torch.equal(values, torch.topk(row, 5).values)
+    flat = torch.zeros(40 * TOP_CHUNK)
+    flat[[3000, 17]] = 0.5  # the floor is 0, so every entry is a candidate: torch.topk ranks them
+    assert top_entries(flat, 5)[0].tolist() == [0.5, 0.5, 0.0, 0.0, 0.0]
+    short = torch.tensor([0.1, 0.7, 0.2])
+    assert top_entries(short, 5)[1].tolist() == [1, 2, 0]  # fewer entries than asked
+    with_nan = torch.softmax(torch.randn(8 * TOP_CHUNK, generator=torch.Generator().manual_seed(2)), dim=-1)
+    with_nan[5] = float("nan")
+    assert top_entries(with_nan, 3)[0].shape == (3,)
