@@ -44,15 +44,19 @@ def make_model(
     layers: int = 2,
     max_positions: int = 256,
     logit_scale: float = 1.0,
+    heads: int = 4,
 ) -> LlamaForCausalLM:
-    """A randomly initialised Llama; ``logit_scale`` sharpens its distributions."""
+    """A randomly initialised Llama; ``logit_scale`` sharpens its distributions.
+
+    Its heads are hidden_size / heads wide, with half as many K/V heads (grouped-query attention).
+    """
     config = LlamaConfig(
         vocab_size=vocab_size,
         hidden_size=hidden_size,
         intermediate_size=hidden_size * 2,
         num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=heads,
+        num_key_value_heads=max(heads // 2, 1),
         max_position_embeddings=max_positions,
         bos_token_id=1,
         eos_token_id=2,

@@ -439,6 +439,30 @@ struct Model {
     }
   }
 
+  // o = Σ_p (w[p]·scale)·v_p over `seen` value rows, accumulated in order. Head widths of 4 or 8
+  // registers keep the sum in registers (a store and reload per position otherwise sets the pace);
+  // the multiply-adds are the same, in the same order, so the result is the same either way.
+  void weigh_values(const float* w, float scale, const float* v, int64_t seen, float* o) const {
+    switch (head_dim) {
+      case 64: weigh_in_registers<4>(w, scale, v, seen, o); return;
+      case 128: weigh_in_registers<8>(w, scale, v, seen, o); return;
+      default:
+        std::fill(o, o + head_dim, 0.f);
+        for (int64_t p = 0; p < seen; ++p) axpy(w[p] * scale, v + p * head_dim, o, head_dim);
+    }
+  }
+
+  template <int NV>
+  static void weigh_in_registers(const float* w, float scale, const float* v, int64_t seen, float* o) {
+    __m512 acc[NV];
+    for (int j = 0; j < NV; ++j) acc[j] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < seen; ++p) {
+      const __m512 vw = _mm512_set1_ps(w[p] * scale);
+      for (int j = 0; j < NV; ++j) acc[j] = _mm512_fmadd_ps(vw, _mm512_loadu_ps(v + p * NV * 16 + j * 16), acc[j]);
+    }
+    for (int j = 0; j < NV; ++j) _mm512_storeu_ps(o + j * 16, acc[j]);
+  }
+
   // out[m, h*d:(h+1)*d] = softmax(q·Kᵀ/√d) V over positions 0..past+m, one (row, head) at a time.
   void attend(const float* q, int64_t q_ld, const float* keys, const float* values, int64_t capacity, int64_t past,
               int64_t M, float* out) const {
@@ -466,9 +490,7 @@ struct Model {
         }
         const float total = _mm512_reduce_add_ps(sums);
         float* o = out + m * heads * head_dim + h * head_dim;
-        std::fill(o, o + head_dim, 0.f);
-        const float inv_total = 1.f / total;
-        for (int64_t p = 0; p < seen; ++p) axpy(scores[p] * inv_total, vh + p * head_dim, o, head_dim);
+        weigh_values(scores.data(), 1.f / total, vh, seen, o);
       }
     });
   }

@@ -52,6 +52,20 @@ def test_a_pass_over_many_positions_equals_one_position_at_a_time(bits: int) -> 
     assert torch.equal(again, whole[-7:])
 
 
+@pytest.mark.parametrize(("hidden", "heads"), [(64, 4), (256, 4), (256, 2)])
+def test_every_head_width_attends_like_the_float_model_and_row_by_row(hidden: int, heads: int) -> None:
+    """Heads 16, 64 and 128 wide: the kernels sum the values in registers at 64 and 128."""
+    model = make_model(len(make_tokenizer()), seed=5, hidden_size=hidden, heads=heads, logit_scale=2.0)
+    native = from_hf(model, bits=8)
+    with torch.inference_mode():
+        expected = model(input_ids=IDS).logits[0]
+    got = logits(native, IDS)
+    assert float((got - expected).norm() / expected.norm()) < 0.03
+    first = native(IDS[:, :40], None, logits_to_keep=40)
+    rest = native(IDS[:, 40:], first.cache, logits_to_keep=IDS.shape[1] - 40).logits[0]
+    assert torch.equal(torch.cat([first.logits[0], rest]), got)
+
+
 @pytest.mark.parametrize("drafter", ["model", "ngram", "hybrid"])
 @pytest.mark.parametrize("gamma", [1, 3, 6])
 def test_greedy_speculation_equals_plain_decoding(drafter: str, gamma: int) -> None:
