@@ -78,9 +78,14 @@ def argmax_rows(scores: torch.Tensor) -> torch.Tensor:
     element at a time, and plain decoding and every round pay for it. One rule for both loops,
     so greedy speculative output stays identical to plain decoding.
     """
-    if scores.device.type != "cpu":
+    if not _numpy_reads(scores):
         return scores.argmax(dim=-1)
     return torch.from_numpy(np.asarray(scores.numpy().argmax(axis=-1), dtype=np.int64))
+
+
+def _numpy_reads(tensor: torch.Tensor) -> bool:
+    """Whether numpy can view the tensor in place (a CPU tensor of a dtype numpy has)."""
+    return tensor.device.type == "cpu" and tensor.dtype != torch.bfloat16
 
 
 TOP_CHUNK = 1024
@@ -90,14 +95,17 @@ TOP_CANDIDATES = 4096
 
 
 def top_entries(row: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The k largest entries of a 1-D row and their indices, largest first (equals: lower index).
+    """The k largest entries of a 1-D row and their indices, largest first.
+
+    Equal entries come lower index first, except where torch.topk ranks them (on the GPU, short
+    rows, and rows with many entries at the floor below).
 
     On the CPU, the maxima of k chunks are k distinct entries, so the k-th largest chunk maximum
     is a floor for the row's k-th largest entry: only the few entries above it are sorted. The
     inspector ranks one row per round this way, a fraction of what torch.topk costs there.
     """
     k = min(k, row.shape[0])
-    if row.device.type != "cpu" or row.shape[0] < TOP_CHUNK * k:
+    if not _numpy_reads(row) or row.shape[0] < TOP_CHUNK * k:
         top = torch.topk(row, k)
         return top.values, top.indices
     values = row.numpy()

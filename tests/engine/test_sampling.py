@@ -170,6 +170,7 @@ def test_argmax_rows_picks_what_torch_argmax_picks_first_of_equals_included() ->
     assert argmax_rows(rows).tolist()[1:3] == [7, 0]
     assert argmax_rows(rows[:, ::3]).tolist() == rows[:, ::3].argmax(dim=-1).tolist()  # a strided view
     assert argmax_rows(rows).dtype == torch.long
+    assert argmax_rows(rows.bfloat16()).tolist() == rows.bfloat16().argmax(dim=-1).tolist()  # no numpy dtype
 
 
 @pytest.mark.parametrize("scale", [0.5, 3.0, 30.0])
