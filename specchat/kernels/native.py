@@ -131,7 +131,9 @@ class PackedModel:
 
     def matrix_tensors(self, name: str) -> dict[str, torch.Tensor]:
         return {
-            f: t for f in ("q", "sc", "mn", "d", "dm") if (t := self.tensors.get(f"{name}.{f}")) is not None
+            f: t
+            for f in ("q", "qh", "sc", "mn", "d", "dm")
+            if (t := self.tensors.get(f"{name}.{f}")) is not None
         }
 
     def meta(self) -> dict[str, Any]:

@@ -17,6 +17,10 @@
 //   q8: q   [N/16][K/16][4][64] u8   group of 16 inputs, byte 64*j + 4*c + t = input 4*j + t
 //       sc  [N/16][K/16][16] i8      w = d*sc*(q - offset)
 //       d   [N/16][K/S][16]  fp16
+//   q6: q8's values 0..63 (llama.cpp's Q6_K) in 6 bits, sc and d as q8's; per group of 32 inputs,
+//       with a_j = inputs 4*j + t and b_j = inputs 16 + 4*j + t of channel c:
+//       q   [N/16][K/32][4][64] u8   byte 64*j + 4*c + t: a_j in bits 0-5, b_j's top two in bits 6-7
+//       qh  [N/16][K/32][2][64] u8   byte 64*h + 4*c + t: b_2h's low four bits, b_2h+1's above them
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -210,6 +214,66 @@ void q8_block(const Q8Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(y + (m0 + r) * ldy + nb * 16, _mm512_add_ps(total[r], b));
 }
 
+struct Q6Weights {
+  const uint8_t* q; const uint8_t* qh; const int8_t* sc; const at::Half* d; int offset;
+};
+
+// Rows [0, R) of one channel block of a q6 matrix. Each group of 32 inputs is two of q8_block's
+// groups of 16, taken in the same order through the same float operations, so a q6 matrix gives
+// bit for bit what its values give through q8_block while streaming 6.5 bits a weight, not 8.5.
+template <int R>
+void q6_block(const Q6Weights& w, int64_t nb, int64_t K, int S, const QuantRows& x, int64_t m0, float* y,
+              int64_t ldy, const float* bias) {
+  const int64_t groups = K / 32, supers = K / S, per_super = S / 32, groups16 = K / 16;
+  const uint8_t* q = w.q + nb * groups * 256;
+  const uint8_t* qh = w.qh + nb * groups * 128;
+  const int8_t* sc = w.sc + nb * groups16 * 16;
+  const at::Half* d = w.d + nb * supers * 16;
+  const int8_t* xq = x.q.data() + m0 * K;
+  const int32_t* xsum = x.sum16.data() + m0 * groups16;
+  const float* xscale = x.scale.data() + m0 * supers;
+  const __m512i low = _mm512_set1_epi8(0x0F), six = _mm512_set1_epi8(0x3F), top = _mm512_set1_epi8(0x30);
+  __m512 total[R];
+  for (int r = 0; r < R; ++r) total[r] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < supers; ++s) {
+    const __m512 dv = half16(d + s * 16);
+    __m512 part[R];
+    for (int r = 0; r < R; ++r) part[r] = _mm512_setzero_ps();
+    for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
+      const uint8_t* qg = q + g * 256;
+      const uint8_t* hg = qh + g * 128;
+      prefetch_ahead(qg);
+      _mm_prefetch(reinterpret_cast<const char*>(hg + 4096), _MM_HINT_T1);  // as far ahead as qg's
+      _mm_prefetch(reinterpret_cast<const char*>(hg + 4096 + 64), _MM_HINT_T1);
+      __m512i w6[2][4];  // [half][quad]: a_j, then b_j
+      for (int j = 0; j < 4; ++j) {
+        const __m512i whole = _mm512_loadu_si512(qg + 64 * j), nibbles = _mm512_loadu_si512(hg + 64 * (j / 2));
+        w6[0][j] = _mm512_and_si512(whole, six);
+        const __m512i lower = _mm512_and_si512(j % 2 == 0 ? nibbles : _mm512_srli_epi16(nibbles, 4), low);
+        // b_j's top bits from bits 6-7 down to 4-5; ternary logic 0xF8 is A | (B & C)
+        w6[1][j] = _mm512_ternarylogic_epi32(lower, _mm512_srli_epi16(whole, 2), top, 0xF8);
+      }
+      for (int half = 0; half < 2; ++half) {
+        const int64_t g16 = 2 * g + half;
+        RowSums<R> sums;
+        for (int j = 0; j < 4; ++j)
+          for (int r = 0; r < R; ++r) sums.add(j, r, w6[half][j], xq + r * K + g16 * 16 + 4 * j);
+        const __m512 scale = _mm512_mul_ps(dv, i8x16(sc + g16 * 16));
+        for (int r = 0; r < R; ++r) {
+          const __m512i offset = _mm512_set1_epi32(w.offset * xsum[r * groups16 + g16]);
+          part[r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(_mm512_sub_epi32(sums.total(r), offset)), part[r]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const float xs = xscale[r * supers + s];  // the input was quantized per super-block
+      total[r] = _mm512_fmadd_ps(_mm512_set1_ps(xs), part[r], total[r]);
+    }
+  }
+  const __m512 b = bias ? _mm512_loadu_ps(bias + nb * 16) : _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(y + (m0 + r) * ldy + nb * 16, _mm512_add_ps(total[r], b));
+}
+
 template <typename Fn>
 void for_rows(int64_t M, Fn&& fn) {
   for (int64_t m0 = 0; m0 < M; m0 += MAX_ROWS) fn(m0, std::min<int64_t>(MAX_ROWS, M - m0));
@@ -263,17 +327,22 @@ inline void axpy(float w, const float* x, float* y, int64_t n) {
 // ---------------------------------------------------------------------------------- matrices
 // One quantized weight matrix [N, K] (N padded to a multiple of 16 in the tensors).
 struct QMat {
-  int64_t kind;  // 4 or 8
-  torch::Tensor q, sc, mn, d, dm;
+  int64_t kind;  // 4, 6 or 8
+  torch::Tensor q, sc, mn, d, dm, qh;
   int64_t S, offset, N, K;
   torch::Tensor bias;  // [N16] or undefined
 
   QMat(int64_t kind, torch::Tensor q, torch::Tensor sc, c10::optional<torch::Tensor> mn, torch::Tensor d,
-       c10::optional<torch::Tensor> dm, int64_t S, int64_t offset, int64_t N, c10::optional<torch::Tensor> bias)
+       c10::optional<torch::Tensor> dm, int64_t S, int64_t offset, int64_t N, c10::optional<torch::Tensor> bias,
+       c10::optional<torch::Tensor> qh)
       : kind(kind), q(q.contiguous()), sc(sc.contiguous()), d(d.contiguous()), S(S), offset(offset), N(N) {
-    TORCH_CHECK(kind == 4 || kind == 8, "kind must be 4 or 8");
-    K = this->q.size(1) * (kind == 4 ? 32 : 16);
-    TORCH_CHECK(K % S == 0 && S % (kind == 4 ? 32 : 16) == 0, "bad super-block size");
+    TORCH_CHECK(kind == 4 || kind == 6 || kind == 8, "kind must be 4, 6 or 8");
+    K = this->q.size(1) * (kind == 8 ? 16 : 32);
+    TORCH_CHECK(K % S == 0 && S % (kind == 8 ? 16 : 32) == 0, "bad super-block size");
+    if (kind == 6) {
+      TORCH_CHECK(qh.has_value(), "q6 needs its qh array");
+      this->qh = qh->contiguous();
+    }
     if (kind == 4) {
       TORCH_CHECK(mn.has_value() && dm.has_value(), "q4 needs mins");
       this->mn = mn->contiguous();
@@ -292,6 +361,10 @@ struct QMat {
         const Q4Weights w{q.data_ptr<uint8_t>(), sc.data_ptr<uint8_t>(), mn.data_ptr<uint8_t>(),
                           d.data_ptr<at::Half>(), dm.data_ptr<at::Half>()};
         SPECCHAT_ROWS(q4_block, rows, w, nb, K, static_cast<int>(S), x, m0, out, ldy, b)
+      } else if (kind == 6) {
+        const Q6Weights w{q.data_ptr<uint8_t>(), qh.data_ptr<uint8_t>(), sc.data_ptr<int8_t>(),
+                          d.data_ptr<at::Half>(), static_cast<int>(offset)};
+        SPECCHAT_ROWS(q6_block, rows, w, nb, K, static_cast<int>(S), x, m0, out, ldy, b)
       } else {
         const Q8Weights w{q.data_ptr<uint8_t>(), sc.data_ptr<int8_t>(), d.data_ptr<at::Half>(),
                           static_cast<int>(offset)};
@@ -363,6 +436,23 @@ void dequantize_row(const QMat& m, int64_t row, float* out) {
           const uint8_t byte = q[g * 256 + 64 * (j % 4) + 4 * c + t];
           const int value = j < 4 ? (byte & 0x0F) : (byte >> 4);
           out[g * 32 + 4 * j + t] = scale * value - minimum;
+        }
+    }
+  } else if (m.kind == 6) {
+    const int64_t groups = m.K / 32, per_super = m.S / 16;
+    const uint8_t* q = m.q.data_ptr<uint8_t>() + nb * groups * 256;
+    const uint8_t* qh = m.qh.data_ptr<uint8_t>() + nb * groups * 128;
+    const int8_t* sc = m.sc.data_ptr<int8_t>() + nb * groups * 32;
+    const at::Half* d = m.d.data_ptr<at::Half>() + nb * (m.K / m.S) * 16;
+    for (int64_t g16 = 0; g16 < 2 * groups; ++g16) {
+      const int64_t g = g16 / 2;
+      const float scale = static_cast<float>(d[(g16 / per_super) * 16 + c]) * sc[g16 * 16 + c];
+      for (int j = 0; j < 4; ++j)
+        for (int t = 0; t < 4; ++t) {
+          const uint8_t whole = q[g * 256 + 64 * j + 4 * c + t];
+          const uint8_t nibbles = qh[g * 128 + 64 * (j / 2) + 4 * c + t];
+          const int value = g16 % 2 == 0 ? (whole & 0x3F) : ((whole >> 6) << 4) | ((nibbles >> (4 * (j % 2))) & 0x0F);
+          out[g16 * 16 + 4 * j + t] = scale * (value - m.offset);
         }
     }
   } else {
@@ -576,7 +666,10 @@ struct Model {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<QMat, std::shared_ptr<QMat>>(m, "QMat")
       .def(py::init<int64_t, torch::Tensor, torch::Tensor, c10::optional<torch::Tensor>, torch::Tensor,
-                    c10::optional<torch::Tensor>, int64_t, int64_t, int64_t, c10::optional<torch::Tensor>>())
+                    c10::optional<torch::Tensor>, int64_t, int64_t, int64_t, c10::optional<torch::Tensor>,
+                    c10::optional<torch::Tensor>>(),
+           py::arg("kind"), py::arg("q"), py::arg("sc"), py::arg("mn"), py::arg("d"), py::arg("dm"), py::arg("S"),
+           py::arg("offset"), py::arg("N"), py::arg("bias"), py::arg("qh") = py::none())
       .def("forward", &qmat_forward)
       .def_readonly("N", &QMat::N)
       .def_readonly("K", &QMat::K);

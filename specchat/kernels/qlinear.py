@@ -33,7 +33,7 @@ def qmat_from_tensors(
         padded_bias = torch.zeros(tensors["q"].shape[0] * 16, dtype=torch.float32)
         padded_bias[:rows] = bias.float()
     return load().QMat(
-        4 if kind == "q4" else 8,
+        {"q4": 4, "q6": 6, "q8": 8}[kind],
         tensors["q"],
         tensors["sc"],
         tensors.get("mn"),
@@ -43,11 +43,12 @@ def qmat_from_tensors(
         offset,
         rows,
         padded_bias,
+        tensors.get("qh"),
     )
 
 
 class QLinear(nn.Module):
-    """x · Wᵀ (+ b) with W in the q4 or q8 format; every output row depends on its input row only.
+    """x · Wᵀ (+ b) with W in the q4, q6 or q8 format; every output row depends on its input row only.
 
     ``weight`` is a meta tensor of the original shape, so code that asks a layer for its width
     still gets the right answer, and code that tries to compute with it fails loudly.

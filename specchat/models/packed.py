@@ -13,19 +13,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specchat.models.cache import CONVERTED_MARKER, MISSING, cache_dir, cache_write_error
+from specchat.models.cache import CONVERTED_MARKER, MISSING, cache_dir, cache_write_error, human_bytes
 from specchat.models.manifest import quick_problem, record_files
 from specchat.models.records import LoadProgress, ProgressCallback, Waiter, emit, notice
 from specchat.models.store import entry_lock, set_doing, staged
 
 WEIGHTS = "weights.safetensors"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 """Bumped whenever the packed layout changes, so older folders are packed anew."""
 
 
@@ -246,6 +248,25 @@ def _pack(
         _pack_float(spec, name, recipe, folder, progress)
     seconds = time.monotonic() - started
     emit(progress, LoadProgress(name, "kernels", 1, 1, f"packed {name} in {seconds:.0f} s"))
+    _drop_superseded(folder, name, recipe, progress)
+
+
+def _drop_superseded(folder: Path, name: str, recipe: PackRecipe, progress: ProgressCallback | None) -> None:
+    """Delete the same model's packed copies in another format version: nothing reads them once
+    ``folder`` is packed, and each holds as many bytes again."""
+    pattern = re.compile(re.escape(f"{name}-{recipe.label}-") + "[0-9a-f]{12}")
+    for other in folder.parent.iterdir():
+        if other == folder or not pattern.fullmatch(other.name) or not is_packed(other):
+            continue
+        try:
+            record = json.loads((other / CONVERTED_MARKER).read_text())
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue
+        if not isinstance(record, dict) or record.get("format") == FORMAT_VERSION:
+            continue  # another source of the same name, packed by this version: still in use
+        size = sum(f.stat().st_size for f in other.iterdir() if f.is_file())
+        shutil.rmtree(other, ignore_errors=True)
+        notice(progress, name, f"removed its copy packed by an earlier specchat ({human_bytes(size)})")
 
 
 def _source_key(resolved: Any) -> str:

@@ -6,7 +6,14 @@ import gguf
 import numpy as np
 import pytest
 
-from specchat.kernels.formats import pack, quantize_q4, quantize_q8, super_block_for, unpack_q4_k, unpack_q6_k
+from specchat.kernels.formats import (
+    pack,
+    quantize_q4,
+    quantize_q8,
+    super_block_for,
+    unpack_q4_k,
+    unpack_q6_k,
+)
 
 
 def random_blocks(qtype: gguf.GGMLQuantizationType, n: int, k: int, seed: int = 0) -> np.ndarray:
@@ -72,3 +79,23 @@ def test_packing_pads_channels_and_interleaves_groups() -> None:
             byte = q[0, 0, j % 4, 4 * 3 + t]
             value = byte & 0x0F if j < 4 else byte >> 4
             assert value == matrix.q[3, 4 * j + t]
+
+
+def test_six_bit_values_pack_into_whole_and_nibble_planes() -> None:
+    n, k = 20, 512
+    matrix = unpack_q6_k(random_blocks(gguf.GGMLQuantizationType.Q6_K, n, k, seed=5), n, k)
+    assert matrix.kind == "q6" and int(matrix.q.max()) < 64
+    arrays = pack(matrix)
+    whole, nibbles = arrays["q"], arrays["qh"]
+    assert whole.shape == (2, k // 32, 4, 64) and nibbles.shape == (2, k // 32, 2, 64)
+    # 6.5 bits a weight with the scales, as in the GGUF file (q8 would take 8.5)
+    assert sum(a.nbytes for a in arrays.values()) * 8 / (32 * k) == pytest.approx(6.5, abs=0.07)
+    for c in (0, 7, 19):
+        block, ch = divmod(c, 16)
+        for g in range(k // 32):
+            for j in range(4):
+                for t in range(4):
+                    byte, low = whole[block, g, j, 4 * ch + t], nibbles[block, g, j // 2, 4 * ch + t]
+                    assert byte & 0x3F == matrix.q[c, 32 * g + 4 * j + t]
+                    b = ((byte >> 6) << 4) | ((low >> (4 * (j % 2))) & 0x0F)
+                    assert b == matrix.q[c, 32 * g + 16 + 4 * j + t]

@@ -8,7 +8,8 @@ import torch
 from specchat.engine.events import TokenEvent
 from specchat.engine.sampling import SamplingParams, shape_probs
 from specchat.engine.session import ChatEngine, Controls
-from specchat.kernels.native import NativeCausalLM, from_hf
+from specchat.kernels.formats import Unpacked, quantize_q8
+from specchat.kernels.native import NativeCausalLM, from_hf, native_model, pack_hf
 from specchat.testing import make_model, make_tiny_pair, make_tokenizer, perturbed_copy
 from tests.engine.test_exactness import (
     ALPHA_LEVEL,
@@ -33,6 +34,35 @@ def test_q8_forward_is_close_to_the_float_model() -> None:
     got = logits(native, IDS)
     assert float((got - expected).norm() / expected.norm()) < 0.03
     assert float((got.argmax(-1) == expected.argmax(-1)).float().mean()) > 0.9
+
+
+def six_bit(weight: torch.Tensor, kind: str) -> Unpacked:
+    """``weight`` quantized to Q6_K's range (six-bit values around 32), held as ``kind``."""
+    eight = quantize_q8(weight.detach().float().numpy(), super_block=256)
+    d = (eight.d.astype("float32") * 4).astype("float16")
+    return Unpacked(kind, eight.q >> 2, eight.sc, d, eight.super_block, offset=32)
+
+
+def test_six_bit_matrices_give_the_logits_of_the_same_values_held_in_q8() -> None:
+    model = make_model(48, 6, hidden_size=256)
+    sources = {
+        "embed": model.model.embed_tokens.weight,  # looked up row by row, not multiplied
+        "head": model.lm_head.weight,
+        "layers.0.down": model.model.layers[0].mlp.down_proj.weight,
+        "layers.1.v": model.model.layers[1].self_attn.v_proj.weight,
+    }
+    runs = {}
+    for kind in ("q6", "q8"):
+        packed = pack_hf(model, bits=4)
+        for name, weight in sources.items():
+            packed.add_matrix(name, six_bit(weight, kind))
+        runs[kind] = native_model(packed, model.config)
+    whole = logits(runs["q8"], IDS)
+    assert torch.equal(logits(runs["q6"], IDS), whole)
+    cache, rows = runs["q6"].new_cache(), []
+    for start in range(0, IDS.shape[1], 5):  # passes of 5 positions, then the next 5
+        rows.append(logits(runs["q6"], IDS[:, start : start + 5], cache))
+    assert torch.equal(torch.cat(rows), whole)
 
 
 @pytest.mark.parametrize("bits", [4, 8])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from specchat.kernels.formats import quantize_q4, quantize_q8
+from specchat.kernels.formats import Unpacked, quantize_q4, quantize_q8
 from specchat.kernels.qlinear import QLinear
 
 
@@ -48,3 +48,23 @@ def test_a_zero_row_gives_the_bias() -> None:
     matrix = quantize_q4(np.ones((16, 64), dtype=np.float32))
     bias = torch.arange(16, dtype=torch.float32)
     assert torch.equal(QLinear(matrix, bias)(torch.zeros(2, 64)), bias.expand(2, 16))
+
+
+def six_bit_values(n: int, k: int, kind: str, seed: int = 3) -> Unpacked:
+    """Random Q6_K-range weights (0…63 around 32, int8 scales) held as ``kind`` (q6 or q8)."""
+    rng = np.random.default_rng(seed)
+    q = rng.integers(0, 64, (n, k), dtype=np.uint8)
+    sc = rng.integers(-128, 128, (n, k // 16)).astype(np.int8)
+    d = rng.uniform(1e-4, 1e-3, (n, k // 256)).astype(np.float16)
+    return Unpacked(kind, q, sc, d, 256, offset=32)
+
+
+def test_six_bit_weights_compute_bit_for_bit_what_q8_computes_with_them() -> None:
+    torch.manual_seed(4)
+    bias = torch.randn(100)
+    six, eight = (QLinear(six_bit_values(100, 512, kind), bias) for kind in ("q6", "q8"))
+    x = torch.randn(17, 512) * torch.logspace(-2, 2, 17)[:, None]
+    for width in range(1, 18):  # every row tile of the kernel, one pass each
+        assert torch.equal(six(x[:width]), eight(x[:width])), width
+    expected = reference(x, six_bit_values(100, 512, "q6").dequantize(), 256) + bias.double()
+    assert torch.allclose(six(x).double(), expected, rtol=1e-4, atol=1e-4)
