@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,16 @@ import torch
 
 from specchat.kernels import cpu_supports
 from specchat.kernels.native import from_hf
-from specchat.models.packed import WEIGHTS, PackRecipe, is_packed, load_native, load_tokenizer, packed_dir
+from specchat.models.cache import CONVERTED_MARKER
+from specchat.models.packed import (
+    FORMAT_VERSION,
+    WEIGHTS,
+    PackRecipe,
+    is_packed,
+    load_native,
+    load_tokenizer,
+    packed_dir,
+)
 from specchat.models.records import LoadProgress
 from specchat.testing import TinyPair
 
@@ -52,6 +62,30 @@ def test_damaged_weights_are_packed_again_and_said_so(tiny_folders: tuple[Path, 
     again = load_native(str(tiny_folders[0]), PackRecipe("q4"), events.append)
     assert any("damaged" in e.message and "packing it again" in e.message for e in events)
     assert torch.equal(logits(again.model), expected)
+
+
+def test_copies_packed_by_an_earlier_format_are_removed_once_repacked(
+    tiny_folders: tuple[Path, Path],
+) -> None:
+    """A format change repacks every model; the copies it supersedes would only hold disk."""
+    packed_dir().mkdir(parents=True, exist_ok=True)
+
+    def copy(name: str, version: int) -> Path:
+        folder = packed_dir() / name
+        folder.mkdir()
+        (folder / WEIGHTS).write_bytes(b"x" * 1000)
+        (folder / CONVERTED_MARKER).write_text(json.dumps({"format": version, "files": {}}))
+        return folder
+
+    earlier = copy("tiny-target-q8-0123456789ab", FORMAT_VERSION - 1)
+    current = copy("tiny-target-q8-ba9876543210", FORMAT_VERSION)  # same name, another source
+    other_recipe = copy("tiny-target-q4-0123456789ab", FORMAT_VERSION - 1)
+    events: list[LoadProgress] = []
+    loaded = load_native(str(tiny_folders[0]), PackRecipe("q8"), events.append)
+    assert not earlier.exists() and current.exists() and other_recipe.exists() and loaded.folder.exists()
+    assert [e.message for e in events if "removed" in e.message] == [
+        "removed its copy packed by an earlier specchat (1.0 KB)"  # its weights and its record
+    ]
 
 
 def test_recipes_are_kept_apart(tiny_folders: tuple[Path, Path]) -> None:
