@@ -261,7 +261,8 @@ void q6_block(const Q6Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
         const __m512 scale = _mm512_mul_ps(dv, i8x16(sc + g16 * 16));
         for (int r = 0; r < R; ++r) {
           const __m512i offset = _mm512_set1_epi32(w.offset * xsum[r * groups16 + g16]);
-          part[r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(_mm512_sub_epi32(sums.total(r), offset)), part[r]);
+          const __m512i sum = _mm512_sub_epi32(sums.total(r), offset);
+          part[r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sum), part[r]);
         }
       }
     }
@@ -451,7 +452,8 @@ void dequantize_row(const QMat& m, int64_t row, float* out) {
         for (int t = 0; t < 4; ++t) {
           const uint8_t whole = q[g * 256 + 64 * j + 4 * c + t];
           const uint8_t nibbles = qh[g * 128 + 64 * (j / 2) + 4 * c + t];
-          const int value = g16 % 2 == 0 ? (whole & 0x3F) : ((whole >> 6) << 4) | ((nibbles >> (4 * (j % 2))) & 0x0F);
+          const int low = (nibbles >> (4 * (j % 2))) & 0x0F;
+          const int value = g16 % 2 == 0 ? (whole & 0x3F) : ((whole >> 6) << 4) | low;
           out[g16 * 16 + 4 * j + t] = scale * (value - m.offset);
         }
     }
