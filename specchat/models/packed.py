@@ -266,7 +266,8 @@ def _drop_superseded(folder: Path, name: str, recipe: PackRecipe, progress: Prog
             continue  # another source of the same name, packed by this version: still in use
         size = sum(f.stat().st_size for f in other.iterdir() if f.is_file())
         shutil.rmtree(other, ignore_errors=True)
-        notice(progress, name, f"removed its copy packed by an earlier specchat ({human_bytes(size)})")
+        freed = human_bytes(size)
+        notice(progress, name, f"removed the copy of {name} packed by an earlier specchat ({freed})")
 
 
 def _source_key(resolved: Any) -> str:

@@ -282,6 +282,8 @@ class SpecchatApp(App[int]):
     def on_load_progressed(self, message: LoadProgressed) -> None:
         if self.loading_screen is not None:
             self.loading_screen.show_progress(message.progress)
+        if message.progress.stage == "notice":  # worth reading after the loading screen has closed
+            self.notify(message.progress.message, timeout=12)
 
     def on_engine_loaded(self, message: EngineLoaded) -> None:
         # Close the loading screen and anything opened over it meanwhile (help, say).

@@ -84,7 +84,7 @@ def test_copies_packed_by_an_earlier_format_are_removed_once_repacked(
     loaded = load_native(str(tiny_folders[0]), PackRecipe("q8"), events.append)
     assert not earlier.exists() and current.exists() and other_recipe.exists() and loaded.folder.exists()
     assert [e.message for e in events if "removed" in e.message] == [
-        "removed its copy packed by an earlier specchat (1.0 KB)"  # its weights and its record
+        "removed the copy of tiny-target packed by an earlier specchat (1.0 KB)"  # weights and record
     ]
 
 

@@ -69,6 +69,26 @@ async def test_progress_is_shown_while_loading(monkeypatch: pytest.MonkeyPatch, 
         assert not isinstance(app.screen, LoadingScreen)
 
 
+async def test_a_loading_notice_stays_readable_after_the_chat_opens(
+    monkeypatch: pytest.MonkeyPatch, engine: Any
+) -> None:
+    """A repacked cache says so while loading; the chat opening must not swallow the line."""
+    line = "removed the copy of tiny-target packed by an earlier specchat (1.3 GB)"
+
+    def load(s: Any, progress: Any) -> bridge.LoadedEngine:
+        progress(LoadProgress("tiny-target", "notice", 0, None, line))
+        progress(LoadProgress("tiny-target", "load", 1, 1, "loading tiny-target: done"))
+        return bridge.LoadedEngine(engine, "tiny-target", "tiny-draft", "cpu")
+
+    monkeypatch.setattr(bridge, "load_engine", load)
+    app = SpecchatApp(settings())
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.engine is not None)
+        await pilot.pause()
+        assert not isinstance(app.screen, LoadingScreen)
+        assert [n.message for n in app._notifications] == [line]
+
+
 async def test_a_load_failure_is_a_readable_message_and_a_clean_exit(monkeypatch: pytest.MonkeyPatch) -> None:
     def missing(s: Any, progress: Any) -> bridge.LoadedEngine:
         raise ModelNotFoundError("unknown model 'nope': run `specchat models` to see what is installed.")
