@@ -12,6 +12,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -26,6 +27,7 @@ from specchat.config import Settings, load_settings
 from specchat.engine.race import WARM_UP_TOKENS
 from specchat.engine.registry import DRAFT_STOP_BELOW, DRAFTER_NAMES, DRAFTERS, drafter_spec
 from specchat.errors import InvalidSettingError, SpecchatError
+from specchat.untrusted import masked, visible
 
 if TYPE_CHECKING:
     from specchat.backend import Backend
@@ -128,7 +130,8 @@ def reports_errors(func: F) -> F:
             with terminate_raises():
                 return func(*args, **kwargs)
         except SpecchatError as err:
-            click.secho(f"specchat: {err}", fg="red", err=True)
+            # Messages may quote a server, a file or a path: never a key, never a live escape.
+            click.secho(f"specchat: {visible(masked(str(err)))}", fg="red", err=True)
             sys.exit(err.exit_code)
         except KeyboardInterrupt:
             click.echo("\nspecchat: interrupted.", err=True)
@@ -463,7 +466,7 @@ def connect_server(settings: Settings) -> RemoteBackend:
     backend = connect(settings.server, timeout=settings.server_timeout, verify=settings.server_verify_tls)
     click.echo(f"specchat: attached to {backend.label}.", err=True)
     for note in backend.notes:
-        click.echo(f"specchat: note: {note}", err=True)
+        click.echo(f"specchat: note: {visible(masked(note))}", err=True)
     return backend
 
 
@@ -540,12 +543,14 @@ class LoadProgressPrinter:
 
 
 def print_text(stream: Iterator[Event]) -> Any:
+    """The reply's text, its control characters shown (``^[``) rather than obeyed: a model or a
+    server must not clear the screen, retitle the window or write the clipboard through it."""
     from specchat.engine.events import SummaryEvent, TokenEvent
 
     summary = None
     for event in stream:
         if isinstance(event, TokenEvent):
-            sys.stdout.write(event.text)
+            sys.stdout.write(visible(event.text))
             sys.stdout.flush()
         elif isinstance(event, SummaryEvent):
             summary = event
@@ -553,12 +558,20 @@ def print_text(stream: Iterator[Event]) -> Any:
     return summary
 
 
+JSON_UNESCAPED_CONTROLS = re.compile("[\x7f-\x9f]")
+"""What json.dumps(ensure_ascii=False) leaves raw: DEL and the C1 controls (CSI is one)."""
+
+
 def print_jsonl(stream: Iterator[Event]) -> Any:
+    """The event stream, one JSON object a line. The text stays exactly as generated; JSON escapes
+    its C0 controls, and DEL and C1 are escaped here (``\\u009b``), so a terminal obeys none."""
     from specchat.engine.events import SummaryEvent
 
     summary = None
     for event in stream:
-        sys.stdout.write(json.dumps(event.to_json(), ensure_ascii=False) + "\n")
+        line = json.dumps(event.to_json(), ensure_ascii=False)
+        line = JSON_UNESCAPED_CONTROLS.sub(lambda match: f"\\u{ord(match.group()):04x}", line)
+        sys.stdout.write(line + "\n")
         sys.stdout.flush()
         if isinstance(event, SummaryEvent):
             summary = event
@@ -566,6 +579,8 @@ def print_jsonl(stream: Iterator[Event]) -> Any:
 
 
 def print_ansi(stream: Iterator[Event]) -> Any:
+    """The reply coloured by token kind. The text is made visible before rich styles it: rich
+    drops a few control characters but passes ESC, so the only escapes written are its own."""
     from rich.console import Console
     from rich.text import Text
 
@@ -580,7 +595,7 @@ def print_ansi(stream: Iterator[Event]) -> Any:
     summary = None
     for event in stream:
         if isinstance(event, TokenEvent):
-            console.print(Text(event.text, style=KIND_STYLES[event.kind]), end="")
+            console.print(Text(visible(event.text), style=KIND_STYLES[event.kind]), end="")
         elif isinstance(event, SummaryEvent):
             summary = event
     console.print()

@@ -18,6 +18,7 @@ from logging.handlers import RotatingFileHandler
 from pathlib import Path
 
 from specchat.config import data_dir
+from specchat.untrusted import masked, visible
 
 LOG_FILE = "specchat.log"
 MAX_BYTES = 512 * 1024
@@ -63,12 +64,20 @@ def _file_handler() -> RotatingFileHandler | None:
             handler = RotatingFileHandler(path, maxBytes=MAX_BYTES, backupCount=BACKUPS, encoding="utf-8")
         except OSError:
             return None
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(threadName)s: %(message)s"))
+        handler.setFormatter(_MaskingFormatter("%(asctime)s %(levelname)s %(threadName)s: %(message)s"))
         _logger.addHandler(handler)
         _logger.setLevel(logging.INFO)
         _logger.propagate = False
         _handler, _handler_for = handler, path
         return handler
+
+
+class _MaskingFormatter(logging.Formatter):
+    """Every record, traceback included, with the API key masked and control characters shown:
+    an error's text may quote a server that echoed the key, and the log is read in a terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return visible(masked(super().format(record)))
 
 
 def log_unexpected(what: str, err: BaseException) -> str:
@@ -100,11 +109,11 @@ def debug_tracebacks() -> list[str]:
 
 
 def format_traceback(err: BaseException) -> str:
-    return "".join(traceback.format_exception(err)).rstrip()
+    return visible(masked("".join(traceback.format_exception(err)).rstrip()))
 
 
 def _gist(err: BaseException) -> str:
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    lines = [line.strip() for line in visible(masked(str(err))).splitlines() if line.strip()]
     text = " ".join(lines[0].split()) if lines else ""
     if len(text) > 200:
         text = text[:199] + "…"

@@ -10,15 +10,18 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from html import unescape
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
 from specchat.remote.errors import ServerError
+from specchat.untrusted import remember_secret, server_text
 
 API_KEY_ENV = "SPECCHAT_API_KEY"
 """The only place the API key comes from: never a flag (shell history), never the config file."""
@@ -73,6 +76,7 @@ class ServerClient:
         self.url = normalize_url(url)
         headers = {"Accept": "application/json"}
         if api_key:
+            remember_secret(api_key)  # a server that echoes it back must never get it shown
             headers["Authorization"] = f"Bearer {api_key}"
         self._options: dict[str, Any] = {
             "base_url": self.url,
@@ -156,6 +160,8 @@ class ServerClient:
             if response.status_code >= 400:
                 response.read()
                 self._raise_for_status(response, path)
+            if _is_html(response):
+                raise ServerError(self._html_answer(response, path))
             for line in response.iter_lines():
                 if stop.is_set():
                     return  # leaving the block closes the connection: the server stops generating
@@ -189,6 +195,19 @@ class ServerClient:
         except httpx.HTTPError as err:
             raise ServerError(f"talking to {self.url} failed: {_reason(err)}.") from err
 
+    def _html_answer(self, response: httpx.Response, path: str) -> str:
+        """A web page where a stream was due: a proxy's error page or a login portal, usually."""
+        start = b""
+        for piece in response.iter_bytes():
+            start += piece
+            if len(start) >= HTML_PEEK_BYTES:
+                break
+        said = server_text(_page_text(start[:HTML_PEEK_BYTES].decode("utf-8", "replace")), HTML_SHOWN_CHARS)
+        return (
+            f"the server at {self.url} answered {path} with an HTML page, not a stream of events "
+            f"(a proxy or a web UI in front of the API?); it says: {said or '(nothing)'}"
+        )
+
     def _raise_for_status(self, response: httpx.Response, path: str) -> None:
         if response.status_code < 400:
             return
@@ -220,26 +239,111 @@ def _parse_sse_line(line: str) -> Any:
     try:
         data = json.loads(payload)
     except ValueError as err:
-        raise ServerError(f"the server sent something that is not JSON: {payload[:80]!r}") from err
+        raise ServerError(f"the server sent something that is not JSON: {server_text(payload, 80)}") from err
     if isinstance(data, dict) and "error" in data and "choices" not in data:
         error = data["error"]
         message = error.get("message") if isinstance(error, dict) else error
-        raise ServerError(f"the server reported an error mid-reply: {message}")
-    return data if isinstance(data, dict) else None
+        raise ServerError(f"the server reported an error mid-reply: {server_text(message)}")
+    if not isinstance(data, dict):
+        return None
+    problem = _chunk_problem(data)
+    if problem is not None:
+        raise ServerError(f"the server sent a malformed chunk: {problem}.")
+    return data
+
+
+_TEXT_FIELDS = ("content", "role", "reasoning_content")
+"""Fields of a chunk's ``delta`` that every reader takes as text (null or absent is fine)."""
+_NUMBER_FIELDS = {
+    "usage": ("prompt_tokens", "completion_tokens", "total_tokens"),
+    "timings": (
+        *("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n"),
+        *("draft_n", "draft_n_accepted"),
+    ),
+}
+"""Counters the readers do arithmetic with (llama-server's ``timings``, the OpenAI ``usage``)."""
+
+
+def _chunk_problem(data: dict[str, Any]) -> str | None:
+    """Why a chat-completion chunk cannot be read as one (None: it can).
+
+    Checked here, where every chunk passes, so that no reader downstream meets a number where
+    text belongs (and fails with a TypeError instead of saying what the server sent).
+    """
+    choices = data.get("choices")
+    if choices is not None and not isinstance(choices, list):
+        return f"`choices` is {_kind_of(choices)}, not a list"
+    for choice in choices or []:
+        if not isinstance(choice, dict):
+            return f"a choice is {_kind_of(choice)}, not an object"
+        finish = choice.get("finish_reason")
+        if finish is not None and not isinstance(finish, str):
+            return f"`finish_reason` is {_kind_of(finish)}, not text"
+        delta = choice.get("delta")
+        if delta is None:
+            continue
+        if not isinstance(delta, dict):
+            return f"`delta` is {_kind_of(delta)}, not an object"
+        for name in _TEXT_FIELDS:
+            value = delta.get(name)
+            if value is not None and not isinstance(value, str):
+                return f"`{name}` is {_kind_of(value)}, not text"
+        logprobs = choice.get("logprobs")
+        if logprobs is not None and not isinstance(logprobs, dict):
+            return f"`logprobs` is {_kind_of(logprobs)}, not an object"
+    for section, names in _NUMBER_FIELDS.items():
+        counters = data.get(section)
+        if not isinstance(counters, dict):
+            continue  # the readers skip a section that is not an object
+        for name in names:
+            value = counters.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+                return f"`{section}.{name}` is {_kind_of(value)}, not a number"
+    return None
+
+
+def _kind_of(value: object) -> str:
+    """What a JSON value is, in words (its text is the server's, so it is not quoted here)."""
+    kinds = {bool: "true/false", int: "a number", float: "a number", str: "text", list: "a list"}
+    return kinds.get(type(value), "an object" if isinstance(value, dict) else "null")
+
+
+HTML_PEEK_BYTES = 4096
+"""Bytes of an HTML answer read to say what it is (a page can be large, and it is not the reply)."""
+HTML_SHOWN_CHARS = 160
+
+
+def _is_html(response: httpx.Response) -> bool:
+    return response.headers.get("content-type", "").split(";")[0].strip().lower() in (
+        "text/html",
+        "application/xhtml+xml",
+    )
+
+
+_TAG = re.compile(r"<(script|style)\b.*?</\1\s*>|<!--.*?-->|<[^>]*>", re.IGNORECASE | re.DOTALL)
+
+
+def _page_text(html: str) -> str:
+    """The words of an HTML page's start, tags dropped and spaces folded (its title comes first)."""
+    return " ".join(unescape(_TAG.sub(" ", html)).split())
 
 
 def _error_message(response: httpx.Response) -> str:
-    """The server's own explanation, if it sent one (OpenAI, llama-server and vLLM shapes)."""
+    """The server's own explanation, if it sent one (OpenAI, llama-server and vLLM shapes),
+    masked, clipped and made visible: it is the server's text, shown on the user's terminal."""
+    if _is_html(response):
+        said = _page_text(response.text[:HTML_PEEK_BYTES])
+        return f": an HTML page saying {server_text(said, HTML_SHOWN_CHARS)}" if said else ""
     try:
         data = response.json()
     except ValueError:
         text = response.text.strip().splitlines()
-        return f": {text[0][:160]}" if text else ""
+        return f": {server_text(text[0], 160)}" if text else ""
     if isinstance(data, dict):
         error = data.get("error", data)
         message = error.get("message") if isinstance(error, dict) else error
         if message:
-            return f": {str(message).strip()[:200]}"
+            return f": {server_text(str(message).strip(), 200)}"
     return ""
 
 
@@ -251,4 +355,4 @@ def _reason(err: Exception) -> str:
         return "its TLS certificate is not trusted (server_verify_tls = false skips the check)"
     if "name or service not known" in text.lower() or "nodename nor servname" in text.lower():
         return "unknown host name"
-    return text or type(err).__name__
+    return server_text(text) if text else type(err).__name__  # it may quote what the server sent

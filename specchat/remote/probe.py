@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specchat.remote.client import ServerClient
 from specchat.remote.errors import ServerError
+from specchat.untrusted import server_text
 
 ServerKind = Literal["llama-server", "vllm", "openai"]
 
@@ -23,6 +24,8 @@ VLLM_DRAFTS = "vllm:spec_decode_num_drafts"
 VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
 VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+MODEL_ID_SHOWN = 120
+"""Characters of a model id shown (ids are short; a longer one is the server's mistake)."""
 
 
 @dataclass
@@ -38,7 +41,9 @@ class ServerInfo:
 
     @property
     def label(self) -> str:
-        model = f" · {self.model}" if self.model else ""
+        """How the CLI and the TUI name the server. ``model`` stays as the server spelled it (it is
+        sent back with each request); what is shown is masked, clipped and made visible."""
+        model = f" · {server_text(self.model, MODEL_ID_SHOWN)}" if self.model else ""
         return f"{self.kind} at {self.url}{model}"
 
 
