@@ -17,7 +17,7 @@ from click.testing import CliRunner, Result
 from specchat.cli import main
 from specchat.remote.client import ServerClient, _parse_sse_line
 from specchat.remote.errors import ServerError
-from tests.remote.server import FakeServer, Script, openai_models, openai_stream
+from tests.remote.server import FakeServer, Script, openai_stream
 
 KEY = "sk-live-0123456789abcdef"
 AUTH = "{AUTHORIZATION}"
@@ -75,7 +75,9 @@ def generate(url: str, *extra: str) -> Result:
 
 
 def one_error_line(result: Result) -> str:
-    lines = [line for line in result.stderr.splitlines() if line.startswith("specchat: ") and "note:" not in line]
+    lines = [
+        line for line in result.stderr.splitlines() if line.startswith("specchat: ") and "note:" not in line
+    ]
     errors = [line for line in lines if not line.startswith(("specchat: connecting", "specchat: attached"))]
     assert len(errors) == 1, result.stderr
     assert "Traceback" not in result.stderr
@@ -261,7 +263,9 @@ def test_a_huge_error_message_is_clipped() -> None:
         ({"role": 7}, "`role` is a number, not text"),
     ],
 )
-def test_a_chunk_whose_content_is_not_text_is_one_line_and_status_2(delta: dict[str, Any], words: str) -> None:
+def test_a_chunk_whose_content_is_not_text_is_one_line_and_status_2(
+    delta: dict[str, Any], words: str
+) -> None:
     script = plain_server(["fine"])
     script.stream.insert(2, json.dumps({"choices": [{"index": 0, "delta": delta, "finish_reason": None}]}))
     with FakeServer(script) as server:
