@@ -77,8 +77,11 @@ def model_options(func: F) -> F:
         click.option(
             "--gamma",
             type=int,
-            help="Most tokens drafted per round (γ ≥ 1); the draft model stops sooner where its "
-            f"most likely token had less than {DRAFT_STOP_BELOW}.",
+            help="γ, tokens drafted per round (1–16), as the schedule reads it: fixed drafts up to γ "
+            "every round (the draft model stops sooner where its most likely token had less than "
+            f"{DRAFT_STOP_BELOW}); heuristic starts at γ, then moves within 1–16 (+2 after a round "
+            "fully accepted, −1 otherwise); adaptive drafts γ (at most 3) in its first drafted round, "
+            "then picks 0–16 itself.",
         ),
         click.option(
             "--gamma-schedule",
@@ -97,7 +100,10 @@ def model_options(func: F) -> F:
         ),
         click.option(
             "--cpu-path",
-            help="CPU kernels: auto (per-row int8 target, int8 draft), none (stock fp32) or TARGET/DRAFT.",
+            help="CPU kernels (default auto): auto runs specchat's own kernels where this CPU can "
+            "(gguf/q4+head32768: the target on its GGUF blocks, a 4-bit draft), fbgemm's int8 on "
+            "other CPUs (int8/dyn8+head32768) and none on a GPU or with --quant; none is stock "
+            "fp32; or TARGET/DRAFT[+headN].",
         ),
         click.option("--device", help="auto, cpu, cuda or cuda:N."),
         click.option("--dtype", help="auto, float32, bfloat16 or float16."),

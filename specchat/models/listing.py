@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from specchat.models.assemble import is_installed
 from specchat.models.cache import CONVERTED_MARKER, converted_dir, is_converted
+from specchat.models.packed import FORMAT_VERSION, is_packed, packed_dir
 from specchat.models.records import ModelInfo
 from specchat.models.registry import PACKAGED, PackagedModel
 
@@ -23,10 +25,22 @@ def _packaged_info(model: PackagedModel) -> ModelInfo:
         kind="packaged",
         role=model.role,
         installed=is_installed(model),
-        cached=is_converted(converted_dir() / f"{model.name}-{model.key}"),
+        cached=is_converted(converted_dir() / f"{model.name}-{model.key}") or _has_packed_copy(model.name),
         size_bytes=model.size,
         description=model.description,
     )
+
+
+def _has_packed_copy(name: str) -> bool:
+    """Whether the packed cache holds a finished copy of ``name`` that this specchat reads: the
+    copy the default CPU path (``auto``) loads, named ``NAME-RECIPE-KEY`` (specchat.models.packed).
+    A copy packed by an earlier format is replaced at the next start, so it does not count."""
+    pattern = re.compile(re.escape(name) + r"-[a-z0-9]+(\+head\d+)?-[0-9a-f]{12}")
+    try:
+        folders = [p for p in packed_dir().iterdir() if pattern.fullmatch(p.name)]
+    except OSError:  # no packed cache yet
+        return False
+    return any(is_packed(folder) and _read_meta(folder).get("format") == FORMAT_VERSION for folder in folders)
 
 
 def _cached_infos() -> list[ModelInfo]:
