@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from textual import events, on
@@ -23,7 +24,7 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Footer, Header
 
-from specchat.engine.events import Event
+from specchat.engine.events import Event, RoundEvent, TokenEvent
 from specchat.ui.live import Inspected, LiveStats, replay
 from specchat.ui.store import Conversation
 from specchat.ui.themes import TokenPalette
@@ -38,6 +39,7 @@ from specchat.ui.widgets.transcript import (
     Transcript,
     UserMessage,
 )
+from specchat.untrusted import has_controls, visible
 
 PANEL_INTERVAL = 0.25
 """Seconds between panel refreshes while figures change."""
@@ -245,8 +247,9 @@ class MainScreen(Screen[None]):
             self.live.inspect(None)
             return
         text = replies[reply_index].tokens
+        token, round_event = shown_token(text.tokens[token_index]), text.round_of(token_index)
         self.live.inspect(
-            Inspected(text.tokens[token_index], text.round_of(token_index), reply_index, token_index)
+            Inspected(token, shown_round(round_event) if round_event else None, reply_index, token_index)
         )
 
     def _last_position(self) -> tuple[int, int] | None:
@@ -292,3 +295,20 @@ class MainScreen(Screen[None]):
             return None
         reply, token, _ = positions[target]
         return reply, token
+
+
+def shown_token(token: TokenEvent) -> TokenEvent:
+    """``token`` with its text and its top candidates' made visible, for panels that quote them
+    (the inspector, the step table): a model's or a server's text must not reach the terminal raw.
+    The transcript keeps the events as they came; only what is shown changes."""
+    if not has_controls(token.text) and not any(has_controls(c.text) for c in token.top):
+        return token
+    top = tuple(replace(c, text=visible(c.text)) for c in token.top)
+    return replace(token, text=visible(token.text), top=top)
+
+
+def shown_round(round_event: RoundEvent) -> RoundEvent:
+    """``round_event`` with its drafts' texts made visible (see :func:`shown_token`)."""
+    if not any(has_controls(d.text) for d in round_event.drafts):
+        return round_event
+    return replace(round_event, drafts=tuple(replace(d, text=visible(d.text)) for d in round_event.drafts))

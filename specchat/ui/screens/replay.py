@@ -26,10 +26,11 @@ from textual.widgets import Static
 from specchat.engine.events import Event, RoundEvent, SummaryEvent, TokenEvent, known
 from specchat.ui.keys import display_key
 from specchat.ui.live import ControlsView, LiveStats, StepView, replay
-from specchat.ui.screens.main import MainScreen
+from specchat.ui.screens.main import MainScreen, shown_round, shown_token
 from specchat.ui.store import Conversation, Turn
 from specchat.ui.themes import TokenPalette
 from specchat.ui.widgets.transcript import AssistantMessage, UserMessage
+from specchat.untrusted import visible
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0)
 DEFAULT_ROUND_MS = 60.0
@@ -140,7 +141,7 @@ class ReplayScreen(MainScreen):
 
     def on_mount(self) -> None:
         # MainScreen's on_mount runs too (Textual calls each class's handler).
-        self.sub_title = f"replay · {self.conversation.title}"
+        self.sub_title = f"replay · {visible(self.conversation.title)}"  # a shared file's words
         self._show_bar()
         self._schedule()
 
@@ -270,7 +271,14 @@ class ReplayScreen(MainScreen):
         closing = next(
             (e for e in reversed(last) if isinstance(e, TokenEvent) and e.kind != "accepted"), None
         )
-        self.live.set_step(StepView(on=True, paused=True, round=round_event, closing=closing))
+        self.live.set_step(
+            StepView(
+                on=True,
+                paused=True,
+                round=shown_round(round_event) if round_event is not None else None,
+                closing=shown_token(closing) if closing is not None else None,
+            )
+        )
 
     def _update_controls(self) -> None:
         settings = self._turn.settings if self._turn is not None else {}

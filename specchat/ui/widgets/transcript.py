@@ -27,6 +27,7 @@ from textual.widgets import Markdown, Static
 from specchat.engine.events import Event, RoundEvent, SummaryEvent, TokenEvent
 from specchat.ui.store import reply_figures
 from specchat.ui.themes import REJECTED, TokenPalette
+from specchat.untrusted import visible
 
 CURSOR = "▌"
 RESERVE_LINES = 2
@@ -96,6 +97,9 @@ class TokenText(Widget):
     def add(self, kind: str, text: str, token: int | None = None) -> None:
         if not text:
             return
+        # A model's or a server's text: its control characters are shown (ESC as ^[), never
+        # written to the terminal, where they would clear the screen or set the clipboard.
+        text = visible(text)
         self.chars += len(text)
         # Rejected drafts count toward the line estimate even while hidden: an estimate that
         # is too high only makes the block measure itself, never overflow.
@@ -323,7 +327,8 @@ class UserMessage(Static):
     """
 
     def __init__(self, content: str) -> None:
-        super().__init__(Text(content), markup=False)
+        # Typed here, or read from a saved conversation someone may have shared.
+        super().__init__(Text(visible(content)), markup=False)
         self.border_title = "you"
         self.text = content
 
@@ -337,7 +342,7 @@ class SystemNote(Static):
 
     def set_prompt(self, prompt: str) -> None:
         self.prompt = prompt
-        shown = " ".join(prompt.split()) or "(none)"
+        shown = visible(" ".join(prompt.split())) or "(none)"
         self.update(Text.assemble(("system  ", "bold"), shown))
 
 
@@ -345,7 +350,7 @@ class Notice(Static):
     """An error or a note inside the transcript."""
 
     def __init__(self, message: str, *, error: bool = True) -> None:
-        super().__init__(Text(message), markup=False)
+        super().__init__(Text(visible(message)), markup=False)  # may quote a server
         self.set_class(error, "-error")
 
 
@@ -411,7 +416,7 @@ class AssistantMessage(Vertical):
         if self._summary is not None:
             parts.append(reply_figures(self._summary, self._settings))
         if self._error:
-            parts.append(f"error: {self._error}")
+            parts.append(f"error: {visible(self._error)}")
         self.figures.update(Text("  ".join(parts), style="dim"))
         self.figures.display = bool(parts)
 
@@ -420,7 +425,7 @@ class AssistantMessage(Vertical):
         self.want_markdown = markdown
         show_markdown = markdown and self.finished
         if show_markdown and self._markdown is None:
-            self._markdown = Markdown(self.text)
+            self._markdown = Markdown(visible(self.text))
             self.mount(self._markdown, before=self.figures)
         if self._markdown is not None:
             self._markdown.display = show_markdown

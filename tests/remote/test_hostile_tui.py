@@ -1,0 +1,143 @@
+"""The chat and the replay with hostile text (issue 22, items 1, 2 and 4): Pilot tests.
+
+A server's reply, error and model id, and a shared conversation file, are shown with their
+control characters visible (``^[``), the API key masked and long strings clipped; what the
+conversation saves is still exactly what arrived.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from specchat.config import Settings
+from specchat.engine.events import TokenEvent
+from specchat.ui.app import SpecchatApp
+from specchat.ui.screens.replay import ReplayScreen
+from specchat.ui.store import ConversationStore
+from specchat.ui.widgets.inspector import InspectorPanel
+from specchat.ui.widgets.transcript import AssistantMessage, Notice, UserMessage
+from tests.remote.server import FakeServer, Script, openai_stream
+from tests.remote.test_hostile_server import HOSTILE_PIECES, KEY, RAW_KEY, HostileServer
+from tests.remote.test_ui import SIZE, attached, make_app, send, wait_for, wait_idle
+
+pytestmark = pytest.mark.anyio
+RAW = ("\x1b", "\x07", "\x9b")
+"""What must never reach a widget's rendered text from outside."""
+
+
+def server_with(pieces: list[str], model: str = "gpt-test") -> Script:
+    models = json.dumps({"object": "list", "data": [{"id": model, "object": "model", "owned_by": "x"}]})
+    return Script(documents={"/v1/models": (200, "application/json", models)}, stream=openai_stream(pieces))
+
+
+def assert_neutral(text: str) -> None:
+    for char in RAW:
+        assert char not in text, repr(text)
+
+
+def notifications(app: SpecchatApp) -> list[str]:
+    return [n.message for n in app._notifications]
+
+
+async def test_a_reply_with_escape_sequences_is_shown_visibly_in_both_views() -> None:
+    with FakeServer(server_with(HOSTILE_PIECES, model="m\x1b]0;title\x07")) as server:
+        app = make_app(server.url)
+        async with app.run_test(size=SIZE) as pilot:
+            await attached(pilot, app)
+            assert_neutral(app.sub_title)
+            assert "m^[]0;title^G" in app.sub_title
+            await send(pilot, "hi")
+            await wait_idle(pilot, app)
+            reply = app.transcript.replies()[-1]
+            shown = reply.tokens.render_text().plain
+            assert_neutral(shown)
+            assert "^[]52;c;cHduZWQ=^G" in shown and "^[[2J" in shown and "\\x9b31m" in shown
+            app.action_toggle_view()  # the Markdown view of the finished reply
+            await pilot.pause()
+            markdown = reply._markdown
+            assert markdown is not None and markdown.display
+            assert_neutral(markdown.source)
+            assert "^[]0;pwned^G" in markdown.source
+            # The inspector quotes the token it is on: visibly too.
+            app.main_screen.inspect_token(0, 1)
+            await pilot.pause()
+            inspector = app.query_one(InspectorPanel)
+            assert inspector.inspected is not None
+            assert_neutral(inspector.inspected.token.text)
+            assert inspector.inspected.token.text == "^[]52;c;cHduZWQ=^G"
+        # Nothing lost: the conversation keeps the text exactly as it arrived.
+        saved = app.conversation.turns[-1]
+        assert saved.content == "".join(HOSTILE_PIECES)
+
+
+async def test_a_server_error_mid_reply_is_masked_and_visible_in_the_notices(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SPECCHAT_API_KEY", KEY)
+    script = server_with(["one", " two"])
+    script.stream.insert(3, json.dumps({"error": {"message": f"bad key {RAW_KEY}\x1b]52;c;eA==\x07"}}))
+    with HostileServer(script) as server:
+        app = make_app(server.url)
+        async with app.run_test(size=SIZE) as pilot:
+            await attached(pilot, app)
+            await send(pilot, "hi")
+            # Kept or taken back (another fix decides), the error is shown once the reply closes.
+            await wait_for(
+                pilot, lambda: app.reply is None and any("bad key" in n for n in notifications(app))
+            )
+            await pilot.pause()
+            lines = notifications(app)
+            lines += [str(n.render()) for n in app.query(Notice)]
+            lines += [str(r.figures.render()) for r in app.query(AssistantMessage)]
+            errors = [line for line in lines if "bad key" in line]
+            assert errors, lines
+            for line in errors:
+                assert KEY not in line
+                assert_neutral(line)
+                assert "bad key ***" in line
+
+
+async def test_the_replay_of_a_shared_file_shows_its_escapes_visibly(tmp_path: Any) -> None:
+    path = tmp_path / "shared.json"
+    tokens = [
+        TokenEvent("target", -1, piece, i, 0, float("nan"), None).to_json()
+        for i, piece in enumerate(HOSTILE_PIECES)
+    ]
+    path.write_text(
+        json.dumps(
+            {
+                "format": "specchat-conversation",
+                "version": 1,
+                "id": "x",
+                "title": "look \x1b]0;pwned\x07",
+                "models": {"target": "t", "draft": None},
+                "system_prompt": "be \x1b[2J nice",
+                "messages": [
+                    {"role": "user", "content": "hi \x1b]52;c;eA==\x07"},
+                    {"role": "assistant", "content": "".join(HOSTILE_PIECES), "tokens": tokens},
+                ],
+            }
+        )
+    )
+    conversation = ConversationStore.load_path(path)
+    app = SpecchatApp(Settings(), replay=conversation, replay_speed=4.0)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, ReplayScreen))
+        screen = app.screen
+        assert isinstance(screen, ReplayScreen)
+        await wait_for(pilot, lambda: screen.finished, timeout=30)
+        await pilot.pause()
+        assert_neutral(screen.sub_title)
+        assert "^[]" in screen.sub_title  # the title, taken from the file or its first message
+        user = str(screen.query_one(UserMessage).render())
+        assert_neutral(user)
+        assert "^[]52;c;eA==^G" in user
+        shown = screen.transcript.replies()[-1].tokens.render_text().plain
+        assert_neutral(shown)
+        assert "^[]0;pwned^G" in shown
+        system = str(screen.query_one("SystemNote").render())
+        assert_neutral(system)
+        assert "^[[2J" in system
