@@ -15,13 +15,14 @@ from functools import cache
 from pathlib import Path
 from types import ModuleType
 
+from specchat.kernels.library import KernelsUnavailable, Library, load_library
+
+__all__ = ["KernelsUnavailable", "build_dir", "cpu_supports", "is_built", "load"]
+
 SOURCE = Path(__file__).with_name("qgemm.cpp")
 REQUIRED_CPU_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512_vnni", "f16c", "fma")
 FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mf16c", "-mfma", "-fopenmp"]
-
-
-class KernelsUnavailable(RuntimeError):
-    """The kernels cannot run here; the message says why."""
+QGEMM = Library("specchat_qgemm", SOURCE, tuple(FLAGS), ("-fopenmp",))
 
 
 def cpu_supports() -> str | None:
@@ -67,23 +68,8 @@ def load() -> ModuleType:
     reason = cpu_supports()
     if reason is not None:
         raise KernelsUnavailable(reason)
-    from torch.utils import cpp_extension
-
-    folder = build_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    try:
-        return cpp_extension.load(
-            name="specchat_qgemm",
-            sources=[str(SOURCE)],
-            extra_cflags=FLAGS,
-            extra_ldflags=["-fopenmp"],
-            build_directory=str(folder),
-            verbose=bool(os.environ.get("SPECCHAT_KERNELS_VERBOSE")),
-        )
-    except (OSError, RuntimeError, ImportError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise KernelsUnavailable(f"building them failed ({first})") from err
+    return load_library(QGEMM, build_dir())
 
 
 def is_built() -> bool:
-    return any(build_dir().glob("specchat_qgemm*.so"))
+    return QGEMM.path(build_dir()).exists()
