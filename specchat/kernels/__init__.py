@@ -1,9 +1,11 @@
 """specchat's own CPU kernels: linear layers on GGUF-quantized weights (see qgemm.cpp).
 
 The C++ source is compiled once, on first use, with the compiler PyTorch extensions use, into
-the cache folder; later starts load the built library in milliseconds. Where it cannot be built
-(no compiler, no AVX-512 VNNI), :func:`load` raises :class:`KernelsUnavailable` with the reason,
-and callers fall back to the stock int8 path.
+the cache folder; later starts check the built library against what was recorded at build time
+and load it in milliseconds, from a read-only folder too (see library.py). A damaged library is
+rebuilt where its folder can be written. Where the kernels can neither be loaded nor built (no
+compiler, no AVX-512 VNNI, a damaged library in a read-only folder), :func:`load` raises
+:class:`KernelsUnavailable` with the reason, and callers fall back to the stock int8 path.
 """
 
 from __future__ import annotations
@@ -11,11 +13,11 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
-from functools import cache
+import threading
 from pathlib import Path
 from types import ModuleType
 
-from specchat.kernels.library import KernelsUnavailable, Library, load_library
+from specchat.kernels.library import KernelsUnavailable, Library, Report, load_library
 
 __all__ = ["KernelsUnavailable", "build_dir", "cpu_supports", "is_built", "load"]
 
@@ -62,13 +64,23 @@ def build_dir() -> Path:
     return (Path(override).expanduser() if override else cache_dir() / "kernels") / key
 
 
-@cache
-def load() -> ModuleType:
-    """The compiled extension (built on first use: about a minute on 2 cores)."""
-    reason = cpu_supports()
-    if reason is not None:
-        raise KernelsUnavailable(reason)
-    return load_library(QGEMM, build_dir())
+_loaded: list[ModuleType] = []
+_loading = threading.Lock()
+
+
+def load(report: Report | None = None) -> ModuleType:
+    """The compiled extension (built on first use: about a minute on 2 cores).
+
+    ``report`` hears the one line worth reading on the way (a damaged library being rebuilt).
+    Loaded once per process; a failure is not remembered, so a later call tries again.
+    """
+    with _loading:
+        if not _loaded:
+            reason = cpu_supports()
+            if reason is not None:
+                raise KernelsUnavailable(reason)
+            _loaded.append(load_library(QGEMM, build_dir(), report))
+        return _loaded[0]
 
 
 def is_built() -> bool:
