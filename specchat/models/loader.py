@@ -166,15 +166,17 @@ def choose_cpu_path(
     try:
         doing = "loading specchat's CPU kernels" if is_built() else "building specchat's CPU kernels, once"
         emit(progress, LoadProgress("CPU kernels", "kernels", 0, 1, doing))
-        load()
+        load(lambda message: notice(progress, "CPU kernels", message))
     except KernelsUnavailable as err:
         if cpu_path.strip().lower() != "auto":
             raise InvalidSettingError(
                 f"--cpu-path {cpu_path} needs specchat's CPU kernels, which cannot run here: {err}; "
                 f"use --cpu-path {FALLBACK_CPU_PATH}."
             ) from err
-        message = f"specchat's CPU kernels cannot run here ({err}): using {FALLBACK_CPU_PATH}"
-        emit(progress, LoadProgress("CPU kernels", "kernels", 1, 1, message))
+        # A notice, not a progress step: the int8 path is several times slower, and a progress
+        # line is gone from the screen the moment the next step replaces it.
+        message = f"specchat's CPU kernels cannot run here ({err}): using the slower {FALLBACK_CPU_PATH}"
+        notice(progress, "CPU kernels", message)
         return parse_cpu_path(FALLBACK_CPU_PATH)
     return chosen
 
