@@ -15,7 +15,10 @@ Contract v2 adds the trace of every round (fields are only added, so v1 readers 
 each :class:`RoundEvent` lists every drafted token with both probabilities, its acceptance
 probability min(1, p_target/p_draft), the uniform draw and the verdict (rejected drafts
 included), and each closing :class:`TokenEvent` carries the top of the distribution it was
-drawn from (the residual after a rejection at T > 0, the target otherwise).
+drawn from (the residual after a rejection at T > 0, the target otherwise). Later each
+:class:`DraftTrace` also gained both models' own softmax probabilities of the drafted token
+(temperature 1, unshaped), so a greedy round, whose test is argmax equality, still shows how
+sure each model was; files written before read them back as unknown.
 
 Backends that cannot know a figure (a remote server reports no token ids, no probabilities and
 no per-round timings) say so with the "unknown" values below, never with an invented number:
@@ -114,6 +117,13 @@ class DraftTrace:
     u: float | None
     """The uniform draw compared with accept_prob; None at T = 0 (the test is argmax equality)."""
     verdict: Verdict
+    p_target_own: float = UNKNOWN
+    """The target's own softmax probability of this token: temperature 1, no top-k or top-p.
+    At T > 0 the test uses the shaped ``p_target``; this says how sure the model itself was.
+    (Added after v2: older files and backends that cannot know it hold UNKNOWN.)"""
+    p_draft_own: float = UNKNOWN
+    """The draft model's own softmax probability of this token, likewise; UNKNOWN for a lookup
+    (n-gram) draft, which copies earlier text and has no probability of its own."""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -124,6 +134,8 @@ class DraftTrace:
             "accept_prob": self.accept_prob,
             "u": self.u,
             "verdict": self.verdict,
+            "p_target_own": _json_float(self.p_target_own),
+            "p_draft_own": _json_float(self.p_draft_own),
         }
 
     @classmethod
@@ -140,6 +152,8 @@ class DraftTrace:
             float(data["accept_prob"]),
             None if u is None else float(u),
             verdict,  # type: ignore[arg-type]
+            _read_float(data.get("p_target_own")),
+            _read_float(data.get("p_draft_own")),
         )
 
 

@@ -149,6 +149,20 @@ def draw_rows(probs: torch.Tensor, generator: torch.Generator | None) -> torch.T
     return (block * DRAW_BLOCK + offset).squeeze(-1)
 
 
+def own_probabilities(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """softmax(logits row i)[tokens[i]] for each token: temperature 1, no top-k, no top-p.
+
+    What a model itself thought of each drafted token, for the trace only (never for a
+    decision). One logsumexp per row over logits already at hand; an id past the rows' width
+    (a draft vocabulary wider than the target's) has probability 0.
+    """
+    rows = logits[: tokens.shape[0]].float()
+    width = rows.shape[-1]
+    picked = rows.gather(-1, tokens.clamp(max=width - 1)[:, None]).squeeze(-1)
+    own = torch.exp(picked - torch.logsumexp(rows, dim=-1))
+    return torch.where(tokens < width, own, torch.zeros_like(own))
+
+
 def acceptance_probability(p_target: torch.Tensor, p_draft: torch.Tensor) -> torch.Tensor:
     """min(1, p_target(x) / p_draft(x)) for the drafted token x (elementwise)."""
     return torch.clamp(p_target / p_draft, max=1.0)
@@ -184,6 +198,8 @@ class Verdict:
     top_ids: list[int]
     """The most likely tokens of the distribution the closing token was drawn from."""
     top_probs: list[float]
+    p_target_own: list[float] | None = None
+    """The target's own softmax (temperature 1, unshaped) of each draft; None when not asked."""
 
     @property
     def from_residual(self) -> bool:
@@ -198,6 +214,7 @@ def verify(
     params: SamplingParams,
     generator: torch.Generator | None,
     top_k: int = 5,
+    p_target_own: torch.Tensor | None = None,
 ) -> Verdict:
     """Accept a prefix of ``drafts`` and choose the round's closing token.
 
@@ -209,6 +226,10 @@ def verify(
     bonus draw from the last row), the top ``top_k`` of each candidate's distribution and the
     decisions are computed on the device and read back together, so a round (trace included)
     costs a single host synchronisation.
+
+    p_target_own: [γ] the target's own softmax of each draft (:func:`own_probabilities`), read
+    back in the same synchronisation for the trace. At T = 0 it is not needed: the greedy rows
+    of ``p_target`` are the plain softmax already (:func:`shape_probs`).
     """
     gamma = drafts.shape[0]
     rows = torch.arange(gamma, device=drafts.device)
@@ -232,6 +253,9 @@ def verify(
     # distribution is ranked: one row's top-k, not γ+1 of them.
     closing_row = accept.long().cumprod(0).sum()
     top_values, top_ids = top_entries(sources[closing_row], top_k)
+    if params.greedy:
+        p_target_own = pt_drafts
+    own = p_target_own if p_target_own is not None else torch.zeros(0, device=drafts.device)
     parts = [
         accept,
         candidates,
@@ -242,11 +266,12 @@ def verify(
         draws,
         top_ids,
         top_values,
+        own,
     ]
     packed = torch.cat([part.double() for part in parts]).tolist()
     width = top_ids.shape[0]
-    sizes = [gamma, gamma + 1, gamma, gamma, gamma, gamma + 1, draws.shape[0], width, width]
-    flags, cand, pt_d, pd_d, acc_p, p_cand, u, top_ids, top_probs = _split(packed, sizes)
+    sizes = [gamma, gamma + 1, gamma, gamma, gamma, gamma + 1, draws.shape[0], width, width, own.shape[0]]
+    flags, cand, pt_d, pd_d, acc_p, p_cand, u, top_ids, top_probs, pt_own = _split(packed, sizes)
     accepted = next((i for i, ok in enumerate(flags) if not ok), gamma)
     return Verdict(
         accepted=accepted,
@@ -258,6 +283,7 @@ def verify(
         p_target_next=p_cand[accepted],
         top_ids=[int(i) for i in top_ids],
         top_probs=top_probs,
+        p_target_own=pt_own if p_target_own is not None else None,
     )
 
 

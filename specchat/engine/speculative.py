@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from specchat.engine.detokenize import IncrementalDetokenizer
 from specchat.engine.drafters import Draft, Drafter, empty_draft
 from specchat.engine.events import (
+    UNKNOWN,
     Candidate,
     DraftTrace,
     Event,
@@ -38,7 +39,7 @@ from specchat.engine.events import (
 from specchat.engine.gamma import GammaSchedule
 from specchat.engine.kv import CachedLM, device_sync
 from specchat.engine.metrics import StreamStats
-from specchat.engine.sampling import SamplingParams, shape_probs, verify
+from specchat.engine.sampling import SamplingParams, own_probabilities, shape_probs, verify
 from specchat.engine.sampling import Verdict as Verification
 from specchat.errors import ContextTooLongError, InvalidSettingError
 
@@ -245,7 +246,12 @@ class Generation:
         p_target = shape_probs(logits, current.sampling)
         if p_target.shape[-1] < decoder.vocab_width:
             p_target = F.pad(p_target, (0, decoder.vocab_width - p_target.shape[-1]))
-        verdict = verify(p_target, draft.p_draft, draft.tokens, current.sampling, self.generator)
+        # At T > 0 the test sees shaped probabilities; the trace also shows the target's own
+        # (T = 1), taken from these logits and read back with the verdict (no extra sync).
+        own = None if current.sampling.greedy else own_probabilities(logits, draft.tokens)
+        verdict = verify(
+            p_target, draft.p_draft, draft.tokens, current.sampling, self.generator, p_target_own=own
+        )
         t2 = time.perf_counter()
 
         events: list[Event] = []
@@ -266,7 +272,7 @@ class Generation:
                 draft_ms=(t1 - t0) * 1000.0,
                 verify_ms=(t2 - t1) * 1000.0,
                 drafter=current.drafter.name if current.drafter is not None else "none",
-                drafts=self._draft_traces(draft.ids, verdict),
+                drafts=self._draft_traces(draft.ids, verdict, current),
             )
         )
         return events, emitted, eos
@@ -304,8 +310,12 @@ class Generation:
         )
         return [*tokens, closing]
 
-    def _draft_traces(self, drafted: list[int], verdict: Verification) -> tuple[DraftTrace, ...]:
+    def _draft_traces(
+        self, drafted: list[int], verdict: Verification, current: RoundPlan
+    ) -> tuple[DraftTrace, ...]:
         accepted, draws = verdict.accepted, verdict.draws
+        target_own = verdict.p_target_own or [UNKNOWN] * len(drafted)
+        draft_own = _draft_own(verdict, current)
         return tuple(
             DraftTrace(
                 tok,
@@ -315,6 +325,8 @@ class Generation:
                 verdict.accept_probs[i],
                 draws[i] if draws is not None and i <= accepted else None,
                 _verdict_of(i, accepted),
+                target_own[i],
+                draft_own[i],
             )
             for i, tok in enumerate(drafted)
         )
@@ -324,6 +336,20 @@ class Generation:
         if drafter is None or gamma == 0:
             return empty_draft(self.decoder.vocab_width, self.decoder.target.device)
         return drafter.propose(self.ids, gamma, current.sampling, self.generator)
+
+
+def _draft_own(verdict: Verification, current: RoundPlan) -> list[float]:
+    """The draft model's own softmax of each draft, where the round already holds it.
+
+    At T = 0 a model's draft rows are its plain softmax (shape_probs), so they are its own
+    probabilities. A lookup's rows are one-hot (nothing was sampled), and at T > 0 the rows
+    are shaped and the draft's logits are gone: both are unknown rather than misreported.
+    """
+    drafter = current.drafter
+    model_drafted = drafter is not None and drafter.name == "model"
+    if current.sampling.greedy and model_drafted:
+        return list(verdict.p_draft_drafts)
+    return [UNKNOWN] * len(verdict.p_draft_drafts)
 
 
 def _flush_into_last_token(events: list[Event], held_back: str) -> None:
