@@ -2,10 +2,13 @@
 
 For any token of a reply it shows its kind, round and position, then the acceptance test as
 the paper writes it: p_target (p), p_draft (q), min(1, p/q), the uniform draw u and the
-verdict. For a correction it adds the draft token it replaced and the residual
-norm(max(p − q, 0))'s top five as bars; for a bonus or plain target token, the target's top
-five. Everything comes from the reply's events (contract v2); replies saved before the trace
-existed say so instead of showing invented numbers.
+verdict. At T = 0 the test is argmax equality, so there it shows each model's own softmax
+probability of the draft (temperature 1) beside that rule instead; at T > 0 it adds the same
+own figures under the shaped ones the test used. A lookup draft has no probability: it says
+so. For a correction it adds the draft token it replaced and the residual norm(max(p − q, 0))'s
+top five as bars; for a bonus or plain target token, the target's top five. Everything comes
+from the reply's events (contract v2); replies saved before the trace existed say so instead
+of showing invented numbers.
 
 The panel takes the focus while inspecting: ←/→ move by token, ↑/↓ by round, Home/End to
 the reply's ends, Esc leaves. It only asks for a move; the screen owns the cursor.
@@ -43,13 +46,44 @@ def shown(text: str) -> str:
     return f"“{text.translate(SHOWN_BREAKS)}”"
 
 
+NEAR_ONE_DIGITS = 6
+"""Most decimals shown for a probability just below 1."""
+
+
 def prob(value: float | None) -> str:
-    """A probability: three decimals, or scientific notation below 0.001."""
+    """A probability: three decimals, scientific notation below 0.001, and just below 1 as
+    many decimals as it takes not to read 1.000 (a sure model is not a one-hot row)."""
     if value is None or not known(value):
         return "–"
     if 0 < value < 0.001:
         return f"{value:.1e}"
+    if 0.9995 <= value < 1.0:
+        for digits in range(4, NEAR_ONE_DIGITS + 1):
+            if (shown := f"{value:.{digits}f}") != f"{1:.{digits}f}":
+                return shown
+        return f">{1 - 10**-NEAR_ONE_DIGITS:.{NEAR_ONE_DIGITS}f}"
     return f"{value:.3f}"
+
+
+def greedy_test(draft: DraftTrace) -> bool:
+    """Whether the draft was judged at T = 0 (argmax equality): a tested draft without a draw."""
+    return draft.u is None and draft.verdict != "untested"
+
+
+def own_target(draft: DraftTrace) -> float:
+    """The target's own softmax of the draft; at T = 0 a v2 trace's p_target is exactly that."""
+    if known(draft.p_target_own) or not greedy_test(draft):
+        return draft.p_target_own
+    return draft.p_target
+
+
+def own_draft(draft: DraftTrace, drafter: str) -> float | None:
+    """The draft model's own softmax of the draft; None for a lookup, which has none."""
+    if drafter == "ngram":
+        return None
+    if known(draft.p_draft_own) or not greedy_test(draft):
+        return draft.p_draft_own
+    return draft.p_draft  # a v2 trace at T = 0: the draft model's plain softmax
 
 
 def verdict_words(draft: DraftTrace) -> str:
@@ -57,9 +91,11 @@ def verdict_words(draft: DraftTrace) -> str:
     if draft.verdict == "untested":
         return "untested: an earlier draft of the round was rejected"
     if draft.u is None:  # T = 0: the test is argmax equality
+        # min(1, p/q) of the softmaxes is what a T = 1 test would accept it with: worth a line.
+        at_one = f" · at T = 1: min(1, p/q) = {prob(draft.accept_prob)}"
         if draft.verdict == "accepted":
-            return "accepted: it is the target's most likely token (T = 0)"
-        return "rejected: the target's most likely token differs (T = 0)"
+            return f"accepted: it is the target's most likely token (T = 0){at_one}"
+        return f"rejected: the target's most likely token differs (T = 0){at_one}"
     if draft.verdict == "accepted":
         return f"accepted: u = {draft.u:.3f} < min(1, p/q) = {draft.accept_prob:.3f}"
     return f"rejected: u = {draft.u:.3f} ≥ min(1, p/q) = {draft.accept_prob:.3f}"
@@ -167,7 +203,7 @@ class InspectorPanel(Static, can_focus=True):
         draft = draft_of(inspected)
         if token.kind == "accepted" and draft is not None:
             parts.append(Text(DRAWN_FROM["draft"], "dim"))
-            parts.append(self._test_table(draft, styles.get("accepted") or ""))
+            parts.append(self._test_table(draft, round_event.drafter, styles.get("accepted") or ""))
         elif token.kind == "correction":
             parts.append(Text(DRAWN_FROM.get(token.drawn_from, ""), "dim"))
             if draft is not None:
@@ -178,7 +214,7 @@ class InspectorPanel(Static, can_focus=True):
                         f" (round {round_event.round + 1}, position {token.position + 1}):",
                     )
                 )
-                parts.append(self._test_table(draft, styles.get("rejected") or "strike"))
+                parts.append(self._test_table(draft, round_event.drafter, styles.get("rejected") or "strike"))
             parts.extend(
                 self._top(
                     token, "the residual's top 5" if token.drawn_from == "residual" else "the target's top 5"
@@ -195,24 +231,43 @@ class InspectorPanel(Static, can_focus=True):
             parts.extend(self._top(token, "the target's top 5"))
         return Group(*parts)
 
-    def _test_table(self, draft: DraftTrace, style: Style | str) -> Table:
-        """The acceptance test of one draft, compact enough for a narrow chat column."""
-        table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
-        for column in ("draft", "p = p_target", "q = p_draft", "min(1, p/q)", "u", "verdict"):
-            table.add_column(column, no_wrap=True)
-        verdict_style = "bold" if draft.verdict == "accepted" else "bold red"
+    def _test_table(self, draft: DraftTrace, drafter: str, style: Style | str) -> Table:
+        """The test of one draft, compact enough for a narrow chat column: at T = 0 the rule
+        (argmax match) beside each model's own softmax, at T > 0 the paper's min(1, p/q)."""
+        grid = Table.grid()
+        greedy = greedy_test(draft)
+        row = self._greedy_row if greedy else self._sampled_row
+        grid.add_row(row(draft, drafter, style))
+        grid.add_row(Text(verdict_words(draft), "dim"))
+        grid.add_row(Text(own_note(draft, drafter), "dim"))
+        return grid
+
+    @staticmethod
+    def _greedy_row(draft: DraftTrace, drafter: str, style: Style | str) -> Table:
+        table = _table("draft", "p (target, T = 1)", "q (draft, T = 1)", "rule at T = 0", "verdict")
+        match = "argmax match" if draft.verdict == "accepted" else "argmax differs"
+        q = own_draft(draft, drafter)
+        table.add_row(
+            Text(shown(draft.text), style),
+            prob(own_target(draft)),
+            "lookup" if q is None else prob(q),
+            match,
+            _verdict_text(draft),
+        )
+        return table
+
+    @staticmethod
+    def _sampled_row(draft: DraftTrace, drafter: str, style: Style | str) -> Table:
+        table = _table("draft", "p = p_target", "q = p_draft", "min(1, p/q)", "u", "verdict")
         table.add_row(
             Text(shown(draft.text), style),
             prob(draft.p_target),
-            prob(draft.p_draft),
+            prob(draft.p_draft) + (" (lookup)" if drafter == "ngram" else ""),
             prob(draft.accept_prob),
             "–" if draft.u is None else f"{draft.u:.3f}",
-            Text(draft.verdict, verdict_style),
+            _verdict_text(draft),
         )
-        grid = Table.grid()
-        grid.add_row(table)
-        grid.add_row(Text(verdict_words(draft), "dim"))
-        return grid
+        return table
 
     def _top(self, token: TokenEvent, title: str) -> list[RenderableType]:
         if not token.top:
@@ -231,3 +286,27 @@ class InspectorPanel(Static, can_focus=True):
             ratio = token.p_target / token.p_draft if token.p_draft > 0 else math.inf
             text.append(f" · p_draft {prob(token.p_draft)} · min(1, p/q) {prob(min(1.0, ratio))}")
         return text
+
+
+def _table(*columns: str) -> Table:
+    table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
+    for column in columns:
+        table.add_column(column, no_wrap=True)
+    return table
+
+
+def _verdict_text(draft: DraftTrace) -> Text:
+    return Text(draft.verdict, "bold" if draft.verdict == "accepted" else "bold red")
+
+
+def own_note(draft: DraftTrace, drafter: str) -> str:
+    """What p and q are: the models' own softmax at T = 0, the shaped rows the test used at T > 0."""
+    lookup = "q: a lookup copies earlier text: no probability of its own (a one-hot row)"
+    if greedy_test(draft):
+        own = "p, q: each model's own softmax (T = 1); at T = 0 only the argmax decides"
+        return own + (f"\n{lookup}" if drafter == "ngram" else "")
+    q = own_draft(draft, drafter)
+    return (
+        f"own softmax (T = 1, before temperature, top-k, top-p): target {prob(own_target(draft))} · "
+        f"draft {'lookup' if q is None else prob(q)}"
+    )
