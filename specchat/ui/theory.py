@@ -55,10 +55,20 @@ class TheoryView:
     measured_widths: tuple[int, ...]
     predicted: float | None
     curve: dict[int, float] = field(default_factory=dict)
+    """Predicted speed-up by γ: one computation per γ, read by the text, the plot and the key."""
     best_gamma: int | None = None
     speculative_rate: float | None = None
     plain_rate: float | None = None
     plain_source: str = ""
+
+    @property
+    def extrapolated_past(self) -> int | None:
+        """The widest γ whose verify pass was timed, when the curve goes beyond it: past it the
+        curve's v(γ) is the cost line's extrapolation, not a measurement (None otherwise)."""
+        if not self.curve or not self.measured_widths:
+            return None
+        widest = max(self.measured_widths)
+        return widest if max(self.curve) > widest else None
 
     @property
     def measured_speedup(self) -> float | None:
@@ -183,7 +193,7 @@ class TheoryTracker:
             if alpha is not None:
                 predicted = model.speedup(alpha, gamma)
                 curve = model.curve(alpha, ADVISOR_GAMMAS)
-                best = model.best_gamma(alpha, ADVISOR_GAMMAS)
+                best = best_of(curve)
         return TheoryView(
             drafter=drafter,
             gamma=gamma,
@@ -204,6 +214,12 @@ class TheoryTracker:
             plain_rate=self.plain_rate,
             plain_source=self.plain_source,
         )
+
+
+def best_of(curve: dict[int, float]) -> int:
+    """The γ with the highest predicted speed-up (the smallest on a tie), from the curve as
+    computed, so the advisor's choice and the plotted curve cannot disagree."""
+    return max(curve, key=lambda g: (curve[g], -g))
 
 
 # ---------------------------------------------------------------------------------- wording
@@ -279,4 +295,14 @@ def theory_lines(view: TheoryView, apply_key: str = "") -> list[str]:
         here = view.curve.get(g)
         tail = f" · {apply_key} applies it" if apply_key and view.best_gamma != g else ""
         lines.append(f"γ advisor: best γ {view.best_gamma} predicts {best:.2f}× (γ {g}: {_num(here)}×){tail}")
+    if view.extrapolated_past is not None:
+        lines.append(extrapolation_note(view.extrapolated_past))
     return lines
+
+
+def extrapolation_note(widest: int) -> str:
+    """Where the advisor's curve stops being measured, so a falling tail is read as a forecast."""
+    return (
+        f"curve past γ {widest} (dotted): no wider verify pass timed yet, so v(γ) follows the "
+        "line through the widths measured"
+    )

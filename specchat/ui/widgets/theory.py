@@ -52,14 +52,22 @@ class AdvisorPlot(PlotextPlot):
             return
         ys = [view.curve[g] for g in gammas]
         # No plotext legend: its box would hide the curve's top-left, where small γ often wins.
-        plt.plot(gammas, ys, marker="braille", color="cyan")
+        # Past the widest verify pass timed the curve is a forecast: drawn as dots, not a line.
+        widest = view.extrapolated_past
+        measured = [g for g in gammas if widest is None or g <= widest]
+        plt.plot(measured, [view.curve[g] for g in measured], marker="braille", color="cyan")
+        if widest is not None:
+            beyond = [g for g in gammas if g > widest]
+            plt.scatter(beyond, [view.curve[g] for g in beyond], marker="·", color="cyan")
         plt.hline(1.0, color="gray")
         if view.gamma in view.curve:
             plt.scatter([view.gamma], [view.curve[view.gamma]], marker="●", color="orange")
         if view.best_gamma is not None:
             plt.scatter([view.best_gamma], [view.curve[view.best_gamma]], marker="★", color="green")
         plt.ylim(min(0.0, *ys), max(1.1, *ys) * 1.1)
-        plt.title(f"predicted speed-up vs γ · ● γ {view.gamma} now · ★ best γ {view.best_gamma} · ─ 1× plain")
+        forecast = f" · ··· past γ {widest}: extrapolated" if widest is not None else ""
+        marks = f"● γ {view.gamma} now · ★ best γ {view.best_gamma} · ─ 1× plain"
+        plt.title(f"predicted speed-up vs γ · {marks}{forecast}")
         self.refresh()
 
 
