@@ -271,7 +271,7 @@ def verify(
     packed = torch.cat([part.double() for part in parts]).tolist()
     width = top_ids.shape[0]
     sizes = [gamma, gamma + 1, gamma, gamma, gamma, gamma + 1, draws.shape[0], width, width, own.shape[0]]
-    flags, cand, pt_d, pd_d, acc_p, p_cand, u, top_ids, top_probs, pt_own = _split(packed, sizes)
+    flags, cand, pt_d, pd_d, acc_p, p_cand, u, top_read, top_probs, pt_own = _split(packed, sizes)
     accepted = next((i for i, ok in enumerate(flags) if not ok), gamma)
     return Verdict(
         accepted=accepted,
@@ -281,7 +281,7 @@ def verify(
         accept_probs=acc_p,
         draws=None if params.greedy else u,
         p_target_next=p_cand[accepted],
-        top_ids=[int(i) for i in top_ids],
+        top_ids=[int(i) for i in top_read],
         top_probs=top_probs,
         p_target_own=pt_own if p_target_own is not None else None,
     )
