@@ -42,6 +42,7 @@ from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.gamma import GAMMA_MAX, SCHEDULES
 from specchat.errors import SpecchatError
 from specchat.ui import bridge, commands, keys, talk, themes
+from specchat.ui.driver import QuitDeadline, tolerant_driver
 from specchat.ui.live import ControlsView, LiveStats, StepView
 from specchat.ui.messages import (
     EngineLoaded,
@@ -111,6 +112,8 @@ class SpecchatApp(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "specchat"
     BINDINGS: ClassVar[list[BindingType]] = keys.bindings(keys.APP_KEYS)
+    quit_deadline: QuitDeadline | None = None
+    """Set where the app runs on the real terminal (run_in_terminal): signals then end it for sure."""
 
     def __init__(
         self,
@@ -214,9 +217,25 @@ class SpecchatApp(App[int]):
         Python's default for SIGTERM ends the process at once, leaving the terminal in the
         alternate screen with mouse tracking on and the streaming reply unsaved.
         """
-        loop = asyncio.get_running_loop()
+        loop = self._loop_for_signals = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-            loop.add_signal_handler(signum, self.request_quit, 128 + signum)
+            loop.add_signal_handler(signum, self._quit_on_signal, 128 + signum)
+
+    def _quit_on_signal(self, exit_status: int) -> None:
+        # A hangup can leave something blocked on the dead terminal: the deadline ends the
+        # process within seconds even then. The quit itself is asked for once: a hangup comes
+        # as a signal and as a failed write, and two quits would keep the reply twice.
+        deadline = self.quit_deadline
+        if deadline is not None:
+            if deadline.started:
+                return
+            deadline.start(exit_status)
+        self.request_quit(exit_status)
+
+    def terminal_gone(self) -> None:
+        """The terminal hung up (called from the writer thread): quit as on SIGHUP, keeping the reply."""
+        with contextlib.suppress(RuntimeError):  # the loop has already closed: nothing left to keep
+            self._loop_for_signals.call_soon_threadsafe(self._quit_on_signal, 128 + signal.SIGHUP)
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return themes.variable_defaults()
@@ -950,14 +969,24 @@ def run_replay(settings: Settings, path: Path, speed: float = 1.0) -> int:
     if not any(turn.role == "assistant" for turn in conversation.turns):
         raise ConversationError(f"{path} holds no reply to replay.")
     app = SpecchatApp(settings, replay=conversation, replay_speed=speed, handle_signals=True)
-    app.run()
+    run_in_terminal(app)
     return app.return_code or 0
 
 
 def run_chat(settings: Settings) -> int:
     """Open the chat: load the models behind a loading screen, then chat. Returns an exit code."""
     app = SpecchatApp(settings, handle_signals=True)
-    app.run()
+    run_in_terminal(app)
     for traceback in logs.debug_tracebacks():
         print(traceback, file=sys.stderr)
     return app.return_code or 0
+
+
+def run_in_terminal(app: SpecchatApp) -> None:
+    """Run ``app`` on the real terminal, surviving the terminal's hangup (see ui/driver.py)."""
+    deadline = app.quit_deadline = QuitDeadline()
+    app.driver_class = tolerant_driver(app.driver_class, app.terminal_gone)
+    try:
+        app.run()
+    finally:
+        deadline.cancel()
