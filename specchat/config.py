@@ -20,12 +20,20 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from specchat.engine.registry import DRAFTER_NAMES
 from specchat.errors import InvalidSettingError
+from specchat.files import CONFIG_LIMIT, read_user_text
 
 APP_NAME = "specchat"
 
 
 SEED_MAX = 2**64 - 1
 """torch seeds a generator with an unsigned 64-bit integer."""
+MAX_NEW_TOKENS_LIMIT = 1_000_000
+"""Above any context a model specchat can run holds (the engine also stops at the context's end):
+a larger budget is a typo, and would be sent as it is to a server."""
+SERVER_TIMEOUT_LIMIT = 86_400.0
+"""A day. The socket layer cannot wait much longer (time_t overflows near 1e9 s)."""
+NUMBER_SETTINGS = ("gamma", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "server_timeout")
+"""Settings that are numbers: TOML's true/false is refused there (pydantic would read true as 1)."""
 NONE_WORDS = ("", "none")
 """Written for an optional setting (draft, top_k, seed, quant), these mean "not set"."""
 
@@ -47,7 +55,7 @@ class Settings(BaseModel):
     temperature: float = Field(0.0, ge=0.0)
     top_k: int | None = Field(None, ge=1)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    max_new_tokens: int = Field(512, ge=1)
+    max_new_tokens: int = Field(512, ge=1, le=MAX_NEW_TOKENS_LIMIT)
     seed: int | None = Field(None, ge=0, le=SEED_MAX)
     system_prompt: str = "You are a helpful assistant."
     device: str = "auto"
@@ -58,7 +66,7 @@ class Settings(BaseModel):
     server: str | None = None
     """URL of an OpenAI-compatible server to attach to instead of loading models (--server).
     Conversations go to it only when this is set; the API key comes only from SPECCHAT_API_KEY."""
-    server_timeout: float = Field(120.0, gt=0)
+    server_timeout: float = Field(120.0, gt=0, le=SERVER_TIMEOUT_LIMIT)
     """Seconds without a byte from the server before a reply fails."""
     server_verify_tls: bool = True
     """Check the server's TLS certificate (https); turn off only for a self-signed test server."""
@@ -71,6 +79,13 @@ class Settings(BaseModel):
     def _known_drafter(cls, value: str) -> str:
         if value not in DRAFTER_NAMES:
             raise ValueError(f"unknown drafter {value!r}: use {', '.join(DRAFTER_NAMES)}")
+        return value
+
+    @field_validator(*NUMBER_SETTINGS, mode="before")
+    @classmethod
+    def _numbers_are_not_booleans(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError("it must be a number, not true or false")
         return value
 
     @field_validator("draft", "top_k", "seed", "quant", mode="before")
@@ -134,8 +149,8 @@ def parse_keys_variable(raw: str) -> dict[str, Any]:
     value: Any = None
     try:
         value = json.loads(text)
-    except ValueError:
-        with contextlib.suppress(tomllib.TOMLDecodeError):
+    except (ValueError, RecursionError):
+        with contextlib.suppress(tomllib.TOMLDecodeError, RecursionError):
             value = tomllib.loads(f"keys = {text}")["keys"]
     if not isinstance(value, dict):
         raise InvalidSettingError(
@@ -150,7 +165,11 @@ def read_config_file(path: Path) -> dict[str, Any]:
     try:
         if not path.exists():
             return {}
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(read_user_text(path, CONFIG_LIMIT))
+    except RecursionError as err:  # tomllib parses nested arrays by recursion
+        raise InvalidSettingError(
+            f"cannot read config file {path}: its arrays or tables nest too deeply."
+        ) from err
     except UnicodeDecodeError as err:
         raise InvalidSettingError(
             f"cannot read config file {path}: it is not UTF-8 text (byte {err.object[err.start]:#04x} "
@@ -200,7 +219,7 @@ def _explain(
         hint = f"did you mean {close[0]!r}?" if close else f"known settings: {', '.join(known)}"
         return f"unknown setting {name!r} in {path}: {hint}"
     dotted = ".".join(loc)
-    value = error.get("input")
+    value = _as_written(error.get("input"))
     if len(loc) > 1:  # an entry of a table ([keys])
         source = "SPECCHAT_KEYS" if name in from_env else str(path)
         where = f"{dotted} = {value!r} in {source}"
@@ -214,7 +233,34 @@ def _explain(
         message = f"a seed is a whole number from 0 to {SEED_MAX} (2^64 − 1)"
     elif error["type"] == "finite_number":
         message = "it must be a finite number"
+    elif name in RANGES and error["type"] in _OUT_OF_RANGE:
+        message = RANGES[name]
     return f"{where} is invalid: {message}."
+
+
+RANGES = {
+    "max_new_tokens": f"a token budget is a whole number from 1 to {MAX_NEW_TOKENS_LIMIT:,}",
+    "server_timeout": f"a timeout is a number of seconds above 0, at most {SERVER_TIMEOUT_LIMIT:,.0f}",
+}
+"""How the allowed range of a capped setting is said (pydantic's words name no unit)."""
+_OUT_OF_RANGE = ("less_than_equal", "greater_than_equal", "greater_than", "less_than")
+
+
+class _Written:
+    """A value shown as the user wrote it: true/false as in TOML, not Python's True/False."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _as_written(value: Any) -> Any:
+    return _Written("true" if value else "false") if isinstance(value, bool) else value
 
 
 def save_settings(settings: Settings, path: Path | None = None) -> Path:
@@ -254,6 +300,6 @@ def _read_document(path: Path) -> tomlkit.TOMLDocument:
     if not path.exists():
         return tomlkit.document()
     try:
-        return tomlkit.parse(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomlkit.exceptions.TOMLKitError) as err:
+        return tomlkit.parse(read_user_text(path, CONFIG_LIMIT))
+    except (OSError, UnicodeDecodeError, RecursionError, tomlkit.exceptions.TOMLKitError) as err:
         raise InvalidSettingError(f"cannot update the config file {path}: {err}") from err

@@ -1,0 +1,127 @@
+"""Reading a file a user named (a conversation to replay, the config file, a prompt, a race).
+
+``Path.read_text`` reads until end of file. Named at ``/dev/zero`` (or a symlink to it) that is
+never: the process grows until the kernel kills it, deaf to SIGTERM while it copies. Here only
+regular files and pipes are read, and never more than a stated limit; anything else (a folder, a
+device, a socket, a file over the limit) is refused at once with the reason.
+
+Pipes and FIFOs stay allowed (``specchat replay <(zcat chat.json.gz)``): opening a FIFO nobody
+writes to blocks in ``open``, and a signal handler that raises (Ctrl+C, and SIGTERM under the CLI)
+still ends it, so the wait stays interruptible as it always was. What a pipe delivers is capped too.
+
+The refusals are ``OSError`` subclasses whose ``strerror`` and ``str()`` are the reason alone
+("it is a device, not a file"), so callers that already turn ``OSError`` into one line keep
+working: ``cannot read the conversation z.json: it is a device (/dev/zero), not a file.``
+
+Pure Python: no torch, no textual.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+from typing import BinaryIO
+
+MiB = 1024 * 1024
+
+CONVERSATION_LIMIT = 256 * MiB
+"""A saved conversation keeps every token's trace (its top candidates, its round's drafts): about
+1 KB per token in the worst case measured. A 128k-token context filled by replies is then about
+130 MB; the limit is twice that."""
+RACE_LIMIT = 256 * MiB
+"""A saved race holds two lanes of the same kind of trace as a conversation's reply."""
+CONFIG_LIMIT = 1 * MiB
+"""A settings file holds a few dozen lines; a megabyte is thousands of times that."""
+PROMPT_LIMIT = 16 * MiB
+"""Four times the text of a million-token context (about 4 bytes a token)."""
+THEME_LIMIT = 1 * MiB
+"""A theme is a palette of a few dozen colours."""
+
+_CHUNK = 1 * MiB
+
+
+class RefusedFile(OSError):
+    """A path that names something other than a readable file of a sane size.
+
+    ``str(err)`` and ``err.strerror`` are the reason alone, ready to follow "cannot read X: ".
+    """
+
+    def __init__(self, code: int, reason: str, path: Path) -> None:
+        super().__init__(code, reason, str(path))
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+class RefusedFolder(RefusedFile, IsADirectoryError):
+    """A folder where a file was expected (callers that name folders specially still can)."""
+
+
+def _kind(mode: int) -> str | None:
+    """What a path names, in words, if it is something other than a file or a pipe."""
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISREG(mode) or stat.S_ISFIFO(mode):
+        return None
+    return "not a regular file"
+
+
+def _size_words(size: int) -> str:
+    return f"{size / MiB:,.1f} MiB" if size >= MiB else f"{size:,} bytes"
+
+
+def _refuse_kind(path: Path, mode: int) -> None:
+    if stat.S_ISDIR(mode):
+        raise RefusedFolder(errno.EISDIR, "it is a folder, not a file", path)
+    kind = _kind(mode)
+    if kind is None:
+        return
+    target = os.path.realpath(path)
+    where = f" ({target})" if target != str(path) else ""
+    raise RefusedFile(errno.EINVAL, f"it is {kind}{where}, not a file", path)
+
+
+def _too_big(path: Path, limit: int, size: int | None = None) -> RefusedFile:
+    what = f"{_size_words(size)}, more" if size is not None else "more"
+    return RefusedFile(errno.EFBIG, f"it is too large ({what} than the {_size_words(limit)} allowed)", path)
+
+
+def read_user_file(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file (or pipe) at ``path``, at most ``limit`` of them.
+
+    Raises ``FileNotFoundError`` as ``open`` does, :class:`RefusedFolder` for a folder and
+    :class:`RefusedFile` for a device, a socket or a file over ``limit``; other ``OSError`` s
+    (permission denied) pass through unchanged.
+    """
+    _refuse_kind(path, os.stat(path).st_mode)
+    with open(path, "rb") as handle:
+        # Checked again on what was opened: the path may have been swapped since the stat.
+        info = os.fstat(handle.fileno())
+        _refuse_kind(path, info.st_mode)
+        if stat.S_ISREG(info.st_mode) and info.st_size > limit:
+            raise _too_big(path, limit, info.st_size)
+        return _read_capped(handle, path, limit)
+
+
+def _read_capped(handle: BinaryIO, path: Path, limit: int) -> bytes:
+    """Read in chunks and stop one byte past ``limit``: a pipe (or a /proc file that says it is
+    empty) cannot make us hold more than that."""
+    parts: list[bytes] = []
+    total = 0
+    while True:
+        chunk = handle.read(min(_CHUNK, limit + 1 - total))
+        if not chunk:
+            return b"".join(parts)
+        parts.append(chunk)
+        total += len(chunk)
+        if total > limit:
+            raise _too_big(path, limit)
+
+
+def read_user_text(path: Path, limit: int) -> str:
+    """:func:`read_user_file` decoded as UTF-8 (``UnicodeDecodeError`` as ``read_text`` raises it)."""
+    return read_user_file(path, limit).decode("utf-8")
