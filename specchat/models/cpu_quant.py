@@ -27,6 +27,7 @@ draft part; ``none`` leaves both models as loaded; ``auto`` picks the measured b
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from collections.abc import Callable, Sequence
@@ -115,6 +116,12 @@ def parse_cpu_path(text: str, device: torch.device | None = None) -> CpuPath:
             f"CPU path {text!r} mixes specchat's kernels ({', '.join(NATIVE_MODES)}) with fbgemm's: "
             "pick both from one family, e.g. gguf/q4+head32768 or int8/dyn8+head32768."
         )
+    if target == "fp16" and not fbgemm_fp16_rows_exact():
+        raise InvalidSettingError(
+            f"CPU path {text!r}: fbgemm's fp16 kernels on this CPU compute a row differently when it "
+            "shares a pass with other rows, which would make speculative output differ from plain "
+            "decoding; use auto, or int8 for the target (e.g. int8/dyn8+head32768)."
+        )
     return CpuPath(target, draft, width)
 
 
@@ -126,6 +133,34 @@ def _fbgemm_fp16_available() -> bool:
         "fbgemm",
         "x86",
     )
+
+
+@functools.cache
+def fbgemm_fp16_rows_exact() -> bool:
+    """Whether fbgemm's fp16 GEMM computes each row of a pass as a one-row pass computes it.
+
+    It does with its AVX-512 kernels; its AVX2 kernels take rows in blocks of six and accumulate
+    the rows of a shorter block differently, so a verify pass would not reproduce one-token
+    passes. Asked of the kernels themselves, on a small random matrix, once per process.
+    """
+    if not _fbgemm_fp16_available():
+        return False
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(64, 256, generator=generator)
+    x = torch.randn(16, 256, generator=generator) * 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fbgemm's fp16 GEMM is "deprecated"
+        packed = torch.ops._quantized.wrapped_fbgemm_pack_gemm_matrix_fp16(weight)
+
+        def product(rows: torch.Tensor) -> torch.Tensor:
+            return torch.ops._quantized.wrapped_fbgemm_linear_fp16_weight(rows, packed, None, 64)
+
+        one_by_one = torch.cat([product(x[i : i + 1]) for i in range(len(x))])
+        return all(torch.equal(product(x[:m]), one_by_one[:m]) for m in range(2, len(x) + 1))
+
+
+# The largest activation integer of the int8 path: 7-bit activations (see PackedLinear._build).
+_INT8_ACTIVATION_PEAK = 63
 
 
 class PackedLinear(nn.Module):
@@ -183,10 +218,13 @@ class PackedLinear(nn.Module):
                 qweight = torch._make_per_channel_quantized_tensor(q, scale.double(), zero, 0)
                 self._packed = torch.ops.quantized.linear_prepack(qweight, None)
             # fbgemm picks the activation scale from the batch's range; one extra row spanning
-            # [-128, 127] pins it to exactly 1 (zero point 128), so the integers we pass go
-            # through unchanged and each row keeps its own scale.
+            # [-64, 63] pins it to exactly 1 (zero point 64, in fbgemm's reduced 7-bit range), so
+            # the integers we pass go through unchanged and each row keeps its own scale. Seven
+            # bits, not eight: without VNNI (AVX2, plain AVX-512) fbgemm multiplies with
+            # vpmaddubsw, whose 16-bit pair sums saturate for 8-bit activations and so corrupt
+            # the logits on exactly the laptops this fallback serves.
             pin = torch.zeros(1, weight.shape[1])
-            pin[0, 0], pin[0, 1] = -128.0, 127.0
+            pin[0, 0], pin[0, 1] = -float(_INT8_ACTIVATION_PEAK + 1), float(_INT8_ACTIVATION_PEAK)
             self.register_buffer("pin", pin, persistent=False)
             return self._int8_rows
         if mode == "dyn8":
@@ -201,9 +239,9 @@ class PackedLinear(nn.Module):
 
     def _int8_rows(self, x: torch.Tensor) -> torch.Tensor:
         """Per-row dynamic int8 on fbgemm: one activation scale per row, exact int32 accumulation."""
-        x_scale = x.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 127.0
+        x_scale = x.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / _INT8_ACTIVATION_PEAK
         integers = torch.cat([torch.round(x / x_scale), self.pin])
-        return torch.ops.quantized.linear_dynamic(integers, self._packed, False)[:-1] * x_scale
+        return torch.ops.quantized.linear_dynamic(integers, self._packed, True)[:-1] * x_scale
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
