@@ -27,6 +27,7 @@ from specchat.config import Settings, load_settings
 from specchat.engine.race import WARM_UP_TOKENS
 from specchat.engine.registry import DRAFT_STOP_BELOW, DRAFTER_NAMES, DRAFTERS, drafter_spec
 from specchat.errors import InvalidSettingError, SpecchatError
+from specchat.files import PROMPT_LIMIT, RACE_LIMIT, read_user_file, read_user_text
 from specchat.untrusted import masked, visible
 
 if TYPE_CHECKING:
@@ -380,8 +381,7 @@ def read_prompt_file(name: str) -> bytes:
     if name == "-":
         return sys.stdin.buffer.read()
     try:
-        with open(name, "rb") as handle:
-            return handle.read()
+        return read_user_file(Path(name), PROMPT_LIMIT)
     except FileNotFoundError as err:
         raise InvalidSettingError(f"the prompt file {name} does not exist.") from err
     except IsADirectoryError as err:
@@ -728,10 +728,11 @@ def load_race(path: str) -> Any:
     from specchat.engine.race import RaceResult
 
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+        data = json.loads(read_user_text(Path(path), RACE_LIMIT))
     except FileNotFoundError as err:
         raise InvalidSettingError(f"{path} does not exist.") from err
+    except RecursionError as err:  # json parses nested arrays by recursion
+        raise InvalidSettingError(f"cannot read {path}: it nests lists too deeply to be a race.") from err
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise InvalidSettingError(f"cannot read {path} as JSON: {err}.") from err
     try:

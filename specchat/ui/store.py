@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.errors import SpecchatError
+from specchat.files import CONVERSATION_LIMIT, read_user_text
 
 FORMAT = "specchat-conversation"
 VERSION = 1
@@ -217,7 +218,7 @@ class ConversationStore:
         """Read one file. The file is the conversation's identity: its id is the file's name,
         so a file renamed by hand opens and keeps saving to itself."""
         try:
-            conversation = Conversation.from_json(json.loads(path.read_text(encoding="utf-8")))
+            conversation = Conversation.from_json(json.loads(read_user_text(path, CONVERSATION_LIMIT)))
         except FileNotFoundError as err:
             raise ConversationError(f"no saved conversation at {path} (was it moved or deleted?).") from err
         except UnicodeDecodeError as err:
@@ -226,6 +227,10 @@ class ConversationStore:
             raise ConversationError(
                 f"cannot read the conversation {path}: it is not complete JSON ({err.msg} at line "
                 f"{err.lineno}); the file is left as it is."
+            ) from err
+        except RecursionError as err:  # json parses nested arrays by recursion
+            raise ConversationError(
+                f"cannot read the conversation {path}: it nests lists or objects too deeply to be one."
             ) from err
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
             reason = err.strerror if isinstance(err, OSError) and err.strerror else _reason(err)

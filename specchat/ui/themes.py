@@ -32,6 +32,7 @@ from textual.theme import BUILTIN_THEMES, Theme
 from specchat.config import config_path
 from specchat.engine.events import TOKEN_KINDS, TokenKind
 from specchat.errors import SpecchatError
+from specchat.files import THEME_LIMIT, read_user_text
 
 DEFAULT_THEME = "specchat-dark"
 
@@ -91,9 +92,11 @@ def user_dir() -> Path:
 
 def load_theme(path: Path) -> ThemeSpec:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_user_text(path, THEME_LIMIT))
     except UnicodeDecodeError as err:
         raise ThemeError(f"cannot read theme {path}: it is not UTF-8 text; save it as UTF-8.") from err
+    except RecursionError as err:  # tomllib parses nested arrays by recursion
+        raise ThemeError(f"cannot read theme {path}: it nests arrays too deeply to be a theme.") from err
     except (OSError, tomllib.TOMLDecodeError) as err:
         raise ThemeError(f"cannot read theme {path}: {err}") from err
     return theme_from_dict(data, path)
