@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from specchat.bench import BenchError
+from specchat.engine.gamma import GAMMA_MAX
 from specchat.errors import SpecchatError
 
 QUICK_GAMMAS = "1,2,3,4"
@@ -64,15 +65,30 @@ def machine_load() -> dict[str, Any]:
 @click.option(
     "--hf-extra", is_flag=True, help="Also run HF plain generate and HF assisted with its defaults."
 )
-@click.option("--max-new-tokens", type=int, default=None, help="Tokens per reply (default 128; quick 64).")
+@click.option(
+    "--max-new-tokens", type=click.IntRange(1), default=None, help="Tokens per reply (default 128; quick 64)."
+)
 @click.option("--temperature", type=float, default=0.0, show_default=True)
 @click.option("--top-k", type=int, default=None)
 @click.option("--top-p", type=float, default=1.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--categories", default=None, help="Comma-separated subset, e.g. code,math.")
 @click.option("--per-category", type=int, default=None, help="At most this many prompts per category.")
-@click.option("--start-gamma", type=int, default=4, show_default=True, help="First γ of heuristic/adaptive.")
-@click.option("--ngram-gamma", type=int, default=4, show_default=True, help="γ of the n-gram drafter.")
+# Checked by click, before any model loads: a bad γ used to surface only after minutes of loading.
+@click.option(
+    "--start-gamma",
+    type=click.IntRange(1, GAMMA_MAX),
+    default=4,
+    show_default=True,
+    help="First γ of heuristic/adaptive.",
+)
+@click.option(
+    "--ngram-gamma",
+    type=click.IntRange(1, GAMMA_MAX),
+    default=4,
+    show_default=True,
+    help="γ of the n-gram drafter.",
+)
 @click.option("--device", default="auto", show_default=True)
 @click.option("--dtype", default="auto", show_default=True)
 @click.option("--quant", default=None, help="bitsandbytes quantization of the target: 4bit or 8bit.")

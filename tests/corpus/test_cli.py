@@ -173,7 +173,14 @@ SPECIAL_FILES: dict[str, Case] = {
     "SPECCHAT_CONFIG /dev/zero": Case(("hi",), ("/dev/zero", "device"), env={"SPECCHAT_CONFIG": "/dev/zero"}),
 }
 
-CASES = {**FLAGS, **CONFIG_FILES, **VARIABLES, **SPECIAL_FILES}
+# The bench's own options, refused before any model loads (issue 22, item 14).
+BENCH: dict[str, Case] = {
+    "bench start-gamma 0": Case(("--start-gamma", "0"), ("--start-gamma", "1<=x<=16"), command="bench"),
+    "bench ngram-gamma -1": Case(("--ngram-gamma", "-1"), ("--ngram-gamma", "1<=x<=16"), command="bench"),
+    "bench max-new-tokens 0": Case(("--max-new-tokens", "0"), ("--max-new-tokens", "x>=1"), command="bench"),
+}
+
+CASES = {**FLAGS, **CONFIG_FILES, **VARIABLES, **SPECIAL_FILES, **BENCH}
 
 
 @pytest.mark.parametrize("name", list(CASES))
