@@ -22,6 +22,7 @@ from typing import Any, Literal
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.errors import SpecchatError
 from specchat.files import CONVERSATION_LIMIT, read_user_text
+from specchat.untrusted import visible
 
 FORMAT = "specchat-conversation"
 VERSION = 1
@@ -272,7 +273,11 @@ class ConversationStore:
 
 
 def to_markdown(conversation: Conversation) -> str:
-    """The conversation as Markdown: each reply followed by its speculation figures."""
+    """The conversation as Markdown: each reply followed by its speculation figures.
+
+    Control characters from a model, a server or a shared file are shown, not kept: the export
+    is read with `cat` and previewed in terminals, where they would be obeyed.
+    """
     lines = [f"# {conversation.title}", ""]
     models = f"target `{conversation.target}`" + (
         f", draft `{conversation.draft}`" if conversation.draft else ""
@@ -287,7 +292,7 @@ def to_markdown(conversation: Conversation) -> str:
             lines += ["## Assistant", "", turn.content.strip(), ""]
             if turn.summary is not None:
                 lines += [f"> {reply_figures(turn.summary, turn.settings)}", ""]
-    return "\n".join(lines).rstrip() + "\n"
+    return visible("\n".join(lines).rstrip() + "\n")
 
 
 def reply_figures(summary: SummaryEvent, settings: dict[str, Any] | None = None) -> str:

@@ -93,3 +93,13 @@ def test_live_stats_rebuilt_from_saved_turns_match_the_stream() -> None:
     assert list(rebuilt.rates) == list(streamed.rates)
     assert rebuilt.tokens_per_s == streamed.tokens_per_s == 120.0
     assert rebuilt.rolling.value == streamed.rolling.value == 0.5
+
+
+def test_markdown_export_shows_control_characters_instead_of_keeping_them() -> None:
+    conv = conversation()
+    conv.turns[0].content = "a\x1b]0;owned\x07 title"  # the title is the first message
+    conv.target = "model\x1b[31m"
+    conv.turns[-1].content = "ok\x1b[2J then \x9b31m red\n\tcode"
+    text = to_markdown(conv)
+    assert not any(ch in text for ch in "\x1b\x07\x9b")
+    assert "\n\tcode" in text  # newlines and tabs are text, kept as they are
