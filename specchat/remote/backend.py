@@ -17,6 +17,7 @@ from typing import Any
 from specchat.backend import Capabilities, Controls, Figure, GammaControl, Message
 from specchat.engine.events import UNKNOWN_ID, Event, RoundEvent, StopReason, SummaryEvent
 from specchat.engine.metrics import StreamStats
+from specchat.errors import SpecchatError
 from specchat.remote.client import DEFAULT_TIMEOUT, ServerClient, api_key_from_env
 from specchat.remote.errors import ServerError
 from specchat.remote.probe import ServerInfo, SpecCounters, probe, read_vllm_counters
@@ -120,7 +121,8 @@ class RemoteBackend:
     def start_chat(
         self, messages: Sequence[Message], controls: Controls, cancel: threading.Event | None = None
     ) -> RemoteReply:
-        return RemoteReply(self.stream_chat(messages, controls, cancel), cancel)
+        rounds = self.capabilities.provenance != "none"
+        return RemoteReply(self.stream_chat(messages, controls, cancel), cancel, rounds)
 
     def close(self) -> None:
         self.client.close()
@@ -353,24 +355,42 @@ def _int(value: Any) -> int | None:
 
 
 class RemoteReply:
-    """A remote reply stepped one round at a time (it streams regardless; steps just group it)."""
+    """A remote reply stepped one round at a time (it streams regardless; steps just group it).
 
-    def __init__(self, stream: Iterator[Event], cancel: threading.Event | None) -> None:
+    A server that reports no rounds (a plain OpenAI-compatible one) has nothing to group tokens
+    by: each step is the next token, so the chat shows them as they arrive. A stream that breaks
+    mid-step hands over what arrived before the error, which the next step raises.
+    """
+
+    def __init__(self, stream: Iterator[Event], cancel: threading.Event | None, rounds: bool = True) -> None:
         self._stream = stream
         self._cancel = cancel
+        self._rounds = rounds
+        self._error: SpecchatError | None = None
         self.done = False
         self.summary: SummaryEvent | None = None
 
     def step(self) -> list[Event]:
+        if self._error is not None:
+            error, self._error = self._error, None
+            self.done = True
+            raise error
         out: list[Event] = []
-        for event in self._stream:
-            out.append(event)
-            if isinstance(event, SummaryEvent):
+        try:
+            for event in self._stream:
+                out.append(event)
+                if isinstance(event, SummaryEvent):
+                    self.done = True
+                    self.summary = event
+                    return out
+                if isinstance(event, RoundEvent) or not self._rounds:
+                    return out
+        except SpecchatError as err:
+            if not out:
                 self.done = True
-                self.summary = event
-                return out
-            if isinstance(event, RoundEvent):
-                return out
+                raise
+            self._error = err  # raised by the next step, after these events are shown
+            return out
         self.done = True
         return out
 

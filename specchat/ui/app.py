@@ -443,6 +443,7 @@ class SpecchatApp(App[int]):
         reply = self.reply
         if reply is None or message.reply_id != reply.id:
             return
+        self._drain(reply)  # the last tokens may still wait in the buffer: they count as arrived
         if message.error and not reply.tokens:
             self._close_reply(reply)
             await self._take_back(reply, message.error)
