@@ -306,11 +306,15 @@ class SpecchatApp(App[int]):
 
     def on_engine_loaded(self, message: EngineLoaded) -> None:
         # Close the loading screen and anything opened over it meanwhile (help, say).
+        typed = ""
         if self.loading_screen is not None:
+            typed = self.loading_screen.typed
             while self.loading_screen in self.screen_stack:
                 self.pop_screen()
             self.loading_screen = None
         self._use_engine(message.loaded)
+        if typed.strip():
+            self.prompt.give_back(typed)
         self.prompt.focus()
 
     def on_load_failed(self, message: LoadFailed) -> None:

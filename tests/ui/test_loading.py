@@ -160,3 +160,29 @@ async def wait_until_thread_ends(jobs_done: list[int]) -> None:
     while count != len(jobs_done):
         count = len(jobs_done)
         await asyncio.sleep(0.25)
+
+
+async def test_a_message_typed_while_loading_waits_in_the_box(
+    monkeypatch: pytest.MonkeyPatch, engine: Any
+) -> None:
+    """Issue 22, item 8: typing and Enter on the loading screen used to be dropped."""
+    import threading
+
+    go = threading.Event()
+
+    def slow_load(s: Any, progress: Any) -> bridge.LoadedEngine:
+        go.wait(10)
+        return bridge.LoadedEngine(engine, "tiny-target", "tiny-draft", "cpu")
+
+    monkeypatch.setattr(bridge, "load_engine", slow_load)
+    app = SpecchatApp(settings())
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, LoadingScreen))
+        await pilot.press(*"quick question", "enter")
+        await pilot.pause()
+        assert "stays in the box" in str(app.screen.query_one("#loading-note").content)
+        go.set()
+        await wait_for(pilot, lambda: app.engine is not None)
+        await pilot.pause()
+        assert app.prompt.text == "quick question"  # waiting, not sent and not lost
+        assert app.conversation.turns == [] and app.reply is None

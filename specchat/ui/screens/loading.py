@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import Log, ProgressBar, Static
+from textual.widgets import Input, Log, ProgressBar, Static
 
 if TYPE_CHECKING:
     from specchat.models import LoadProgress
@@ -36,6 +36,23 @@ class LoadingScreen(Screen[None]):
             yield ProgressBar(total=None, show_eta=False, id="loading-bar")
             yield Static("starting…", id="loading-status")
             yield Log(id="loading-log", max_lines=200)
+            # Typing starts before the models are ready: what is typed here goes to the chat's
+            # message box once they are (see SpecchatApp.on_engine_loaded), never lost.
+            yield Input(placeholder="Type your first message while this loads…", id="loading-message")
+            yield Static("", id="loading-note")
+
+    def on_mount(self) -> None:
+        self.query_one("#loading-message", Input).focus()
+
+    @property
+    def typed(self) -> str:
+        """What the user typed while waiting (kept for the message box)."""
+        return self.query_one("#loading-message", Input).value
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        note = "Still loading: your message stays in the box and waits there; Enter sends it once the chat opens."
+        self.query_one("#loading-note", Static).update(Text(note, style="dim"))
 
     def show_progress(self, progress: LoadProgress) -> None:
         bar = self.query_one(ProgressBar)
@@ -55,6 +72,9 @@ class LoadingScreen(Screen[None]):
         self.query_one("#loading-title", Static).update(Text("specchat could not start", style="bold"))
         self.query_one("#loading-what", Static).update(Text(error))
         self.query_one(ProgressBar).display = False
+        self.query_one("#loading-message", Input).display = False  # q and Esc quit now
+        self.query_one("#loading-note", Static).display = False
+        self.set_focus(None)
         self.query_one("#loading-status", Static).update(Text("Press q or Esc to quit.", style="dim"))
 
     def action_quit_after_error(self) -> None:
