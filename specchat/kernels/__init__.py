@@ -1,11 +1,15 @@
 """specchat's own CPU kernels: linear layers on GGUF-quantized weights (see qgemm.cpp).
 
-The C++ source is compiled once, on first use, with the compiler PyTorch extensions use, into
-the cache folder; later starts check the built library against what was recorded at build time
-and load it in milliseconds, from a read-only folder too (see library.py). A damaged library is
-rebuilt where its folder can be written. Where the kernels can neither be loaded nor built (no
-compiler, no AVX-512 VNNI, a damaged library in a read-only folder), :func:`load` raises
-:class:`KernelsUnavailable` with the reason, and callers fall back to the stock int8 path.
+One C++ source, built once per instruction set (a *variant*: avx512, avx2 or scalar; see
+qgemm.cpp and isa/) on first use, with the compiler PyTorch extensions use, into the cache
+folder; later starts check the built library against what was recorded at build time and load it
+in milliseconds, from a read-only folder too (see library.py). A damaged library is rebuilt where
+its folder can be written. Every variant computes the same bits from the same packed weights.
+
+:func:`load` runs the best variant this CPU can execute, or the one ``$SPECCHAT_CPU_ISA`` names.
+Where none can be loaded or built (no compiler, a CPU without AVX2, a damaged library in a
+read-only folder), it raises :class:`KernelsUnavailable` with the reason, and callers fall back
+to the stock int8 path.
 """
 
 from __future__ import annotations
@@ -14,74 +18,171 @@ import hashlib
 import os
 import platform
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
 from specchat.kernels.library import KernelsUnavailable, Library, Report, load_library
 
-__all__ = ["KernelsUnavailable", "build_dir", "cpu_supports", "is_built", "load"]
+__all__ = [
+    "KernelsUnavailable",
+    "Variant",
+    "build_dir",
+    "choose_variant",
+    "cpu_supports",
+    "is_built",
+    "load",
+    "variant",
+]
 
 SOURCE = Path(__file__).with_name("qgemm.cpp")
-REQUIRED_CPU_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512_vnni", "f16c", "fma")
-FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mf16c", "-mfma", "-fopenmp"]
-QGEMM = Library("specchat_qgemm", SOURCE, tuple(FLAGS), ("-fopenmp",))
+ISA_ENV = "SPECCHAT_CPU_ISA"
+KERNELS_ENV = "SPECCHAT_KERNELS_DIR"
+COMMON_FLAGS = ("-O3", "-fopenmp", "-ffp-contract=off")
 
 
-def cpu_supports() -> str | None:
-    """None if this CPU runs the kernels, else the reason it cannot."""
-    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
-        return f"they are built for x86-64 Linux (this is {platform.system()} {platform.machine()})"
+@dataclass(frozen=True)
+class Variant:
+    """One build of the kernels: the instruction set it uses, what it needs of the CPU, its flags."""
+
+    name: str
+    cpu_flags: tuple[str, ...]
+    """Flags of /proc/cpuinfo the CPU must list (none: any x86-64 or other Linux CPU)."""
+    isa_flags: tuple[str, ...]
+    auto: bool = True
+    """Whether :func:`load` picks it unasked where no better variant runs."""
+
+    @property
+    def cflags(self) -> tuple[str, ...]:
+        define = f"-DSPECCHAT_ISA_{self.name.upper()}"
+        return (*COMMON_FLAGS, *self.isa_flags, define, f"-I{SOURCE.parent}")
+
+    @property
+    def library(self) -> Library:
+        return Library(f"specchat_qgemm_{self.name}", SOURCE, self.cflags, ("-fopenmp",))
+
+
+AVX512 = Variant(
+    "avx512",
+    ("avx512f", "avx512bw", "avx512vl", "avx512_vnni", "f16c", "fma"),
+    ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mf16c", "-mfma"),
+)
+AVX2 = Variant("avx2", ("avx2", "fma", "f16c"), ("-mavx2", "-mfma", "-mf16c"))
+# Several times slower than the fbgemm int8 path on the real pair: run only when asked for.
+SCALAR = Variant("scalar", (), (), auto=False)
+VARIANTS = (AVX512, AVX2, SCALAR)
+"""Fastest first."""
+
+REQUIRED_CPU_FLAGS = AVX512.cpu_flags
+FLAGS = list(AVX512.cflags)
+"""The AVX-512 build's flags (scripts/ab_kernels.py builds variants of the source with them)."""
+
+
+def _cpu_flags() -> set[str] | str:
+    """The CPU's feature flags, or why they cannot be known."""
+    if platform.system() != "Linux":
+        return f"they are built for Linux (this is {platform.system()} {platform.machine()})"
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return set()  # no x86 flags: only the scalar variant can run
     try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
+        return set(Path("/proc/cpuinfo").read_text().split())
     except OSError as err:
         return f"cannot read the CPU's features: {err}"
-    missing = [flag for flag in REQUIRED_CPU_FLAGS if flag not in flags]
+
+
+def missing_for(candidate: Variant) -> str | None:
+    """None if this CPU runs ``candidate``, else why not."""
+    flags = _cpu_flags()
+    if isinstance(flags, str):
+        return flags
+    if candidate.cpu_flags and platform.machine() not in ("x86_64", "AMD64"):
+        return f"it needs an x86-64 CPU (this is {platform.machine()})"
+    missing = [flag for flag in candidate.cpu_flags if flag not in flags]
     return f"this CPU lacks {', '.join(missing)}" if missing else None
 
 
-KERNELS_ENV = "SPECCHAT_KERNELS_DIR"
+def choose_variant() -> Variant:
+    """The variant :func:`load` runs: ``$SPECCHAT_CPU_ISA``'s, else the fastest this CPU runs.
+
+    Raises :class:`KernelsUnavailable` where the one asked for is unknown or cannot run here, or
+    where no variant that is picked unasked can.
+    """
+    asked = os.environ.get(ISA_ENV, "").strip().lower()
+    if asked:
+        by_name = {v.name: v for v in VARIANTS}
+        if asked not in by_name:
+            raise KernelsUnavailable(f"{ISA_ENV}={asked}: unknown; use one of {', '.join(by_name)}")
+        reason = missing_for(by_name[asked])
+        if reason is not None:
+            raise KernelsUnavailable(f"{ISA_ENV}={asked}: {reason}")
+        return by_name[asked]
+    reasons = []
+    for candidate in VARIANTS:
+        reason = missing_for(candidate)
+        if reason is None and candidate.auto:
+            return candidate
+        reasons.append(reason)
+    first = next((r for r in reasons if r is not None), "no fast variant runs here")
+    raise KernelsUnavailable(f"{first} (set {ISA_ENV}=scalar for the slow portable build)")
 
 
-def build_dir() -> Path:
-    """Where the built library lives: $SPECCHAT_KERNELS_DIR, else the cache folder's kernels/.
+def cpu_supports() -> str | None:
+    """None if this CPU runs the kernels (:func:`choose_variant` finds one), else why it cannot."""
+    try:
+        choose_variant()
+    except KernelsUnavailable as err:
+        return str(err)
+    return None
 
-    Keyed by the source, the torch version and the flags, so an upgrade rebuilds it, and by where
-    the source lives: torch's build files name that path, so two installations sharing one cache
-    would otherwise rebuild the library each time the other had used it.
+
+def variant() -> str:
+    """The name of the variant this process runs (or would load): avx512, avx2 or scalar."""
+    return choose_variant().name
+
+
+def build_dir(chosen: Variant | None = None) -> Path:
+    """Where a variant's library lives: $SPECCHAT_KERNELS_DIR, else the cache folder's kernels/.
+
+    Keyed by the sources, the torch version, the variant and its flags, so an upgrade rebuilds it,
+    and by where the source lives: torch's build files name that path, so two installations sharing
+    one cache would otherwise rebuild the library each time the other had used it.
     """
     import torch
 
     from specchat.models.cache import cache_dir
 
+    chosen = chosen or choose_variant()
+    headers = sorted(SOURCE.parent.glob("isa/*.h"))
     parts = (
-        SOURCE.read_bytes(),
+        *(path.read_bytes() for path in (SOURCE, *headers)),
         str(SOURCE.resolve()).encode(),
         torch.__version__.encode(),
-        " ".join(FLAGS).encode(),
+        chosen.name.encode(),
+        " ".join(chosen.cflags).encode(),
     )
     key = hashlib.sha256(b"\0".join(parts)).hexdigest()[:12]
     override = os.environ.get(KERNELS_ENV)
-    return (Path(override).expanduser() if override else cache_dir() / "kernels") / key
+    return (Path(override).expanduser() if override else cache_dir() / "kernels") / f"{chosen.name}-{key}"
 
 
-_loaded: list[ModuleType] = []
+_loaded: dict[str, ModuleType] = {}
 _loading = threading.Lock()
 
 
 def load(report: Report | None = None) -> ModuleType:
-    """The compiled extension (built on first use: about a minute on 2 cores).
+    """The compiled extension of :func:`choose_variant` (built on first use: about a minute on 2 cores).
 
     ``report`` hears the one line worth reading on the way (a damaged library being rebuilt).
-    Loaded once per process; a failure is not remembered, so a later call tries again.
+    Each variant is loaded once per process (tests load several side by side); a failure is not
+    remembered, so a later call tries again.
     """
+    chosen = choose_variant()
     with _loading:
-        if not _loaded:
-            reason = cpu_supports()
-            if reason is not None:
-                raise KernelsUnavailable(reason)
-            _loaded.append(load_library(QGEMM, build_dir(), report))
-        return _loaded[0]
+        if chosen.name not in _loaded:
+            _loaded[chosen.name] = load_library(chosen.library, build_dir(chosen), report)
+        return _loaded[chosen.name]
 
 
 def is_built() -> bool:
-    return QGEMM.path(build_dir()).exists()
+    chosen = choose_variant()
+    return chosen.library.path(build_dir(chosen)).exists()

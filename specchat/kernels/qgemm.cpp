@@ -1,4 +1,4 @@
-// Block-quantized linear layers for the CPU, on AVX-512 VNNI.
+// Block-quantized linear layers for the CPU, and the decoder that runs on them.
 //
 // Weights keep the GGUF file's own quantization (llama.cpp's Q4_K and Q6_K blocks, repacked), so
 // the target computes with exactly the weights llama.cpp reads. Activations are quantized to int8
@@ -7,7 +7,14 @@
 // instruction sequence whatever the number of rows, so a verify pass over several positions
 // reproduces single-token passes bit for bit, and speculative decoding stays exact.
 //
-// Layout (channels in blocks of 16, so one 512-bit register holds one value per channel):
+// This file is the same for every instruction set. The vector operations come from one header of
+// isa/, chosen by the SPECCHAT_ISA_* define the library is built with (one library per set):
+// isa/scalar.h is plain C++ and says what each operation means lane by lane; isa/avx512.h and
+// isa/avx2.h do the same operations per lane, so every variant gives the same bits, and a packed
+// model is read the same way by all of them. Built with -ffp-contract=off, so the compiler fuses
+// no multiply and add that the code does not fuse itself.
+//
+// Layout (channels in blocks of 16, one float or int32 lane per channel):
 //   q4: q   [N/16][K/32][4][64] u8   group of 32 inputs: byte 64*j + 4*c + t holds input 4*j + t of
 //                                     channel c in its low nibble and input 4*(j+4) + t in its high one
 //       sc  [N/16][K/32][16] u8      6-bit scale of each group    w = d*sc*q - dmin*mn
@@ -23,7 +30,6 @@
 //       qh  [N/16][K/32][2][64] u8   byte 64*h + 4*c + t: b_2h's low four bits, b_2h+1's above them
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
-#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
@@ -31,9 +37,19 @@
 #include <memory>
 #include <vector>
 
+#if defined(SPECCHAT_ISA_AVX512)
+#include "isa/avx512.h"
+#elif defined(SPECCHAT_ISA_AVX2)
+#include "isa/avx2.h"
+#elif defined(SPECCHAT_ISA_SCALAR)
+#include "isa/scalar.h"
+#else
+#error "build with one of -DSPECCHAT_ISA_AVX512, -DSPECCHAT_ISA_AVX2, -DSPECCHAT_ISA_SCALAR"
+#endif
+
 namespace {
 
-constexpr int MAX_ROWS = 8;  // rows computed together: 3*8 accumulators + the weights fit in 32 registers
+using namespace isa;
 
 // One row of activations quantized to int8 per block of `block` inputs (symmetric, scale amax/127),
 // with the sum of each 16-input group (the integer corrections for the weights' offsets).
@@ -45,48 +61,30 @@ struct QuantRows {
   int K, block;
 };
 
+void quantize_row(const float* row, int64_t K, int block, int8_t* qrow, float* scale, int32_t* sum16) {
+  for (int64_t b = 0; b < K / block; ++b) {
+    const float* xb = row + b * block;
+    F16 amax = f_zero();
+    for (int i = 0; i < block; i += 16) amax = f_max(amax, f_abs(f_load(xb + i)));
+    const float peak = f_peak(amax);
+    const F16 inv = f_set1(peak > 0.f ? 127.f / peak : 0.f);
+    scale[b] = peak / 127.f;
+    for (int i = 0; i < block; i += 16)  // rounds to nearest even
+      sum16[(b * block + i) / 16] = quantize16(f_mul(f_load(xb + i), inv), qrow + b * block + i);
+  }
+}
+
 QuantRows quantize_rows(const float* x, int64_t M, int64_t K, int block) {
   QuantRows out{std::vector<int8_t>(M * K), std::vector<float>(M * (K / block)),
                 std::vector<int32_t>(M * (K / 16)), std::vector<float>(M * (K / 32)), static_cast<int>(K), block};
   at::parallel_for(0, M, 1, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m) {
-      const float* row = x + m * K;
-      int8_t* qrow = out.q.data() + m * K;
-      for (int64_t b = 0; b < K / block; ++b) {
-        const float* xb = row + b * block;
-        __m512 amax = _mm512_setzero_ps();
-        for (int i = 0; i < block; i += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(xb + i)));
-        const float peak = _mm512_reduce_max_ps(amax);
-        const float inv = peak > 0.f ? 127.f / peak : 0.f;
-        out.scale[m * (K / block) + b] = peak / 127.f;
-        const __m512 vinv = _mm512_set1_ps(inv);
-        for (int i = 0; i < block; i += 16) {
-          __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + i), vinv));  // round to nearest even
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(qrow + b * block + i), _mm512_cvtsepi32_epi8(v));
-          out.sum16[m * (K / 16) + (b * block + i) / 16] = _mm512_reduce_add_epi32(v);
-        }
-      }
-      const int32_t* s16 = out.sum16.data() + m * (K / 16);
+      int32_t* s16 = out.sum16.data() + m * (K / 16);
+      quantize_row(x + m * K, K, block, out.q.data() + m * K, out.scale.data() + m * (K / block), s16);
       for (int64_t g = 0; g < K / 32; ++g) out.sum32[m * (K / 32) + g] = static_cast<float>(s16[2 * g] + s16[2 * g + 1]);
     }
   });
   return out;
-}
-
-inline __m512 half16(const at::Half* p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
-
-inline __m512 u8x16(const uint8_t* p) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-}
-
-inline __m512 i8x16(const int8_t* p) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-}
-
-inline __m512i dot4(__m512i acc, __m512i w, const int8_t* x) {
-  return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(x)));
 }
 
 // Asks for the weights 32 groups ahead of `group` (8 KiB; past a channel block's end that is the
@@ -94,8 +92,7 @@ inline __m512i dot4(__m512i acc, __m512i w, const int8_t* x) {
 // prefetcher alone leaves the memory bus idle part of the time, and hints into L1 evict the
 // activations and cost more than they save when a pass computes one row.
 inline void prefetch_ahead(const uint8_t* group) {
-  for (int line = 0; line < 256; line += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(group + 8192 + line), _MM_HINT_T1);
+  for (int line = 0; line < 256; line += 64) __builtin_prefetch(group + 8192 + line, 0, 2);
 }
 
 // Each row's exact int32 dot products over one group, in interleaved accumulators: two per row
@@ -103,26 +100,49 @@ inline void prefetch_ahead(const uint8_t* group) {
 // sums are exact in any order, so the result does not depend on how they are split.
 template <int R>
 struct RowSums {
-  static constexpr int CHAINS = R <= 4 ? 2 : 1;
-  __m512i acc[CHAINS][R];
+  static constexpr int CHAINS = R <= TWO_CHAINS_UP_TO ? 2 : 1;
+  I16 acc[CHAINS][R];
 
   RowSums() {
     for (int c = 0; c < CHAINS; ++c)
-      for (int r = 0; r < R; ++r) acc[c][r] = _mm512_setzero_si512();
+      for (int r = 0; r < R; ++r) acc[c][r] = i_zero();
   }
-  void add(int chain, int r, __m512i w, const int8_t* x) {
+  // Weights below 64 (q4, q6).
+  void add(int chain, int r, const Bytes& w, const int8_t* x) {
     acc[chain % CHAINS][r] = dot4(acc[chain % CHAINS][r], w, x);
   }
-  __m512i total(int r) const {
-    return CHAINS == 2 ? _mm512_add_epi32(acc[0][r], acc[CHAINS - 1][r]) : acc[0][r];
+  // Weights of any size (q8).
+  void add_wide(int chain, int r, const Bytes& w, const int8_t* x) {
+    acc[chain % CHAINS][r] = dot4_wide(acc[chain % CHAINS][r], w, x);
   }
+  I16 total(int r) const { return CHAINS == 2 ? i_add(acc[0][r], acc[CHAINS - 1][r]) : acc[0][r]; }
 };
+
+// y = Σ_s xscale_s · part_s + bias for R rows of one channel block, where `group_parts(s, part)`
+// accumulates super-block s's groups into part[0..R): the order every kernel scales in.
+template <int R, typename GroupParts>
+void scale_and_store(int64_t supers, const float* xscale, int64_t nb, float* y, int64_t ldy, const float* bias,
+                     GroupParts&& group_parts) {
+  F16 total[R];
+  for (int r = 0; r < R; ++r) total[r] = f_zero();
+  for (int64_t s = 0; s < supers; ++s) {
+    F16 part[R];
+    for (int r = 0; r < R; ++r) part[r] = f_zero();
+    group_parts(s, part);
+    for (int r = 0; r < R; ++r) {
+      const float xs = xscale[r * supers + s];  // the input was quantized per super-block
+      total[r] = f_fmadd(f_set1(xs), part[r], total[r]);
+    }
+  }
+  const F16 b = bias ? f_load(bias + nb * 16) : f_zero();
+  for (int r = 0; r < R; ++r) f_store(y + r * ldy + nb * 16, f_add(total[r], b));
+}
 
 struct Q4Weights {
   const uint8_t* q; const uint8_t* sc; const uint8_t* mn; const at::Half* d; const at::Half* dm;
 };
 
-// Rows [0, R) of one channel block of a q4 matrix.
+// Rows [m0, m0+R) of one channel block of a q4 matrix.
 template <int R>
 void q4_block(const Q4Weights& w, int64_t nb, int64_t K, int S, const QuantRows& x, int64_t m0, float* y,
               int64_t ldy, const float* bias) {
@@ -134,41 +154,29 @@ void q4_block(const Q4Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
   const at::Half* dm = w.dm + nb * supers * 16;
   const int8_t* xq = x.q.data() + m0 * K;
   const float* xsum = x.sum32.data() + m0 * groups;
-  const float* xscale = x.scale.data() + m0 * supers;
-  const __m512i low = _mm512_set1_epi8(0x0F);
-  __m512 total[R];
-  for (int r = 0; r < R; ++r) total[r] = _mm512_setzero_ps();
-  for (int64_t s = 0; s < supers; ++s) {
-    const __m512 dv = half16(d + s * 16), dmv = half16(dm + s * 16);
-    __m512 part[R];
-    for (int r = 0; r < R; ++r) part[r] = _mm512_setzero_ps();
+  scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias, [&](int64_t s, F16* part) {
+    const F16 dv = f_half(d + s * 16), dmv = f_half(dm + s * 16);
     for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
       const uint8_t* qg = q + g * 256;
       prefetch_ahead(qg);
       RowSums<R> sums;
       for (int j = 0; j < 4; ++j) {
-        const __m512i v = _mm512_loadu_si512(qg + 64 * j);
-        const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+        const Bytes v = b_load(qg + 64 * j);
+        const Bytes lo = b_bits<0>(v, 0x0F), hi = b_bits<4>(v, 0x0F);
         for (int r = 0; r < R; ++r) {
           const int8_t* xr = xq + r * K + g * 32;
           sums.add(0, r, lo, xr + 4 * j);
           sums.add(1, r, hi, xr + 4 * (j + 4));
         }
       }
-      const __m512 scale = _mm512_mul_ps(dv, u8x16(sc + g * 16));
-      const __m512 minimum = _mm512_mul_ps(dmv, u8x16(mn + g * 16));
+      const F16 scale = f_mul(dv, f_u8(sc + g * 16));
+      const F16 minimum = f_mul(dmv, f_u8(mn + g * 16));
       for (int r = 0; r < R; ++r) {
-        part[r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sums.total(r)), part[r]);
-        part[r] = _mm512_fnmadd_ps(minimum, _mm512_set1_ps(xsum[r * groups + g]), part[r]);
+        part[r] = f_fmadd(scale, f_from_i(sums.total(r)), part[r]);
+        part[r] = f_fnmadd(minimum, f_set1(xsum[r * groups + g]), part[r]);
       }
     }
-    for (int r = 0; r < R; ++r) {
-      const float xs = xscale[r * supers + s];  // the input was quantized per super-block
-      total[r] = _mm512_fmadd_ps(_mm512_set1_ps(xs), part[r], total[r]);
-    }
-  }
-  const __m512 b = bias ? _mm512_loadu_ps(bias + nb * 16) : _mm512_setzero_ps();
-  for (int r = 0; r < R; ++r) _mm512_storeu_ps(y + (m0 + r) * ldy + nb * 16, _mm512_add_ps(total[r], b));
+  });
 }
 
 struct Q8Weights {
@@ -184,41 +192,30 @@ void q8_block(const Q8Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
   const at::Half* d = w.d + nb * supers * 16;
   const int8_t* xq = x.q.data() + m0 * K;
   const int32_t* xsum = x.sum16.data() + m0 * groups;
-  const float* xscale = x.scale.data() + m0 * supers;
-  __m512 total[R];
-  for (int r = 0; r < R; ++r) total[r] = _mm512_setzero_ps();
-  for (int64_t s = 0; s < supers; ++s) {
-    const __m512 dv = half16(d + s * 16);
-    __m512 part[R];
-    for (int r = 0; r < R; ++r) part[r] = _mm512_setzero_ps();
+  scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias, [&](int64_t s, F16* part) {
+    const F16 dv = f_half(d + s * 16);
     for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
       const uint8_t* qg = q + g * 256;
       prefetch_ahead(qg);
       RowSums<R> sums;
       for (int j = 0; j < 4; ++j) {
-        const __m512i v = _mm512_loadu_si512(qg + 64 * j);
-        for (int r = 0; r < R; ++r) sums.add(j, r, v, xq + r * K + g * 16 + 4 * j);
+        const Bytes v = b_load(qg + 64 * j);
+        for (int r = 0; r < R; ++r) sums.add_wide(j, r, v, xq + r * K + g * 16 + 4 * j);
       }
-      const __m512 scale = _mm512_mul_ps(dv, i8x16(sc + g * 16));
+      const F16 scale = f_mul(dv, f_i8(sc + g * 16));
       for (int r = 0; r < R; ++r) {
-        const __m512i sum = _mm512_sub_epi32(sums.total(r), _mm512_set1_epi32(w.offset * xsum[r * groups + g]));
-        part[r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sum), part[r]);
+        const I16 sum = i_sub(sums.total(r), w.offset * xsum[r * groups + g]);
+        part[r] = f_fmadd(scale, f_from_i(sum), part[r]);
       }
     }
-    for (int r = 0; r < R; ++r) {
-      const float xs = xscale[r * supers + s];  // the input was quantized per super-block
-      total[r] = _mm512_fmadd_ps(_mm512_set1_ps(xs), part[r], total[r]);
-    }
-  }
-  const __m512 b = bias ? _mm512_loadu_ps(bias + nb * 16) : _mm512_setzero_ps();
-  for (int r = 0; r < R; ++r) _mm512_storeu_ps(y + (m0 + r) * ldy + nb * 16, _mm512_add_ps(total[r], b));
+  });
 }
 
 struct Q6Weights {
   const uint8_t* q; const uint8_t* qh; const int8_t* sc; const at::Half* d; int offset;
 };
 
-// Rows [0, R) of one channel block of a q6 matrix. Each group of 32 inputs is two of q8_block's
+// Rows [m0, m0+R) of one channel block of a q6 matrix. Each group of 32 inputs is two of q8_block's
 // groups of 16, taken in the same order through the same float operations, so a q6 matrix gives
 // bit for bit what its values give through q8_block while streaming 6.5 bits a weight, not 8.5.
 template <int R>
@@ -231,99 +228,82 @@ void q6_block(const Q6Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
   const at::Half* d = w.d + nb * supers * 16;
   const int8_t* xq = x.q.data() + m0 * K;
   const int32_t* xsum = x.sum16.data() + m0 * groups16;
-  const float* xscale = x.scale.data() + m0 * supers;
-  const __m512i low = _mm512_set1_epi8(0x0F), six = _mm512_set1_epi8(0x3F), top = _mm512_set1_epi8(0x30);
-  __m512 total[R];
-  for (int r = 0; r < R; ++r) total[r] = _mm512_setzero_ps();
-  for (int64_t s = 0; s < supers; ++s) {
-    const __m512 dv = half16(d + s * 16);
-    __m512 part[R];
-    for (int r = 0; r < R; ++r) part[r] = _mm512_setzero_ps();
+  scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias, [&](int64_t s, F16* part) {
+    const F16 dv = f_half(d + s * 16);
     for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
       const uint8_t* qg = q + g * 256;
       const uint8_t* hg = qh + g * 128;
       prefetch_ahead(qg);
-      _mm_prefetch(reinterpret_cast<const char*>(hg + 4096), _MM_HINT_T1);  // as far ahead as qg's
-      _mm_prefetch(reinterpret_cast<const char*>(hg + 4096 + 64), _MM_HINT_T1);
-      __m512i w6[2][4];  // [half][quad]: a_j, then b_j
+      __builtin_prefetch(hg + 4096, 0, 2);  // as far ahead as qg's
+      __builtin_prefetch(hg + 4096 + 64, 0, 2);
+      Bytes w6[2][4];  // [half][quad]: a_j, then b_j
       for (int j = 0; j < 4; ++j) {
-        const __m512i whole = _mm512_loadu_si512(qg + 64 * j), nibbles = _mm512_loadu_si512(hg + 64 * (j / 2));
-        w6[0][j] = _mm512_and_si512(whole, six);
-        const __m512i lower = _mm512_and_si512(j % 2 == 0 ? nibbles : _mm512_srli_epi16(nibbles, 4), low);
-        // b_j's top bits from bits 6-7 down to 4-5; ternary logic 0xF8 is A | (B & C)
-        w6[1][j] = _mm512_ternarylogic_epi32(lower, _mm512_srli_epi16(whole, 2), top, 0xF8);
+        const Bytes whole = b_load(qg + 64 * j), nibbles = b_load(hg + 64 * (j / 2));
+        w6[0][j] = b_bits<0>(whole, 0x3F);
+        const Bytes lower = j % 2 == 0 ? b_bits<0>(nibbles, 0x0F) : b_bits<4>(nibbles, 0x0F);
+        w6[1][j] = b_or(lower, b_bits<2>(whole, 0x30));  // b_j's top bits from bits 6-7 down to 4-5
       }
       for (int half = 0; half < 2; ++half) {
         const int64_t g16 = 2 * g + half;
         RowSums<R> sums;
         for (int j = 0; j < 4; ++j)
           for (int r = 0; r < R; ++r) sums.add(j, r, w6[half][j], xq + r * K + g16 * 16 + 4 * j);
-        const __m512 scale = _mm512_mul_ps(dv, i8x16(sc + g16 * 16));
+        const F16 scale = f_mul(dv, f_i8(sc + g16 * 16));
         for (int r = 0; r < R; ++r) {
-          const __m512i offset = _mm512_set1_epi32(w.offset * xsum[r * groups16 + g16]);
-          const __m512i sum = _mm512_sub_epi32(sums.total(r), offset);
-          part[r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sum), part[r]);
+          const I16 sum = i_sub(sums.total(r), w.offset * xsum[r * groups16 + g16]);
+          part[r] = f_fmadd(scale, f_from_i(sum), part[r]);
         }
       }
     }
-    for (int r = 0; r < R; ++r) {
-      const float xs = xscale[r * supers + s];  // the input was quantized per super-block
-      total[r] = _mm512_fmadd_ps(_mm512_set1_ps(xs), part[r], total[r]);
-    }
-  }
-  const __m512 b = bias ? _mm512_loadu_ps(bias + nb * 16) : _mm512_setzero_ps();
-  for (int r = 0; r < R; ++r) _mm512_storeu_ps(y + (m0 + r) * ldy + nb * 16, _mm512_add_ps(total[r], b));
+  });
 }
 
 template <typename Fn>
 void for_rows(int64_t M, Fn&& fn) {
-  for (int64_t m0 = 0; m0 < M; m0 += MAX_ROWS) fn(m0, std::min<int64_t>(MAX_ROWS, M - m0));
+  for (int64_t m0 = 0; m0 < M; m0 += ROW_TILE) fn(m0, std::min<int64_t>(ROW_TILE, M - m0));
 }
 
-#define SPECCHAT_ROWS(KERNEL, n, ...)                  \
-  switch (n) {                                        \
-    case 1: KERNEL<1>(__VA_ARGS__); break;             \
-    case 2: KERNEL<2>(__VA_ARGS__); break;             \
-    case 3: KERNEL<3>(__VA_ARGS__); break;             \
-    case 4: KERNEL<4>(__VA_ARGS__); break;             \
-    case 5: KERNEL<5>(__VA_ARGS__); break;             \
-    case 6: KERNEL<6>(__VA_ARGS__); break;             \
-    case 7: KERNEL<7>(__VA_ARGS__); break;             \
-    default: KERNEL<8>(__VA_ARGS__); break;            \
+// Rows are computed in tiles of up to ROW_TILE; a row's operations do not depend on its tile.
+#define SPECCHAT_ROWS(KERNEL, n, ...)                           \
+  switch (n) {                                                 \
+    case 1: KERNEL<1>(__VA_ARGS__); break;                      \
+    case 2: KERNEL<2>(__VA_ARGS__); break;                      \
+    case 3: KERNEL<3>(__VA_ARGS__); break;                      \
+    case 4: KERNEL<std::min(4, ROW_TILE)>(__VA_ARGS__); break;  \
+    case 5: KERNEL<std::min(5, ROW_TILE)>(__VA_ARGS__); break;  \
+    case 6: KERNEL<std::min(6, ROW_TILE)>(__VA_ARGS__); break;  \
+    case 7: KERNEL<std::min(7, ROW_TILE)>(__VA_ARGS__); break;  \
+    default: KERNEL<ROW_TILE>(__VA_ARGS__); break;              \
   }
 
-
 // exp(x) for 16 floats: 2^(x·log2 e), with a degree-6 polynomial for the fraction (about 2 ulp).
-inline __m512 exp16(__m512 x) {
-  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f)), _mm512_set1_ps(-87.3365478515625f));
-  const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
-  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(t, n);  // in [-0.5, 0.5]
-  __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
+inline F16 exp16(F16 x) {
+  x = f_max(f_min(x, f_set1(88.3762626647949f)), f_set1(-87.3365478515625f));
+  const F16 t = f_mul(x, f_set1(1.44269504088896341f));
+  const F16 n = f_round(t);
+  const F16 f = f_sub(t, n);  // in [-0.5, 0.5]
+  F16 p = f_set1(1.535336188319500e-4f);
+  p = f_fmadd(p, f, f_set1(1.339887440266574e-3f));
+  p = f_fmadd(p, f, f_set1(9.618437357674640e-3f));
+  p = f_fmadd(p, f, f_set1(5.550332471162809e-2f));
+  p = f_fmadd(p, f, f_set1(2.402264791363012e-1f));
+  p = f_fmadd(p, f, f_set1(6.931472028550421e-1f));
+  p = f_fmadd(p, f, f_set1(1.0f));
+  return f_scale2(p, n);
 }
 
 // Σ a[i]·b[i] over n (a multiple of 16) in a fixed order.
 inline float dot(const float* a, const float* b, int64_t n) {
-  __m512 acc = _mm512_setzero_ps();
-  for (int64_t i = 0; i < n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
-  return _mm512_reduce_add_ps(acc);
+  F16 acc = f_zero();
+  for (int64_t i = 0; i < n; i += 16) acc = f_fmadd(f_load(a + i), f_load(b + i), acc);
+  return f_sum(acc);
 }
 
 // y += w·x over n (a multiple of 16).
 inline void axpy(float w, const float* x, float* y, int64_t n) {
-  const __m512 vw = _mm512_set1_ps(w);
-  for (int64_t i = 0; i < n; i += 16)
-    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(vw, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+  const F16 vw = f_set1(w);
+  for (int64_t i = 0; i < n; i += 16) f_store(y + i, f_fmadd(vw, f_load(x + i), f_load(y + i)));
 }
-
-}  // namespace
 
 // ---------------------------------------------------------------------------------- matrices
 // One quantized weight matrix [N, K] (N padded to a multiple of 16 in the tensors).
@@ -504,10 +484,9 @@ struct Model {
     for (int64_t m = 0; m < M; ++m) {
       const float* r = x + m * hidden;
       const float inv = 1.f / std::sqrt(dot(r, r, hidden) / static_cast<float>(hidden) + static_cast<float>(eps));
-      const __m512 vinv = _mm512_set1_ps(inv);
+      const F16 vinv = f_set1(inv);
       for (int64_t i = 0; i < hidden; i += 16)
-        _mm512_storeu_ps(out + m * hidden + i,
-                         _mm512_mul_ps(_mm512_loadu_ps(w + i), _mm512_mul_ps(_mm512_loadu_ps(r + i), vinv)));
+        f_store(out + m * hidden + i, f_mul(f_load(w + i), f_mul(f_load(r + i), vinv)));
     }
   }
 
@@ -546,13 +525,28 @@ struct Model {
 
   template <int NV>
   static void weigh_in_registers(const float* w, float scale, const float* v, int64_t seen, float* o) {
-    __m512 acc[NV];
-    for (int j = 0; j < NV; ++j) acc[j] = _mm512_setzero_ps();
+    F16 acc[NV];
+    for (int j = 0; j < NV; ++j) acc[j] = f_zero();
     for (int64_t p = 0; p < seen; ++p) {
-      const __m512 vw = _mm512_set1_ps(w[p] * scale);
-      for (int j = 0; j < NV; ++j) acc[j] = _mm512_fmadd_ps(vw, _mm512_loadu_ps(v + p * NV * 16 + j * 16), acc[j]);
+      const F16 vw = f_set1(w[p] * scale);
+      for (int j = 0; j < NV; ++j) acc[j] = f_fmadd(vw, f_load(v + p * NV * 16 + j * 16), acc[j]);
     }
-    for (int j = 0; j < NV; ++j) _mm512_storeu_ps(o + j * 16, acc[j]);
+    for (int j = 0; j < NV; ++j) f_store(o + j * 16, acc[j]);
+  }
+
+  // scores[p] = exp(scores[p] - peak) for p < seen; returns their sum, over 16 lanes in a fixed
+  // order. `scores` holds whole vectors; lanes past `seen` add nothing to the sum.
+  static float exponentiate(float* scores, int64_t seen, float peak) {
+    const F16 vpeak = f_set1(peak);
+    F16 sums = f_zero();
+    for (int64_t p = 0; p < seen; p += 16) {
+      const int64_t lanes = std::min<int64_t>(16, seen - p);
+      std::fill(scores + p + lanes, scores + p + 16, peak);  // any finite value: its lane is dropped
+      f_store(scores + p, exp16(f_sub(f_load(scores + p), vpeak)));
+      std::fill(scores + p + lanes, scores + p + 16, 0.f);
+      sums = f_add(sums, f_load(scores + p));
+    }
+    return f_sum(sums);
   }
 
   // out[m, h*d:(h+1)*d] = softmax(q·Kᵀ/√d) V over positions 0..past+m, one (row, head) at a time.
@@ -561,7 +555,7 @@ struct Model {
     const int64_t groups = heads / kv_heads;
     const float scale = 1.f / std::sqrt(static_cast<float>(head_dim));
     at::parallel_for(0, M * heads, 1, [&](int64_t t0, int64_t t1) {
-      std::vector<float> scores(past + M);
+      std::vector<float> scores((past + M + 15) / 16 * 16);  // whole vectors
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t m = t / heads, h = t % heads, kvh = h / groups, seen = past + m + 1;
         const float* qv = q + m * q_ld + h * head_dim;
@@ -572,15 +566,7 @@ struct Model {
           scores[p] = dot(qv, kh + p * head_dim, head_dim) * scale;
           peak = std::max(peak, scores[p]);
         }
-        const __m512 vpeak = _mm512_set1_ps(peak);
-        __m512 sums = _mm512_setzero_ps();
-        for (int64_t p = 0; p < seen; p += 16) {
-          const __mmask16 lanes = seen - p >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (seen - p)) - 1);
-          const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, scores.data() + p), vpeak));
-          _mm512_mask_storeu_ps(scores.data() + p, lanes, e);
-          sums = _mm512_add_ps(sums, _mm512_maskz_mov_ps(lanes, e));
-        }
-        const float total = _mm512_reduce_add_ps(sums);
+        const float total = exponentiate(scores.data(), seen, peak);
         float* o = out + m * heads * head_dim + h * head_dim;
         weigh_values(scores.data(), 1.f / total, vh, seen, o);
       }
@@ -644,15 +630,15 @@ struct Model {
       const int64_t inter = L.gate->N, g_ld = gu[0].size(1), u_ld = gu[1].size(1);
       std::vector<float> act(M * inter);
       TORCH_CHECK(inter % 16 == 0, "the MLP width must be a multiple of 16");
-      const __m512 one = _mm512_set1_ps(1.f);
+      const F16 one = f_set1(1.f);
       const float* gate = gu[0].data_ptr<float>();
       const float* up = gu[1].data_ptr<float>();
       for (int64_t m = 0; m < M; ++m)
         for (int64_t i = 0; i < inter; i += 16) {
-          const __m512 g = _mm512_loadu_ps(gate + m * g_ld + i);
-          const __m512 u = _mm512_loadu_ps(up + m * u_ld + i);
-          const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
-          _mm512_storeu_ps(act.data() + m * inter + i, _mm512_mul_ps(silu, u));
+          const F16 g = f_load(gate + m * g_ld + i);
+          const F16 u = f_load(up + m * u_ld + i);
+          const F16 silu = f_div(g, f_add(one, exp16(f_sub(f_zero(), g))));
+          f_store(act.data() + m * inter + i, f_mul(silu, u));
         }
       auto down = run_group({L.down.get()}, act.data(), M)[0];
       add_rows(down, h.data(), M);
@@ -665,8 +651,13 @@ struct Model {
   }
 };
 
+}  // namespace
+
+// Each variant is its own module, and several may be loaded in one process (tests compare them):
+// everything above has internal linkage and the classes are module-local, so none sees another's.
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  py::class_<QMat, std::shared_ptr<QMat>>(m, "QMat")
+  m.attr("ISA") = NAME;  // the instruction set this library was built for
+  py::class_<QMat, std::shared_ptr<QMat>>(m, "QMat", py::module_local())
       .def(py::init<int64_t, torch::Tensor, torch::Tensor, c10::optional<torch::Tensor>, torch::Tensor,
                     c10::optional<torch::Tensor>, int64_t, int64_t, int64_t, c10::optional<torch::Tensor>,
                     c10::optional<torch::Tensor>>(),
@@ -675,7 +666,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("forward", &qmat_forward)
       .def_readonly("N", &QMat::N)
       .def_readonly("K", &QMat::K);
-  py::class_<Model>(m, "Model")
+  py::class_<Model>(m, "Model", py::module_local())
       .def(py::init<int64_t, int64_t, int64_t, double, torch::Tensor, double, std::shared_ptr<QMat>,
                     std::shared_ptr<QMat>, torch::Tensor>())
       .def("add_layer", &Model::add_layer)

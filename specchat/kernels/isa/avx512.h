@@ -1,0 +1,73 @@
+// The kernels' vector operations on AVX-512 VNNI: one 512-bit register holds one value of each of
+// a channel block's 16 channels. See isa/scalar.h for what each operation means, lane by lane.
+#pragma once
+#include <immintrin.h>
+
+namespace isa {
+
+constexpr const char* NAME = "avx512";
+constexpr int ROW_TILE = 8;          // 3*8 accumulators + the weights fit in 32 registers
+constexpr int TWO_CHAINS_UP_TO = 4;  // rows at most for which each row gets two accumulators
+
+struct F16 { __m512 v; };
+struct I16 { __m512i v; };
+struct Bytes { __m512i v; };
+
+inline F16 f_zero() { return {_mm512_setzero_ps()}; }
+inline F16 f_set1(float x) { return {_mm512_set1_ps(x)}; }
+inline F16 f_load(const float* p) { return {_mm512_loadu_ps(p)}; }
+inline void f_store(float* p, F16 a) { _mm512_storeu_ps(p, a.v); }
+inline F16 f_half(const at::Half* p) { return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))}; }
+inline F16 f_u8(const uint8_t* p) {
+  return {_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))))};
+}
+inline F16 f_i8(const int8_t* p) {
+  return {_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))))};
+}
+inline F16 f_from_i(I16 a) { return {_mm512_cvtepi32_ps(a.v)}; }
+inline F16 f_add(F16 a, F16 b) { return {_mm512_add_ps(a.v, b.v)}; }
+inline F16 f_sub(F16 a, F16 b) { return {_mm512_sub_ps(a.v, b.v)}; }
+inline F16 f_mul(F16 a, F16 b) { return {_mm512_mul_ps(a.v, b.v)}; }
+inline F16 f_div(F16 a, F16 b) { return {_mm512_div_ps(a.v, b.v)}; }
+inline F16 f_min(F16 a, F16 b) { return {_mm512_min_ps(a.v, b.v)}; }
+inline F16 f_max(F16 a, F16 b) { return {_mm512_max_ps(a.v, b.v)}; }
+inline F16 f_abs(F16 a) { return {_mm512_abs_ps(a.v)}; }
+inline F16 f_fmadd(F16 a, F16 b, F16 c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
+inline F16 f_fnmadd(F16 a, F16 b, F16 c) { return {_mm512_fnmadd_ps(a.v, b.v, c.v)}; }
+inline F16 f_round(F16 a) { return {_mm512_roundscale_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)}; }
+inline F16 f_scale2(F16 p, F16 n) { return {_mm512_scalef_ps(p.v, n.v)}; }
+
+inline float f_sum(F16 a) {
+  const __m256 lo = _mm512_castps512_ps256(a.v);
+  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a.v), 1));
+  const __m256 eight = _mm256_add_ps(lo, hi);
+  const __m128 four = _mm_add_ps(_mm256_castps256_ps128(eight), _mm256_extractf128_ps(eight, 1));
+  const __m128 two = _mm_add_ps(four, _mm_movehl_ps(four, four));
+  return _mm_cvtss_f32(_mm_add_ss(two, _mm_shuffle_ps(two, two, 1)));
+}
+inline float f_peak(F16 a) { return _mm512_reduce_max_ps(a.v); }
+
+inline int32_t quantize16(F16 scaled, int8_t* out) {
+  const __m512i v = _mm512_cvtps_epi32(scaled.v);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtsepi32_epi8(v));
+  return _mm512_reduce_add_epi32(v);
+}
+
+inline I16 i_zero() { return {_mm512_setzero_si512()}; }
+inline I16 i_add(I16 a, I16 b) { return {_mm512_add_epi32(a.v, b.v)}; }
+inline I16 i_sub(I16 a, int32_t b) { return {_mm512_sub_epi32(a.v, _mm512_set1_epi32(b))}; }
+
+inline Bytes b_load(const uint8_t* p) { return {_mm512_loadu_si512(p)}; }
+inline Bytes b_or(Bytes a, Bytes b) { return {_mm512_or_si512(a.v, b.v)}; }
+template <int SHIFT>
+inline Bytes b_bits(Bytes a, uint8_t mask) {
+  const __m512i shifted = SHIFT == 0 ? a.v : _mm512_srli_epi16(a.v, SHIFT);
+  return {_mm512_and_si512(shifted, _mm512_set1_epi8(static_cast<char>(mask)))};
+}
+
+inline I16 dot4(I16 acc, Bytes w, const int8_t* x) {
+  return {_mm512_dpbusd_epi32(acc.v, w.v, _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(x)))};
+}
+inline I16 dot4_wide(I16 acc, Bytes w, const int8_t* x) { return dot4(acc, w, x); }
+
+}  // namespace isa

@@ -1,0 +1,123 @@
+// The kernels' vector operations in plain C++: the reference the SIMD variants are checked against.
+//
+// F16 holds one float of each of a channel block's 16 channels, I16 one int32 of each, Bytes the
+// 64 weight bytes of one quad of inputs (byte 4*c + t: input t of channel c). Every float
+// operation is one IEEE operation per lane, rounded once (fmadd and fnmadd too), so a SIMD
+// variant that does the same per lane gives the same bits; f_sum adds the lanes in one fixed order.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+namespace isa {
+
+constexpr const char* NAME = "scalar";
+constexpr int ROW_TILE = 8;
+constexpr int TWO_CHAINS_UP_TO = 0;
+
+struct F16 { float v[16]; };
+struct I16 { int32_t v[16]; };
+struct Bytes { uint8_t v[64]; };
+
+template <typename Fn>
+inline F16 f_each(Fn&& fn) {
+  F16 out;
+  for (int i = 0; i < 16; ++i) out.v[i] = fn(i);
+  return out;
+}
+
+inline F16 f_zero() { return f_each([](int) { return 0.f; }); }
+inline F16 f_set1(float x) { return f_each([x](int) { return x; }); }
+inline F16 f_load(const float* p) { return f_each([p](int i) { return p[i]; }); }
+inline void f_store(float* p, F16 a) { for (int i = 0; i < 16; ++i) p[i] = a.v[i]; }
+inline F16 f_half(const at::Half* p) { return f_each([p](int i) { return static_cast<float>(p[i]); }); }
+inline F16 f_u8(const uint8_t* p) { return f_each([p](int i) { return static_cast<float>(p[i]); }); }
+inline F16 f_i8(const int8_t* p) { return f_each([p](int i) { return static_cast<float>(p[i]); }); }
+inline F16 f_from_i(I16 a) { return f_each([&a](int i) { return static_cast<float>(a.v[i]); }); }
+inline F16 f_add(F16 a, F16 b) { return f_each([&](int i) { return a.v[i] + b.v[i]; }); }
+inline F16 f_sub(F16 a, F16 b) { return f_each([&](int i) { return a.v[i] - b.v[i]; }); }
+inline F16 f_mul(F16 a, F16 b) { return f_each([&](int i) { return a.v[i] * b.v[i]; }); }
+inline F16 f_div(F16 a, F16 b) { return f_each([&](int i) { return a.v[i] / b.v[i]; }); }
+// As the x86 instructions: the second operand where the first is not smaller (or larger).
+inline F16 f_min(F16 a, F16 b) { return f_each([&](int i) { return a.v[i] < b.v[i] ? a.v[i] : b.v[i]; }); }
+inline F16 f_max(F16 a, F16 b) { return f_each([&](int i) { return a.v[i] > b.v[i] ? a.v[i] : b.v[i]; }); }
+inline F16 f_abs(F16 a) { return f_each([&](int i) { return std::fabs(a.v[i]); }); }
+inline F16 f_fmadd(F16 a, F16 b, F16 c) { return f_each([&](int i) { return std::fma(a.v[i], b.v[i], c.v[i]); }); }
+inline F16 f_fnmadd(F16 a, F16 b, F16 c) { return f_each([&](int i) { return std::fma(-a.v[i], b.v[i], c.v[i]); }); }
+inline F16 f_round(F16 a) { return f_each([&](int i) { return std::nearbyint(a.v[i]); }); }  // ties to even
+
+// p·2^n for whole n in [-126, 128] and p near 1: the first product is exact, the second rounds
+// once, so this is the correctly rounded p·2^n (what AVX-512's scalef gives) even where it is subnormal.
+inline F16 f_scale2(F16 p, F16 n) {
+  return f_each([&](int i) {
+    const int whole = static_cast<int>(n.v[i]), first = whole >> 1;
+    return p.v[i] * std::ldexp(1.f, first) * std::ldexp(1.f, whole - first);
+  });
+}
+
+// ((l0+l8)+(l4+l12)) + ((l2+l10)+(l6+l14)), then the odd lanes likewise, then the two: the order
+// in which 512-bit, 256-bit and 128-bit halves are folded onto each other.
+inline float f_sum(F16 a) {
+  float eight[8], four[4];
+  for (int i = 0; i < 8; ++i) eight[i] = a.v[i] + a.v[i + 8];
+  for (int i = 0; i < 4; ++i) four[i] = eight[i] + eight[i + 4];
+  return (four[0] + four[2]) + (four[1] + four[3]);
+}
+inline float f_peak(F16 a) {
+  float peak = a.v[0];
+  for (int i = 1; i < 16; ++i) peak = a.v[i] > peak ? a.v[i] : peak;
+  return peak;
+}
+
+// As cvtps2dq: to nearest (ties to even); NaN and out-of-range values give INT32_MIN.
+inline int32_t to_int32(float x) {
+  const float r = std::nearbyint(x);
+  return r >= -2147483648.f && r < 2147483648.f ? static_cast<int32_t>(r) : INT32_MIN;
+}
+
+// Each lane rounded to int32, stored saturated to int8; returns the sum of the int32 values.
+inline int32_t quantize16(F16 scaled, int8_t* out) {
+  uint32_t sum = 0;  // wraps as the vector sum does
+  for (int i = 0; i < 16; ++i) {
+    const int32_t v = to_int32(scaled.v[i]);
+    out[i] = static_cast<int8_t>(v < -128 ? -128 : v > 127 ? 127 : v);
+    sum += static_cast<uint32_t>(v);
+  }
+  return static_cast<int32_t>(sum);
+}
+
+inline I16 i_zero() { return I16{}; }
+inline I16 i_add(I16 a, I16 b) {
+  for (int i = 0; i < 16; ++i) a.v[i] += b.v[i];
+  return a;
+}
+inline I16 i_sub(I16 a, int32_t b) {
+  for (int i = 0; i < 16; ++i) a.v[i] -= b;
+  return a;
+}
+
+inline Bytes b_load(const uint8_t* p) {
+  Bytes out;
+  for (int i = 0; i < 64; ++i) out.v[i] = p[i];
+  return out;
+}
+inline Bytes b_or(Bytes a, Bytes b) {
+  for (int i = 0; i < 64; ++i) a.v[i] |= b.v[i];
+  return a;
+}
+// Each byte shifted right by SHIFT, then masked (the mask lies within the low 8 - SHIFT bits).
+template <int SHIFT>
+inline Bytes b_bits(Bytes a, uint8_t mask) {
+  for (int i = 0; i < 64; ++i) a.v[i] = static_cast<uint8_t>((a.v[i] >> SHIFT) & mask);
+  return a;
+}
+
+// acc[c] += Σ_t w[4c + t]·x[t]: weights unsigned, inputs signed, exact in int32.
+inline I16 dot4(I16 acc, const Bytes& w, const int8_t* x) {
+  for (int c = 0; c < 16; ++c)
+    for (int t = 0; t < 4; ++t) acc.v[c] += static_cast<int32_t>(w.v[4 * c + t]) * x[t];
+  return acc;
+}
+// The same for weights of any size (dot4's callers guarantee weights below 64).
+inline I16 dot4_wide(I16 acc, const Bytes& w, const int8_t* x) { return dot4(acc, w, x); }
+
+}  // namespace isa
