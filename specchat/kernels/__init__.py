@@ -68,7 +68,7 @@ AVX512 = Variant(
     ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mf16c", "-mfma"),
 )
 AVX2 = Variant("avx2", ("avx2", "fma", "f16c"), ("-mavx2", "-mfma", "-mf16c"))
-# Several times slower than the fbgemm int8 path on the real pair: run only when asked for.
+# Slower than the fbgemm int8 fallback on real models: a reference, run only when asked for.
 SCALAR = Variant("scalar", (), (), auto=False)
 VARIANTS = (AVX512, AVX2, SCALAR)
 """Fastest first."""

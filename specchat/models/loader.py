@@ -153,7 +153,7 @@ def choose_cpu_path(
     A path on specchat's own kernels builds them first (once, into the cache); where they cannot
     run, ``auto`` falls back to the fbgemm path with a note, and an explicit path fails saying why.
     """
-    from specchat.kernels import KernelsUnavailable, is_built, load
+    from specchat.kernels import KernelsUnavailable, is_built, load, variant
     from specchat.models.cpu_quant import FALLBACK_CPU_PATH, parse_cpu_path
 
     parse_cpu_path(cpu_path)
@@ -164,7 +164,8 @@ def choose_cpu_path(
     if not chosen.native:
         return chosen
     try:
-        doing = "loading specchat's CPU kernels" if is_built() else "building specchat's CPU kernels, once"
+        which = f"specchat's CPU kernels ({variant()})"  # the instruction set they run on
+        doing = f"loading {which}" if is_built() else f"building {which}, once"
         emit(progress, LoadProgress("CPU kernels", "kernels", 0, 1, doing))
         load(lambda message: notice(progress, "CPU kernels", message))
     except KernelsUnavailable as err:
