@@ -70,7 +70,7 @@ class Display:
     """How the chat is shown right now (the legend reads it)."""
 
     markdown: bool = False
-    show_rejected: bool = True
+    show_rejected: bool = False
     note: str = ""
     """How a server's colours were obtained; empty for the local engine."""
     keys: Mapping[str, str] = field(default_factory=dict)

@@ -216,7 +216,9 @@ class TokenPalette:
 
     def __init__(self) -> None:
         self.styles: dict[str, Style] = {}
-        self.show_rejected = True
+        # Off for chatting: a rejected draft drawn in place lengthens the line it sits in (a
+        # code block's indentation reads wrong); one key (F12) shows them for a talk.
+        self.show_rejected = False
         self.version = 0
 
     def use(self, styles: dict[str, Style]) -> None:

@@ -42,8 +42,7 @@ async def test_reply_shows_coloured_tokens_and_panels_match_the_events(engine: P
         # The transcript holds every token, coloured by its kind in the theme's style.
         reply = app.transcript.replies()[-1]
         assert reply.tokens.runs == merged_runs(tokens)
-        # The reply's own text (rejected drafts, shown in place by default, have their own tests).
-        app.palette.toggle_rejected()
+        # The reply's own text (rejected drafts are hidden by default; F12 has its own tests).
         rendered = reply.tokens.render_text()
         assert rendered.plain == "".join(t.text for t in tokens)
         styles = app.token_styles

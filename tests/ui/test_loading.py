@@ -180,7 +180,7 @@ async def test_a_message_typed_while_loading_waits_in_the_box(
         await wait_for(pilot, lambda: isinstance(app.screen, LoadingScreen))
         await pilot.press(*"quick question", "enter")
         await pilot.pause()
-        assert "stays in the box" in str(app.screen.query_one("#loading-note").content)
+        assert "waits in the box" in str(app.screen.query_one("#loading-note").content)
         go.set()
         await wait_for(pilot, lambda: app.engine is not None)
         await pilot.pause()

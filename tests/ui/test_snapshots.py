@@ -44,6 +44,7 @@ def test_theme(snap_compare: Any, engine: PausingEngine, theme: str) -> None:
     app = make_app(engine, theme=theme)
 
     async def run_before(pilot: Pilot[Any]) -> None:
+        await pilot.press("f12")  # a talk shows the rejected drafts (off for chatting)
         await send(pilot, "hello there")
         await wait_idle(pilot, app)
         app.refresh_panels(force=True)
@@ -57,6 +58,7 @@ def test_inspector_on_a_correction(snap_compare: Any, engine: PausingEngine) -> 
     app = make_app(engine)
 
     async def run_before(pilot: Pilot[Any]) -> None:
+        await pilot.press("f12")  # a talk shows the rejected drafts (off for chatting)
         await send(pilot, "hello there")
         await wait_idle(pilot, app)
         tokens = app.conversation.turns[-1].tokens
@@ -73,6 +75,7 @@ def test_step_mode_paused_after_the_first_round(snap_compare: Any, engine: Pausi
     app = make_app(engine)
 
     async def run_before(pilot: Pilot[Any]) -> None:
+        await pilot.press("f12")  # a talk shows the rejected drafts (off for chatting)
         await pilot.press("ctrl+g")
         await send(pilot, "hello there")
         await wait_for(pilot, lambda: app.live.step.paused)

@@ -67,6 +67,7 @@ def test_theory_panel_with_the_advisor(snap_compare: Any, engine: PausingEngine)
     app = make_app(engine)
 
     async def run_before(pilot: Pilot[Any]) -> None:
+        await pilot.press("f12")  # a talk shows the rejected drafts (off for chatting)
         await send(pilot, "hello there")
         await wait_idle(pilot, app)
         await pilot.press("ctrl+y")

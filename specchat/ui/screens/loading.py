@@ -51,7 +51,7 @@ class LoadingScreen(Screen[None]):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
-        note = "Still loading: your message stays in the box and waits there; Enter sends it once the chat opens."
+        note = "Still loading: your message waits in the box; Enter sends it once the chat opens."
         self.query_one("#loading-note", Static).update(Text(note, style="dim"))
 
     def show_progress(self, progress: LoadProgress) -> None:
