@@ -81,7 +81,7 @@ class ModelInfo:
     installed: bool
     """Packaged: every chunk package is installed. Cached: always True."""
     cached: bool
-    """A converted (fast-loading) copy exists in the cache."""
+    """A converted or packed (fast-loading) copy exists in the cache."""
     size_bytes: int | None
     """Packaged: the GGUF file. Cached: the converted folder on disk."""
     description: str

@@ -30,6 +30,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import App, SystemCommand
 from textual.binding import BindingType
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.theme import Theme
 from textual.timer import Timer
@@ -64,6 +65,7 @@ from specchat.ui.theory import TheoryTracker
 from specchat.ui.widgets.panels import Figures, figures
 from specchat.ui.widgets.prompt import PromptInput
 from specchat.ui.widgets.transcript import AssistantMessage, Notice, SystemNote, Transcript, UserMessage
+from specchat.untrusted import visible
 
 if TYPE_CHECKING:
     from specchat.engine.session import Controls
@@ -200,7 +202,7 @@ class SpecchatApp(App[int]):
         self.prompt.focus()
         self._hold_prompt()
         if self.replay_only is not None:
-            self.sub_title = f"replay · {self.replay_only.title}"
+            self.sub_title = f"replay · {visible(self.replay_only.title)}"
             self.push_screen(self._replay_screen(self.replay_only), lambda _: self.exit(0))
         elif self._given is not None:
             self._use_engine(self._given)
@@ -297,6 +299,21 @@ class SpecchatApp(App[int]):
         )
         self.post_message(ReplyClosed(reply_id, error))
         return error
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """A toast whose text is shown as text: notices quote servers, models and files, whose
+        '[/]' would raise when the toast draws and whose '[@click=…]' would become a button."""
+        super().notify(
+            visible(message), title=visible(title), severity=severity, timeout=timeout, markup=markup
+        )
 
     def on_load_progressed(self, message: LoadProgressed) -> None:
         if self.loading_screen is not None:

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from specchat.engine.race import LaneName, RaceLane, RaceResult
+from specchat.untrusted import visible
 
 REPLAY_NOTE = (
     "Replay of measured runs: decoded one after the other on this machine, each from empty "
@@ -29,7 +30,7 @@ def lane_text(lane: RaceLane, t: float, styles: Mapping[str, Style | str]) -> Te
     """The tokens of ``lane`` that had arrived ``t`` seconds after it started, by kind."""
     text = Text()
     for token in lane.tokens[: lane.shown_at(t)]:
-        text.append(token.text, style=styles.get(token.kind, ""))
+        text.append(visible(token.text), style=styles.get(token.kind, ""))
     return text
 
 

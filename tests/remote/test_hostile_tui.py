@@ -100,6 +100,26 @@ async def test_a_server_error_mid_reply_is_masked_and_visible_in_the_notices(
                 assert "bad key ***" in line
 
 
+async def test_a_server_error_with_markup_is_shown_as_text() -> None:
+    """Textual reads a notice as markup by default: '[/]' from a server raises MarkupError when the
+    toast draws, and '[@click=app.quit]' would make the server's words a button."""
+    script = server_with(["one", " two"])
+    message = "closing [/] and [@click=app.quit]loud[/]"
+    script.stream.insert(3, json.dumps({"error": {"message": message}}))
+    with HostileServer(script) as server:
+        app = make_app(server.url)
+        async with app.run_test(size=SIZE) as pilot:
+            await attached(pilot, app)
+            await send(pilot, "hi")
+            await wait_for(
+                pilot, lambda: app.reply is None and any("closing" in n for n in notifications(app))
+            )
+            await pilot.pause()
+            shown = [n for n in app._notifications if "closing" in n.message]
+            assert shown and all(message in n.message and not n.markup for n in shown)
+            assert app.is_running
+
+
 async def test_the_replay_of_a_shared_file_shows_its_escapes_visibly(tmp_path: Any) -> None:
     path = tmp_path / "shared.json"
     tokens = [

@@ -80,3 +80,22 @@ def test_a_greedy_trace_saved_before_the_own_figures_shows_its_softmax() -> None
     older = DraftTrace(5, "def", 0.81, 0.62, 1.0, None, "accepted")
     row = next(line for line in describe(older).splitlines() if "argmax match" in line)
     assert "0.810" in row and "0.620" in row
+
+
+def test_a_draft_s_control_characters_are_shown_not_obeyed() -> None:
+    """The step table and the top candidates quote model text: a token may hold ESC or C1."""
+    hostile = DraftTrace(5, "\x1b[2J\x9b31m\n", 0.5, 0.4, 0.5, None, "accepted", 0.5, 0.4)
+    text = describe(hostile)
+    assert "\x1b" not in text and "\x9b" not in text
+    assert "“^[[2J\\x9b31m↵”" in text
+
+
+def test_a_race_lane_shows_control_characters_visibly() -> None:
+    from specchat.engine.events import SummaryEvent
+    from specchat.engine.race import LaneToken, RaceLane
+    from specchat.ui.race_view import lane_text
+
+    tokens = (LaneToken(0.1, "ok\x1b]0;title\x07", "target", 1),)
+    summary = SummaryEvent(1, 1, 0, 0, None, None, 10.0, (), "length", 0.0, 0.1, 1)
+    shown = lane_text(RaceLane("plain", tokens, 0.2, summary), 1.0, {}).plain
+    assert shown == "ok^[]0;title^G"

@@ -30,6 +30,7 @@ from textual.widgets import Static
 from specchat.engine.events import Candidate, DraftTrace, TokenEvent, known
 from specchat.ui.live import Inspected, LiveStats
 from specchat.ui.themes import KIND_LABELS, TokenPalette
+from specchat.untrusted import visible
 
 BAR_WIDTH = 24
 TOP_SHOWN = 5
@@ -42,8 +43,8 @@ SHOWN_BREAKS = str.maketrans({"\n": "↵", "\t": "→", "\r": "␍"})
 
 
 def shown(text: str) -> str:
-    """A token's text, quoted, with line breaks and tabs visible."""
-    return f"“{text.translate(SHOWN_BREAKS)}”"
+    """A token's text, quoted, with line breaks, tabs and control characters visible."""
+    return f"“{visible(text.translate(SHOWN_BREAKS))}”"
 
 
 NEAR_ONE_DIGITS = 6
