@@ -33,12 +33,15 @@ import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 from torch import nn
 
 from specchat.errors import InvalidSettingError
+
+if TYPE_CHECKING:
+    from specchat.kernels.native import NativeCausalLM
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -170,6 +173,9 @@ class PackedLinear(nn.Module):
     width (``lm_head.weight.shape``) still gets the right answer, and code that tries to compute
     with it fails loudly.
     """
+
+    w: torch.Tensor
+    pin: torch.Tensor
 
     def __init__(self, linear: nn.Linear, mode: str, rows: int | None = None) -> None:
         weight = linear.weight.detach()
@@ -368,7 +374,8 @@ def convert_linears(
     Sibling projections that share an input are fused into one GEMM (``fuse``); ``head_rows``
     narrows the output head to the first ids (drafts only: see the module doc).
     """
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    outputs = getattr(model, "get_output_embeddings", None)  # a Hugging Face model's head
+    head = outputs() if callable(outputs) else None
     if mode != "fp32" and fuse:
         # Each job replaces attributes of its own module only, so modules can be fused in parallel.
         _in_parallel(lambda module: _fuse_groups(module, mode), list(model.modules()), between_jobs)
@@ -421,8 +428,8 @@ def _in_parallel(
 class CpuPair:
     """The models the engine decodes with, and the Hugging Face models they share weights with."""
 
-    target: nn.Module
-    draft: nn.Module | None
+    target: nn.Module | NativeCausalLM
+    draft: nn.Module | NativeCausalLM | None
     hf_target: nn.Module
     hf_draft: nn.Module | None
     path: str

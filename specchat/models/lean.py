@@ -99,14 +99,22 @@ class LeanOutput:
 class LeanCausalLM(nn.Module):
     """The decoding forward of a Llama-style Hugging Face model, without the framework around it."""
 
+    embed: Any
+    decoder: Any
+    norm: Any
+    head: Any
+    inv_freq: torch.Tensor
+
     def __init__(self, hf_model: nn.Module) -> None:
         super().__init__()
         reason = lean_supported(hf_model)
         if reason is not None:
             raise ValueError(f"the lean forward cannot run this model: {reason}")
         self.hf = hf_model
-        inner = hf_model.model  # type: ignore[attr-defined]
-        config = hf_model.config  # type: ignore[attr-defined]
+        # Any: a Hugging Face model's submodules and config are reached by attribute, which
+        # torch's stubs type as Tensor | Module.
+        inner: Any = hf_model.model
+        config: Any = hf_model.config
         self.embed = inner.embed_tokens
         self.decoder = inner.layers
         self.norm = inner.norm

@@ -120,9 +120,7 @@ def _safetensors_layout(path: Path) -> str | None:
         except (UnicodeDecodeError, ValueError):
             return "has a damaged header"
     try:
-        end = max(
-            (int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0
-        )
+        end = max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0)
     except (AttributeError, KeyError, IndexError, TypeError, ValueError):
         return "has a damaged header"
     if 8 + length + end != size:

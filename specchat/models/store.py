@@ -153,7 +153,7 @@ def _write_owner(lock: Path, doing: str) -> None:
 
 
 def _holder(lock: Path, entry: Path) -> str:
-    """"another specchat (pid 123) is converting qwen-coder-1.5b", as well as its note tells."""
+    """ "another specchat (pid 123) is converting qwen-coder-1.5b", as well as its note tells."""
     try:
         pid, doing = _owner_path(lock).read_text().strip().split("\t", 1)
     except (OSError, ValueError):

@@ -55,10 +55,7 @@ def cache_items() -> list[CachedItem]:
         with contextlib.suppress(OSError):
             for child in sorted(kind.iterdir()):
                 items.append(_item(kind.name, child, users))
-    items += [
-        CachedItem(OTHER_KIND, p.name, p, disk_size(p), p)
-        for p in _root_files()
-    ]
+    items += [CachedItem(OTHER_KIND, p.name, p, disk_size(p), p) for p in _root_files()]
     return items
 
 
