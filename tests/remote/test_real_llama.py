@@ -1,6 +1,6 @@
 """Against a real llama-server with the packaged GGUF pair (skipped without a build).
 
-Build: see README, "Attach to a server" (scripts/build_llama_server.sh). The server loads both
+Build: see README, "Attach to a server" (scripts/build_llamacpp.sh). The server loads both
 models (GBs of memory, both cores): run this under the shared lock, like the other slow tests.
 """
 
