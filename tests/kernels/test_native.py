@@ -43,7 +43,7 @@ def six_bit(weight: torch.Tensor, kind: str) -> Unpacked:
     return Unpacked(kind, eight.q >> 2, eight.sc, d, eight.super_block, offset=32)
 
 
-def test_six_bit_matrices_give_the_logits_of_the_same_values_held_in_q8() -> None:
+def test_six_bit_matrices_give_the_logits_of_the_same_values_held_in_q8(isa: str) -> None:
     model = make_model(48, 6, hidden_size=256)
     sources = {
         "embed": model.model.embed_tokens.weight,  # looked up row by row, not multiplied
@@ -66,7 +66,7 @@ def test_six_bit_matrices_give_the_logits_of_the_same_values_held_in_q8() -> Non
 
 
 @pytest.mark.parametrize("bits", [4, 8])
-def test_a_pass_over_many_positions_equals_one_position_at_a_time(bits: int) -> None:
+def test_a_pass_over_many_positions_equals_one_position_at_a_time(isa: str, bits: int) -> None:
     native = from_hf(make_tiny_pair(seed=1).target, bits=bits)
     whole = logits(native, IDS)
     output = native(IDS[:, :5], None, logits_to_keep=5)
@@ -83,7 +83,9 @@ def test_a_pass_over_many_positions_equals_one_position_at_a_time(bits: int) -> 
 
 
 @pytest.mark.parametrize(("hidden", "heads"), [(64, 4), (256, 4), (256, 2)])
-def test_every_head_width_attends_like_the_float_model_and_row_by_row(hidden: int, heads: int) -> None:
+def test_every_head_width_attends_like_the_float_model_and_row_by_row(
+    isa: str, hidden: int, heads: int
+) -> None:
     """Heads 16, 64 and 128 wide: the kernels sum the values in registers at 64 and 128."""
     model = make_model(len(make_tokenizer()), seed=5, hidden_size=hidden, heads=heads, logit_scale=2.0)
     native = from_hf(model, bits=8)

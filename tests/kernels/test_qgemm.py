@@ -1,4 +1,5 @@
-"""The kernels compute x·Wᵀ on the quantized weights, and each row exactly as a one-row pass."""
+"""The kernels compute x·Wᵀ on the quantized weights, and each row exactly as a one-row pass, on
+every variant (the `isa` fixture runs a test on each one this CPU executes)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def reference(x: torch.Tensor, weights: np.ndarray, block: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("quantize", [quantize_q4, quantize_q8])
 @pytest.mark.parametrize(("n", "k"), [(16, 64), (100, 512), (300, 1536)])
-def test_output_matches_the_dequantized_weights(quantize: object, n: int, k: int) -> None:
+def test_output_matches_the_dequantized_weights(isa: str, quantize: object, n: int, k: int) -> None:
     torch.manual_seed(0)
     matrix = quantize(torch.randn(n, k).numpy())  # type: ignore[operator]
     bias = torch.randn(n)
@@ -33,7 +34,7 @@ def test_output_matches_the_dequantized_weights(quantize: object, n: int, k: int
 
 
 @pytest.mark.parametrize("quantize", [quantize_q4, quantize_q8])
-def test_every_row_is_computed_as_a_one_row_pass(quantize: object) -> None:
+def test_every_row_is_computed_as_a_one_row_pass(isa: str, quantize: object) -> None:
     torch.manual_seed(1)
     matrix = quantize(torch.randn(200, 1536).numpy())  # type: ignore[operator]
     layer = QLinear(matrix)
@@ -59,7 +60,7 @@ def six_bit_values(n: int, k: int, kind: str, seed: int = 3) -> Unpacked:
     return Unpacked(kind, q, sc, d, 256, offset=32)
 
 
-def test_six_bit_weights_compute_bit_for_bit_what_q8_computes_with_them() -> None:
+def test_six_bit_weights_compute_bit_for_bit_what_q8_computes_with_them(isa: str) -> None:
     torch.manual_seed(4)
     bias = torch.randn(100)
     six, eight = (QLinear(six_bit_values(100, 512, kind), bias) for kind in ("q6", "q8"))
