@@ -15,15 +15,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal, Protocol
 
 from specchat.engine.events import Event, StopReason, SummaryEvent
 from specchat.engine.gamma import SCHEDULES, check_gamma
+from specchat.engine.params import SamplingParams, check_sampling
 from specchat.engine.registry import DRAFTER_NAMES
 from specchat.errors import InvalidSettingError
-
-if TYPE_CHECKING:
-    from specchat.engine.sampling import SamplingParams
 
 Message = dict[str, str]
 """{"role": "system" | "user" | "assistant", "content": "..."}"""
@@ -37,16 +35,6 @@ taking it per request), never (fixed when the server started), or γ does not ap
 Figure = Literal["alpha", "tau", "per_position", "tokens_per_s", "timings", "trace"]
 """Figures a backend may report: α, τ, acceptance per draft position, tokens/s, per-round
 draft/verify milliseconds, and the v2 trace (p, q, u, top tokens of every round)."""
-
-
-def check_sampling(temperature: float, top_k: int | None, top_p: float) -> None:
-    """The one check of sampling settings, for controls here and the engine's SamplingParams."""
-    if not 0.0 <= temperature < float("inf"):
-        raise InvalidSettingError(f"temperature must be a finite number, 0 or more (got {temperature}).")
-    if not 0.0 < top_p <= 1.0:
-        raise InvalidSettingError(f"top-p must be in (0, 1] (got {top_p}).")
-    if top_k is not None and top_k < 1:
-        raise InvalidSettingError(f"top-k must be 1 or more (got {top_k}).")
 
 
 @dataclass
@@ -75,9 +63,7 @@ class Controls:
         check_sampling(self.temperature, self.top_k, self.top_p)
 
     def sampling(self) -> SamplingParams:
-        """The sampling part, for the local engine (imports torch: engine side only)."""
-        from specchat.engine.sampling import SamplingParams
-
+        """The sampling part, for the local engine."""
         return SamplingParams(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
 
 

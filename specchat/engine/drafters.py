@@ -16,8 +16,8 @@ import torch.nn.functional as F
 
 from specchat.engine.events import DrafterName
 from specchat.engine.kv import CachedLM
-from specchat.engine.registry import DRAFT_STOP_BELOW
-from specchat.engine.sampling import SamplingParams, pick_tokens, shape_probs
+from specchat.engine.params import DRAFT_STOP_BELOW, SamplingParams
+from specchat.engine.sampling import pick_tokens, shape_probs
 
 
 @dataclass(frozen=True, slots=True)

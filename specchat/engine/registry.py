@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from specchat.engine.params import DRAFT_STOP_BELOW
 from specchat.errors import InvalidSettingError
 
 if TYPE_CHECKING:
@@ -86,10 +87,6 @@ def _ngram(kit: DrafterKit) -> Drafter | None:
 def _none(kit: DrafterKit) -> Drafter | None:
     return None
 
-
-DRAFT_STOP_BELOW = 0.5
-"""The draft model ends a round after a position where its most likely token had less than this
-probability (the token it drew there is still proposed; 0: never stop early)."""
 
 DRAFTERS: tuple[DrafterSpec, ...] = (
     DrafterSpec(

@@ -12,22 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from specchat.backend import check_sampling
+from specchat.engine.params import SamplingParams
 
-
-@dataclass(frozen=True, slots=True)
-class SamplingParams:
-    temperature: float = 0.0
-    """0 means greedy: argmax, and verification by exact match."""
-    top_k: int | None = None
-    top_p: float = 1.0
-
-    def __post_init__(self) -> None:
-        check_sampling(self.temperature, self.top_k, self.top_p)
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
+__all__ = ["SamplingParams"]  # re-exported: the engine's callers import it from here too
 
 
 def shape_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

@@ -1,0 +1,40 @@
+"""Decoding parameters, torch-free: the sampling settings and the draft model's stop threshold.
+
+The front ends (``specchat.backend``'s Controls, the CLI, the UI) and the engine (sampling,
+drafters) both need these; living here, below both, they need not import each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specchat.errors import InvalidSettingError
+
+DRAFT_STOP_BELOW = 0.5
+"""The draft model ends a round after a position where its most likely token had less than this
+probability (the token it drew there is still proposed; 0: never stop early)."""
+
+
+def check_sampling(temperature: float, top_k: int | None, top_p: float) -> None:
+    """The one check of sampling settings, for Controls and SamplingParams alike."""
+    if not 0.0 <= temperature < float("inf"):
+        raise InvalidSettingError(f"temperature must be a finite number, 0 or more (got {temperature}).")
+    if not 0.0 < top_p <= 1.0:
+        raise InvalidSettingError(f"top-p must be in (0, 1] (got {top_p}).")
+    if top_k is not None and top_k < 1:
+        raise InvalidSettingError(f"top-k must be 1 or more (got {top_k}).")
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    temperature: float = 0.0
+    """0 means greedy: argmax, and verification by exact match."""
+    top_k: int | None = None
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        check_sampling(self.temperature, self.top_k, self.top_p)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
