@@ -9,9 +9,10 @@ Exactness: the target's layers must compute each row of a verify pass bit for bi
 single-token pass would, or greedy speculative output drifts from plain decoding computed the
 same way. The target modes below have that property (checked in tests): fbgemm's fp16-weight
 GEMM (``fp16``) and per-row dynamic int8 (``int8``: exact int32 accumulation on fbgemm, one
-activation scale per row). Attention must be row-independent too: see :func:`row_attention_forward`
-and :mod:`specchat.models.lean`. (Weight-only int4 was measured and dropped: torch's CPU int4
-kernel is no faster than fbgemm int8 at one row and far slower with fp32 activations.)
+activation scale per row). Attention must be row-independent too: see
+:func:`specchat.models.rows.row_attention_forward` and :mod:`specchat.models.lean`. (Weight-only
+int4 was measured and dropped: torch's CPU int4 kernel is no faster than fbgemm int8 at one row
+and far slower with fp32 activations.)
 fbgemm's stock dynamic int8 (``dyn8``) quantizes activations with one scale per *batch*, so
 its rows depend on their neighbours: it is offered for the draft only, where numerics only
 move the acceptance rate, never the output.
@@ -39,6 +40,7 @@ import torch
 from torch import nn
 
 from specchat.errors import InvalidSettingError
+from specchat.models.rows import use_row_attention
 
 if TYPE_CHECKING:
     from specchat.kernels.native import NativeCausalLM
@@ -460,7 +462,7 @@ def prepare_cpu_pair(
     if str(chosen) == "none":
         if device.type == "cpu" and not quantized:
             # MKL's fp32 GEMM sums a row differently in a batch: verify rows alone, as plain steps do.
-            from specchat.models.quant import compute_rows_alone
+            from specchat.models.rows import compute_rows_alone
 
             compute_rows_alone(target)
         return CpuPair(target, draft, target, draft, "none", False)
@@ -518,57 +520,3 @@ def _own_remaining_weights(model: nn.Module) -> None:
 def apply_cpu_path(target: nn.Module, draft: nn.Module | None, path: str | CpuPath = "auto") -> str:
     """Convert the pair in place for ``path`` (no lean wrapper); returns the path applied."""
     return prepare_cpu_pair(target, draft, path, lean=False).path
-
-
-# ---------------------------------------------------------------------------------- attention
-ROW_ATTENTION = "specchat_rows"
-ROW_LIMIT = 32
-"""Passes over at most this many new positions (decoding, verification) attend row by row."""
-
-
-def row_attention_forward(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    dropout: float = 0.0,
-    scaling: float | None = None,
-    **kwargs: object,
-) -> tuple[torch.Tensor, None]:
-    """Attention that computes every query row exactly as a one-token pass would.
-
-    A verify pass over γ+1 positions must reproduce, bit for bit, the γ+1 single-token passes
-    of plain decoding. SDPA over several query rows takes other code paths (other blocking,
-    other summation order) than over one, so short passes run one SDPA call per row, each
-    identical to the call a one-token pass makes: query row i sees keys 0 … kv − L + i. Longer
-    passes (prefill, shared by both loops) and padded batches use the stock SDPA path.
-    """
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    batch, heads, length, dim = query.shape
-    if batch != 1 or length > ROW_LIMIT:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)  # type: ignore[arg-type]
-    kv_heads = key.shape[1]
-    groups = heads // kv_heads
-    kv_length = key.shape[2]
-    rows = []
-    for i in range(length):
-        q = query[:, :, i : i + 1, :].reshape(batch, kv_heads, groups, dim)
-        seen = kv_length - length + i + 1
-        out = torch.nn.functional.scaled_dot_product_attention(
-            q, key[:, :, :seen, :], value[:, :, :seen, :], scale=scaling
-        )
-        rows.append(out.reshape(batch, heads, 1, value.shape[-1]))
-    attn = rows[0] if length == 1 else torch.cat(rows, dim=2)
-    return attn.transpose(1, 2).contiguous(), None
-
-
-def use_row_attention(model: nn.Module) -> None:
-    """Switch ``model`` to :func:`row_attention_forward` (registered once with transformers)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    AttentionInterface.register(ROW_ATTENTION, row_attention_forward)
-    AttentionMaskInterface.register(ROW_ATTENTION, sdpa_mask)
-    model.set_attn_implementation(ROW_ATTENTION)  # type: ignore[operator]

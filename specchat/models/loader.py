@@ -21,7 +21,7 @@ from specchat.models.cpu_quant import CpuPath
 from specchat.models.device import resolve_device, resolve_dtype
 from specchat.models.errors_util import as_load_error, memory_guard, quiet_library_bars
 from specchat.models.hub import hub_folder
-from specchat.models.quant import check_quant, compute_rows_alone, quant_config, quant_note
+from specchat.models.quant import check_quant, quant_config, quant_note
 from specchat.models.records import (
     DecodingPair,
     LoadedModel,
@@ -34,6 +34,7 @@ from specchat.models.records import (
 )
 from specchat.models.registry import PACKAGED, PackagedModel
 from specchat.models.resolve import Resolved, resolve_spec
+from specchat.models.rows import compute_rows_alone
 from specchat.models.store import entry_lock, set_doing, sweep_partials
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ rows; tests/quant keeps checking):
 
 :func:`compute_rows_alone` therefore makes every verify-sized pass (up to γ_max + 1 positions)
 of a quantized target run each of those layers once per row, and its attention row by row (as
-the CPU paths do, see :func:`specchat.models.cpu_quant.row_attention_forward`). Each row is
+the CPU paths do, see :func:`specchat.models.rows.row_attention_forward`). Each row is
 then, by construction, the very computation a one-token pass makes. The one kind of layer kept
 batched is the 4-bit kernel of bitsandbytes' own CPU library (AVX512-BF16): it accumulates each
 row in its own registers, in the same order, whatever the number of rows (the tests check this
@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
-from torch import nn
 
 from specchat.errors import InvalidSettingError
 
@@ -44,8 +42,6 @@ CPU_NOTE = "bitsandbytes on a CPU: an order of magnitude slower than the default
 # model hub, which specchat never contacts. Neither is something a user can act on.
 for _name in ("bitsandbytes.autograd._functions", "bitsandbytes.backends.cpu.ops"):
     logging.getLogger(_name).setLevel(logging.ERROR)
-
-ROWS_ALONE_FLAG = "_specchat_rows_alone"
 
 if TYPE_CHECKING:
     from transformers import BitsAndBytesConfig
@@ -83,67 +79,3 @@ def quant_config(quant: str, device: torch.device, dtype: torch.dtype) -> BitsAn
     if device.type == "cuda":
         compute = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=compute)
-
-
-# ---------------------------------------------------------------------------------- exactness
-def compute_rows_alone(model: nn.Module) -> list[str]:
-    """Make every verify pass of ``model`` compute each row as a one-token pass would (in place).
-
-    Returns the names of the linear layers that now run once per row. Their types, names and
-    weights are unchanged (transformers' and bitsandbytes' own code keeps recognising them):
-    only the instance's ``forward`` is replaced.
-    """
-    from specchat.models.cpu_quant import use_row_attention
-
-    use_row_attention(model)
-    changed = []
-    for name, module in model.named_modules():
-        if isinstance(module, nn.Linear) and not getattr(module, ROWS_ALONE_FLAG, False):
-            if batched_rows_are_exact(module):
-                continue
-            setattr(module, "forward", one_row_at_a_time(module.forward))  # noqa: B010 (an instance's forward)
-            setattr(module, ROWS_ALONE_FLAG, True)
-            changed.append(name)
-    return changed
-
-
-Forward = Callable[[torch.Tensor], torch.Tensor]
-
-
-def one_row_at_a_time(batched: Forward) -> Forward:
-    """``batched`` for long passes and batches; one call per row for a verify-sized pass.
-
-    Only verify passes (at most γ_max + 1 positions) must match one-token passes; prefills are
-    the same call in plain and speculative decoding, so they keep the faster batched product.
-    """
-    from specchat.engine.gamma import GAMMA_MAX
-
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        if x.dim() != 3 or x.shape[0] != 1 or not 1 < x.shape[1] <= GAMMA_MAX + 1:
-            return batched(x)
-        # A fresh tensor per row: kernels may pick their code path by the input's alignment,
-        # and a one-token pass always hands them a fresh allocation.
-        return torch.cat([batched(x[:, i : i + 1].clone()) for i in range(x.shape[1])], dim=1)
-
-    return forward
-
-
-def batched_rows_are_exact(module: nn.Module) -> bool:
-    """True only where bitsandbytes' own CPU 4-bit kernel (AVX512-BF16) will run this layer.
-
-    That kernel keeps one accumulator per row and walks the weights in the same order for 1
-    row as for 32; any other kernel gets the row-by-row treatment. If bitsandbytes found the
-    optional hub kernel instead (``kernels`` installed, with a network), it is not ours to vouch
-    for, so that case counts as not exact.
-    """
-    if importlib.util.find_spec("bitsandbytes") is None:
-        return False
-    import bitsandbytes as bnb
-
-    if not isinstance(module, bnb.nn.Linear4bit) or module.weight.device.type != "cpu":
-        return False
-    if not getattr(module, "support_avx512bf16_for_cpu", False):
-        return False
-    from bitsandbytes.backends.cpu import ops
-
-    return getattr(ops, "gemm_4bit_forward_kernel", "absent") is None

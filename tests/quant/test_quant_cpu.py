@@ -23,8 +23,9 @@ from specchat.engine.events import SummaryEvent
 from specchat.engine.session import ChatEngine, Controls
 from specchat.errors import InvalidSettingError
 from specchat.models import load_for_decoding, load_model
-from specchat.models.quant import CPU_NOTE, batched_rows_are_exact
+from specchat.models.quant import CPU_NOTE
 from specchat.models.records import LoadedModel, LoadProgress
+from specchat.models.rows import batched_rows_are_exact
 from tests.engine.test_exactness import ALPHA_LEVEL, chi_square_p_value, sample_two_tokens
 from tests.quant.checks import CONTEXT, WIDTHS, exact_by_one_token_passes, row_mismatch, token_ids
 
