@@ -107,9 +107,9 @@ struct RowSums {
     for (int c = 0; c < CHAINS; ++c)
       for (int r = 0; r < R; ++r) acc[c][r] = i_zero();
   }
-  // Weights below 64 (q4, q6).
-  void add(int chain, int r, const Bytes& w, const int8_t* x) {
-    acc[chain % CHAINS][r] = dot4(acc[chain % CHAINS][r], w, x);
+  // Two quads of weights below 64 (q4, q6).
+  void add2(int chain, int r, const Bytes& w1, const int8_t* x1, const Bytes& w2, const int8_t* x2) {
+    acc[chain % CHAINS][r] = dot8(acc[chain % CHAINS][r], w1, x1, w2, x2);
   }
   // Weights of any size (q8).
   void add_wide(int chain, int r, const Bytes& w, const int8_t* x) {
@@ -165,8 +165,7 @@ void q4_block(const Q4Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
         const Bytes lo = b_bits<0>(v, 0x0F), hi = b_bits<4>(v, 0x0F);
         for (int r = 0; r < R; ++r) {
           const int8_t* xr = xq + r * K + g * 32;
-          sums.add(0, r, lo, xr + 4 * j);
-          sums.add(1, r, hi, xr + 4 * (j + 4));
+          sums.add2(j, r, lo, xr + 4 * j, hi, xr + 4 * (j + 4));
         }
       }
       const F16 scale = f_mul(dv, f_u8(sc + g * 16));
@@ -246,8 +245,11 @@ void q6_block(const Q6Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
       for (int half = 0; half < 2; ++half) {
         const int64_t g16 = 2 * g + half;
         RowSums<R> sums;
-        for (int j = 0; j < 4; ++j)
-          for (int r = 0; r < R; ++r) sums.add(j, r, w6[half][j], xq + r * K + g16 * 16 + 4 * j);
+        for (int j = 0; j < 4; j += 2)
+          for (int r = 0; r < R; ++r) {
+            const int8_t* xr = xq + r * K + g16 * 16 + 4 * j;
+            sums.add2(j / 2, r, w6[half][j], xr, w6[half][j + 1], xr + 4);
+          }
         const F16 scale = f_mul(dv, f_i8(sc + g16 * 16));
         for (int r = 0; r < R; ++r) {
           const I16 sum = i_sub(sums.total(r), w.offset * xsum[r * groups16 + g16]);

@@ -121,6 +121,18 @@ inline I16 dot4(I16 acc, const Bytes& w, const int8_t* x) {
   return {_mm256_add_epi32(acc.lo, dot4_half(w.lo, xv, ones)), _mm256_add_epi32(acc.hi, dot4_half(w.hi, xv, ones))};
 }
 
+// Two quads at once: each maddubs pair sum lies within ±2·63·127, so two of them still fit
+// int16, and one madd serves both.
+inline __m256i dot8_half(__m256i w1, __m256i x1, __m256i w2, __m256i x2) {
+  const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(w1, x1), _mm256_maddubs_epi16(w2, x2));
+  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+}
+inline I16 dot8(I16 acc, const Bytes& w1, const int8_t* x1, const Bytes& w2, const int8_t* x2) {
+  const __m256i a = _mm256_set1_epi32(*reinterpret_cast<const int32_t*>(x1));
+  const __m256i b = _mm256_set1_epi32(*reinterpret_cast<const int32_t*>(x2));
+  return {_mm256_add_epi32(acc.lo, dot8_half(w1.lo, a, w2.lo, b)), _mm256_add_epi32(acc.hi, dot8_half(w1.hi, a, w2.hi, b))};
+}
+
 // Weights up to 255 would saturate maddubs' pair sums (2·255·127 > 32767): each byte is split
 // into nibbles, whose pair sums fit, and the high nibbles' sums are weighted by 16 in madd.
 inline __m256i dot4_wide_half(__m256i w, __m256i x) {

@@ -68,6 +68,9 @@ inline Bytes b_bits(Bytes a, uint8_t mask) {
 inline I16 dot4(I16 acc, Bytes w, const int8_t* x) {
   return {_mm512_dpbusd_epi32(acc.v, w.v, _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(x)))};
 }
+inline I16 dot8(I16 acc, const Bytes& w1, const int8_t* x1, const Bytes& w2, const int8_t* x2) {
+  return dot4(dot4(acc, w1, x1), w2, x2);
+}
 inline I16 dot4_wide(I16 acc, Bytes w, const int8_t* x) { return dot4(acc, w, x); }
 
 }  // namespace isa
