@@ -27,7 +27,7 @@ from specchat.bench.llamacpp_peer import (
     server_version,
     start_peer,
 )
-from specchat.models.loader import hf_folder
+from specchat.models.hf_loading import hf_folder
 from specchat.models.resolve import resolve_spec
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "bench" / "data"

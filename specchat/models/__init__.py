@@ -18,10 +18,11 @@ from specchat.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET, PACKAGED
 if TYPE_CHECKING:
     from specchat.models.compat import check_tokenizers_compatible
     from specchat.models.device import resolve_device, resolve_dtype
-    from specchat.models.loader import load_for_decoding, load_model, load_pair
+    from specchat.models.hf_loading import load_model
+    from specchat.models.loader import load_for_decoding, load_pair
 
 _HEAVY = {
-    "load_model": "specchat.models.loader",
+    "load_model": "specchat.models.hf_loading",
     "load_pair": "specchat.models.loader",
     "load_for_decoding": "specchat.models.loader",
     "resolve_device": "specchat.models.device",

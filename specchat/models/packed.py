@@ -341,7 +341,7 @@ def _pack_float(
 ) -> None:
     from specchat.kernels.native import pack_hf
     from specchat.models.errors_util import as_load_error
-    from specchat.models.loader import load_model
+    from specchat.models.hf_loading import load_model
 
     loaded = load_model(spec, device="cpu", dtype="float32", progress=progress)
     bits = 8 if recipe.mode in ("gguf", "q8") else 4
