@@ -99,12 +99,14 @@ def unpack_q4_k(raw: np.ndarray, n: int, k: int) -> Unpacked:
 def unpack_q6_k(raw: np.ndarray, n: int, k: int) -> Unpacked:
     """llama.cpp Q6_K blocks (210 bytes per 256 weights) of an [n, k] matrix."""
     blocks = np.ascontiguousarray(raw).view(np.uint8).reshape(n * k // QK_K, 210)
-    ql = blocks[:, :128].reshape(-1, 2, 1, 64) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
-    ql = (ql & 0x0F).reshape(-1, 2, 4, 32)
-    qh = blocks[:, 128:192].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], dtype=np.uint8).reshape(
+    shifted_low = blocks[:, :128].reshape(-1, 2, 1, 64) >> np.array([0, 4], dtype=np.uint8).reshape(
+        1, 1, 2, 1
+    )
+    ql = (shifted_low & 0x0F).reshape(-1, 2, 4, 32)
+    shifted_high = blocks[:, 128:192].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], dtype=np.uint8).reshape(
         1, 1, 4, 1
     )
-    qh = (qh & 0x03).reshape(-1, 2, 4, 32)
+    qh = (shifted_high & 0x03).reshape(-1, 2, 4, 32)
     q = (ql | (qh << 4)).reshape(n, k).astype(np.uint8)
     sc = blocks[:, 192:208].copy().view(np.int8).reshape(n, k // 16)
     d = blocks[:, 208:210].copy().view(np.float16).reshape(n, k // QK_K)
