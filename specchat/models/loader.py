@@ -6,6 +6,7 @@ One model's loading is :mod:`specchat.models.hf_loading`; the packed CPU path is
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -110,7 +111,7 @@ def choose_cpu_path(
     A path on specchat's own kernels builds them first (once, into the cache); where they cannot
     run, ``auto`` falls back to the fbgemm path with a note, and an explicit path fails saying why.
     """
-    from specchat.kernels import KernelsUnavailable, is_built, load, variant
+    from specchat.kernels import ISA_ENV, KernelsUnavailable, cpu_supports, is_built, load, variant
     from specchat.models.cpu_quant import FALLBACK_CPU_PATH, parse_cpu_path
 
     parse_cpu_path(cpu_path)
@@ -119,6 +120,13 @@ def choose_cpu_path(
         return None
     chosen = parse_cpu_path(cpu_path, torch_device)
     if not chosen.native:
+        reason = cpu_supports()
+        if reason is not None and os.environ.get(ISA_ENV):
+            # The user named an instruction set: running another one instead would mislead them.
+            raise InvalidSettingError(f"{reason}.")
+        if reason is not None and cpu_path.strip().lower() == "auto":
+            message = f"specchat's CPU kernels cannot run here ({reason}): using the slower {chosen}"
+            notice(progress, "CPU kernels", message)
         return chosen
     try:
         which = f"specchat's CPU kernels ({variant()})"  # the instruction set they run on
