@@ -80,3 +80,18 @@ def test_cpu_path_help_describes_the_auto_of_today() -> None:
     assert Settings().cpu_path == "auto" and "default auto" in words
     assert NATIVE_CPU_PATH in words and FALLBACK_CPU_PATH in words
     assert "per-row int8 target, int8 draft" not in words
+
+
+@pytest.mark.parametrize(
+    ("isa", "expected"),
+    [
+        ("scalar", "CPU kernels: scalar, forced by SPECCHAT_CPU_ISA"),
+        ("neon", "CPU kernels: none (SPECCHAT_CPU_ISA=neon: unknown"),
+    ],
+)
+def test_models_says_which_kernel_variant_runs(
+    monkeypatch: pytest.MonkeyPatch, isa: str, expected: str
+) -> None:
+    monkeypatch.setenv("SPECCHAT_CPU_ISA", isa)
+    output = CliRunner().invoke(main, ["models"]).output
+    assert expected in output
