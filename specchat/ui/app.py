@@ -30,6 +30,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import App, SystemCommand
 from textual.binding import BindingType
+from textual.css.query import NoMatches
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.theme import Theme
@@ -44,6 +45,7 @@ from specchat.engine.gamma import GAMMA_MAX, SCHEDULES
 from specchat.errors import SpecchatError
 from specchat.ui import bridge, commands, keys, talk, themes
 from specchat.ui.driver import QuitDeadline, tolerant_driver
+from specchat.ui.lease import ModelLease
 from specchat.ui.live import ControlsView, LiveStats, StepView
 from specchat.ui.messages import (
     EngineLoaded,
@@ -58,12 +60,15 @@ from specchat.ui.screens.conversations import ConversationsScreen
 from specchat.ui.screens.help import HelpScreen
 from specchat.ui.screens.loading import LoadingScreen
 from specchat.ui.screens.main import MainScreen
+from specchat.ui.screens.race import RaceScreen
 from specchat.ui.screens.replay import ReplayScreen
+from specchat.ui.screens.selftest import SelfTestScreen
 from specchat.ui.screens.system_prompt import SystemPromptScreen
 from specchat.ui.store import Conversation, ConversationError, ConversationStore, Turn
 from specchat.ui.theory import TheoryTracker
 from specchat.ui.widgets.panels import Figures, figures
 from specchat.ui.widgets.prompt import PromptInput
+from specchat.ui.widgets.theory import TheoryPanel
 from specchat.ui.widgets.transcript import AssistantMessage, Notice, SystemNote, Transcript, UserMessage
 from specchat.untrusted import visible
 
@@ -136,8 +141,8 @@ class SpecchatApp(App[int]):
         self.settings = settings
         self.handle_signals = handle_signals
         """Quit cleanly on SIGTERM/SIGHUP/SIGINT (the real terminal; tests leave them alone)."""
-        self.engine: bridge.Engine | None = None
-        self.controls: Controls | None = None
+        self.lease = ModelLease(self._hold_prompt, self.call_from_thread)
+        """The models and who uses them; screens and panels that run jobs get it, not the app."""
         self._given = (
             None
             if engine is None
@@ -151,7 +156,7 @@ class SpecchatApp(App[int]):
         self.palette = themes.TokenPalette()
         self.step_gate = bridge.StepGate()
         self.markdown_view = False
-        self.reply: ActiveReply | None = None
+        self._reply: ActiveReply | None = None
         self.loading_screen: LoadingScreen | None = None
         self._reply_seq = 0
         self._exit_status = 0
@@ -159,10 +164,8 @@ class SpecchatApp(App[int]):
         self._unsaved_told_at = 0
         self.startup_notes: list[str] = []
         """Warnings about the settings (themes, keys), shown when the app opens."""
-        self.talk_task: str | None = None
-        """What a talk screen runs on the models (the race, the self-test), so no reply starts."""
-        self.theory_tracker: TheoryTracker | None = None
-        """What this session measured, for the theory panel (made at mount: see ui/talk.py)."""
+        self.theory_tracker = TheoryTracker(self.live)
+        """What this session measured, for the theory panel (polled from mount on)."""
 
         specs, errors = themes.discover()
         self.startup_notes.extend(errors)
@@ -195,7 +198,7 @@ class SpecchatApp(App[int]):
         # The chat's widgets must exist before the app reports ready (tests, autopilots) and
         # before anything below touches them; the screen composes in its own task.
         await self.main_screen.mounted.wait()
-        talk.attach(self)
+        self.set_interval(talk.POLL_S, self.theory_tracker.poll)
         self.refresh_panels(force=True)
         for note in self.startup_notes:
             self.notify(note, severity="warning", timeout=8)
@@ -344,10 +347,10 @@ class SpecchatApp(App[int]):
             self.notify(message.error, severity="error", timeout=30)
 
     def _use_engine(self, loaded: bridge.LoadedEngine) -> None:
-        self.engine = loaded.engine
         self.target_name, self.draft_name = loaded.target_name, loaded.draft_name
         self.conversation.target, self.conversation.draft = loaded.target_name, loaded.draft_name
-        self.controls, note = bridge.make_controls(self.settings, loaded.engine.available_drafters)
+        controls, note = bridge.make_controls(self.settings, loaded.engine.available_drafters)
+        self.lease.use(loaded.engine, controls, loaded.target_name, loaded.draft_name)
         if note:
             self.notify(note, severity="warning")
         draft = f"draft {loaded.draft_name}" if loaded.draft_name else "no draft model"
@@ -360,6 +363,28 @@ class SpecchatApp(App[int]):
             self.notify(line, severity="warning", timeout=12)
         self._hold_prompt()
         self.refresh_panels(force=True)
+
+    @property
+    def engine(self) -> bridge.Engine | None:
+        return self.lease.engine
+
+    @property
+    def controls(self) -> Controls | None:
+        return self.lease.controls
+
+    @property
+    def talk_task(self) -> str | None:
+        """What a talk screen runs on the models (the race, the self-test), so no reply starts."""
+        return self.lease.task
+
+    @property
+    def reply(self) -> ActiveReply | None:
+        return self._reply
+
+    @reply.setter
+    def reply(self, reply: ActiveReply | None) -> None:
+        self._reply = reply
+        self.lease.streaming = reply is not None
 
     @property
     def capabilities(self) -> Capabilities:
@@ -393,7 +418,9 @@ class SpecchatApp(App[int]):
         return None
 
     def _hold_prompt(self) -> None:
-        self.prompt.hold = self._why_not_send()
+        """The message box refuses to send while the models cannot take a reply."""
+        with contextlib.suppress(NoMatches):  # the chat's screen is not composed yet
+            self.prompt.hold = self._why_not_send()
 
     def send_prompt(self) -> None:
         """Send what the message box holds (the palette's "Send")."""
@@ -835,16 +862,43 @@ class SpecchatApp(App[int]):
         self.refresh_panels(force=True)
 
     def action_theory(self) -> None:
-        talk.toggle_theory(self)
+        screen = self.main_screen
+        try:
+            screen.query_one(TheoryPanel).remove()
+            return
+        except NoMatches:
+            pass
+        screen.mount(TheoryPanel(self.theory_tracker, self.lease, self._key("best_gamma")))
 
     def action_best_gamma(self) -> None:
-        talk.apply_best_gamma(self)
+        if self.controls is None:
+            return
+        note, title = talk.apply_best_gamma(self.theory_tracker, self.controls)
+        self.notify(note, title=title)
+        if title:
+            self.refresh_panels(force=True)
 
     def action_race(self) -> None:
-        talk.open_race(self)
+        if isinstance(self.screen, RaceScreen) or not self._can_open("the race"):
+            return
+        prompt = talk.default_prompt(self.conversation)
+        self.push_screen(
+            RaceScreen(prompt, lease=self.lease, palette=self.palette, system_prompt=self._system_prompt)
+        )
 
     def action_selftest(self) -> None:
-        talk.open_selftest(self)
+        if isinstance(self.screen, SelfTestScreen) or not self._can_open("the self-test"):
+            return
+        self.push_screen(SelfTestScreen(lease=self.lease, system_prompt=self._system_prompt))
+
+    def _can_open(self, what: str) -> bool:
+        reason = talk.why_not_open(self.lease, what)
+        if reason is not None:
+            self.notify(reason, severity="warning")
+        return reason is None
+
+    def _system_prompt(self) -> str | None:
+        return self.conversation.system_prompt
 
     def action_cycle_theme(self) -> None:
         names = self.specchat_themes

@@ -17,7 +17,6 @@ from specchat.backend import Capabilities
 from specchat.config import data_dir
 from specchat.engine.events import Event
 from specchat.engine.race import RaceResult
-from specchat.ui import talk
 from specchat.ui.race_view import finish_lines
 from specchat.ui.screens.race import Lane, RaceScreen
 from specchat.ui.screens.selftest import SelfTestScreen
@@ -175,12 +174,12 @@ async def test_switching_mode_mid_run_stops_then_switches(
 async def test_no_reply_starts_while_a_talk_screen_holds_the_models(engine: PausingEngine) -> None:
     app = make_app(engine)
     async with app.run_test(size=BIG) as pilot:
-        assert talk.claim(app, "the race")
+        assert app.lease.claim("the race")
         await send(pilot, "hello there")
         assert not app.conversation.turns
         assert app.query_one(PromptInput).text == "hello there"
-        assert not talk.claim(app, "the self-test")
-        app.talk_task = None
+        assert not app.lease.claim("the self-test")
+        app.lease.release()
         await pilot.press("f11")
         assert isinstance(app.screen, RaceScreen)
 

@@ -43,7 +43,7 @@ def test_race_finish_line(snap_compare: Any, engine: PausingEngine, fixed_race: 
     app = make_app(engine)
 
     async def run_before(pilot: Pilot[Any]) -> None:
-        await app.push_screen(RaceScreen("the cat sat on the mat", result=fixed_race))
+        await app.push_screen(RaceScreen("the cat sat on the mat", result=fixed_race, palette=app.palette))
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
@@ -54,7 +54,7 @@ def test_race_mid_replay(snap_compare: Any, engine: PausingEngine, fixed_race: R
     app = make_app(engine)
 
     async def run_before(pilot: Pilot[Any]) -> None:
-        screen = RaceScreen("the cat sat on the mat", result=fixed_race)
+        screen = RaceScreen("the cat sat on the mat", result=fixed_race, palette=app.palette)
         await app.push_screen(screen)
         screen.t = fixed_race.duration_s / 2
         screen.draw()
@@ -94,7 +94,7 @@ def test_selftest_histograms(snap_compare: Any, engine: PausingEngine, tiny_pair
     app = make_app(engine)
 
     async def run_before(pilot: Pilot[Any]) -> None:
-        screen = SelfTestScreen(temperature=1.0, autostart=False)
+        screen = SelfTestScreen(temperature=1.0, autostart=False, lease=app.lease)
         await app.push_screen(screen)
         screen.report = report
         screen.draw()

@@ -10,12 +10,14 @@ screenshot of the screen.
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
@@ -23,12 +25,11 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Input, Static
-from textual.worker import get_current_worker
 
 from specchat.config import data_dir
 from specchat.engine.race import RACE_TOKENS, WARM_UP_TOKENS, LaneName, RaceCancelled, RaceResult, run_race
 from specchat.errors import SpecchatError
-from specchat.ui import talk
+from specchat.ui.lease import JobEnded, ModelLease, run_job
 from specchat.ui.race_view import (
     LANE_TITLES,
     REPLAY_NOTE,
@@ -41,6 +42,7 @@ from specchat.ui.race_view import (
 
 if TYPE_CHECKING:
     from specchat.backend import Controls
+    from specchat.ui.themes import TokenPalette
 
 FPS = 20
 PROGRESS_INTERVAL = 0.1
@@ -120,10 +122,26 @@ class RaceScreen(Screen[None]):
     }
     """
 
-    def __init__(self, prompt: str, result: RaceResult | None = None) -> None:
+    def __init__(
+        self,
+        prompt: str,
+        result: RaceResult | None = None,
+        *,
+        lease: ModelLease | None = None,
+        palette: TokenPalette | None = None,
+        system_prompt: Callable[[], str | None] = lambda: None,
+    ) -> None:
+        """``lease`` runs the race on the models (None: a saved race, shown only); ``palette``
+        colours the tokens; ``system_prompt`` is read when a race starts, as the chat's may
+        change while this screen is open."""
         super().__init__()
         self.prompt = prompt
         self.result: RaceResult | None = result
+        self.lease = lease
+        self.palette = palette
+        self.system_prompt = system_prompt
+        self.measured: RaceResult | None = None
+        """Written by the race's worker thread, read when its JobEnded arrives."""
         self.measuring = False
         self.replay_start = 0.0
         self.replay_timer: Timer | None = None
@@ -164,22 +182,22 @@ class RaceScreen(Screen[None]):
 
     @property
     def controls(self) -> Controls | None:
-        return getattr(self.app, "controls", None)
+        return self.lease.controls if self.lease is not None else None
 
     # ------------------------------------------------------------------ measuring
 
     @on(Input.Submitted, "#race-prompt")
     def start(self, event: Input.Submitted) -> None:
         prompt = event.value.strip()
-        app: Any = self.app
         if self.measuring:
             return
         if not prompt:
             self.notify("Type a prompt for the race first.", severity="warning")
             return
+        lease = self.lease
         controls = self.controls
-        engine = talk.local_engine(getattr(app, "engine", None))
-        if controls is None or engine is None:
+        engine = lease.local if lease is not None else None
+        if lease is None or controls is None or engine is None:
             self.notify("The race needs the local models, loaded.", severity="warning")
             return
         if controls.drafter == "none":
@@ -188,36 +206,31 @@ class RaceScreen(Screen[None]):
                 severity="warning",
             )
             return
-        reason = talk.busy_reason(app)
-        if reason is not None or not talk.claim(app, "the race"):
-            self.notify(reason or "The models are busy.", severity="warning")
+        race_controls = replace(controls, max_new_tokens=min(controls.max_new_tokens, RACE_TOKENS))
+        system = self.system_prompt()
+        messages = [{"role": "system", "content": system}] if system else []
+        messages.append({"role": "user", "content": prompt})
+        models = {"target": lease.target_name, "draft": lease.draft_name}
+        job = self.race_job(engine, messages, race_controls, models)
+        if not run_job(self, lease, "the race", job, name="race"):
+            self.notify(lease.busy_reason() or "The models are busy.", severity="warning")
             return
         self.prompt = prompt
-        self.result = None
+        self.result = self.measured = None
         self.measuring = True
         self.stop_replay()
         self.draw()
-        race_controls = replace(controls, max_new_tokens=min(controls.max_new_tokens, RACE_TOKENS))
-        system = getattr(getattr(app, "conversation", None), "system_prompt", None)
-        messages = [{"role": "system", "content": system}] if system else []
-        messages.append({"role": "user", "content": prompt})
-        models = {"target": getattr(app, "target_name", None), "draft": getattr(app, "draft_name", None)}
         self.query_one("#race-clock", Static).update("measuring the plain lane…")
         self.query_one("#lane-speculative", Lane).focus()
-        self.measure(app, engine, messages, race_controls, models)
 
-    @work(thread=True, exit_on_error=False, group="talk", name="race")
-    def measure(
+    def race_job(
         self,
-        app: Any,
         engine: Any,
         messages: list[dict[str, str]],
         controls: Controls,
         models: dict[str, Any],
-    ) -> None:
-        """Runs in a thread; ``app`` comes from the UI thread, as this screen may be closed (and
-        unable to find its app) by the time the race stops."""
-        worker = get_current_worker()
+    ) -> Callable[[threading.Event], None]:
+        """Both lanes, measured in the worker thread; progress comes back as messages."""
         last = [0.0]
 
         def progress(lane: LaneName, tokens: int) -> None:
@@ -226,28 +239,24 @@ class RaceScreen(Screen[None]):
                 last[0] = now
                 self.post_message(RaceProgressed(lane, tokens))
 
-        result = error = None
-        try:
-            result = run_race(
-                engine,
-                messages,
-                controls,
-                progress=progress,
-                cancel=worker.cancelled_event,
-                warm_up_tokens=WARM_UP_TOKENS,
-                models=models,
-            )
-        except RaceCancelled as err:
-            error = str(err)
-        except SpecchatError as err:
-            error = str(err)
-        except Exception as err:
-            from specchat import logs
+        def job(cancel: threading.Event) -> None:
+            try:
+                self.measured = run_race(
+                    engine,
+                    messages,
+                    controls,
+                    progress=progress,
+                    cancel=cancel,
+                    warm_up_tokens=WARM_UP_TOKENS,
+                    models=models,
+                )
+            except RaceCancelled as err:  # stopped: said as one line, like an error
+                raise SpecchatError(str(err)) from err
 
-            error = logs.log_unexpected("the race failed", err)
-        finally:
-            talk.release_from_thread(app)
-        self.post_message(RaceMeasured(result, error))
+        return job
+
+    def on_job_ended(self, message: JobEnded) -> None:
+        self.post_message(RaceMeasured(self.measured, message.error))
 
     def on_race_progressed(self, message: RaceProgressed) -> None:
         if self.measuring:
@@ -291,7 +300,7 @@ class RaceScreen(Screen[None]):
 
     def draw(self) -> None:
         result = self.result
-        styles = dict(getattr(self.app, "token_styles", {}))
+        styles = dict(self.palette.styles) if self.palette is not None else {}
         for lane in self.query(Lane):
             lane.show(result, self.t, styles)
         finish = self.query_one("#race-finish", Static)

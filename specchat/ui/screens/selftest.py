@@ -11,6 +11,7 @@ ways and shows whether they are identical token for token. T switches between th
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -18,14 +19,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.cells import cell_len
 from rich.text import Text
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
-from textual.worker import get_current_worker
 
 from specchat.config import data_dir
 from specchat.engine.selftest import (
@@ -37,8 +36,7 @@ from specchat.engine.selftest import (
     greedy_equality,
     selftest_messages,
 )
-from specchat.errors import SpecchatError
-from specchat.ui import talk
+from specchat.ui.lease import JobEnded, ModelLease, run_job
 from specchat.ui.selftest_view import (
     bar,
     chi_square_line,
@@ -80,12 +78,6 @@ class GreedyChecked(Message):
         self.check = check
 
 
-class SelfTestEnded(Message):
-    def __init__(self, error: str | None) -> None:
-        super().__init__()
-        self.error = error
-
-
 class SelfTestScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "close", "Back to the chat"),
@@ -107,8 +99,19 @@ class SelfTestScreen(Screen[None]):
     SelfTestScreen #selftest-figures { height: auto; padding: 0 1; border-top: solid $primary 50%; }
     """
 
-    def __init__(self, temperature: float | None = None, autostart: bool = True) -> None:
+    def __init__(
+        self,
+        temperature: float | None = None,
+        autostart: bool = True,
+        *,
+        lease: ModelLease | None = None,
+        system_prompt: Callable[[], str | None] = lambda: None,
+    ) -> None:
+        """``lease`` runs the test on the models (None: a report shown only); ``system_prompt``
+        is read at each run, as the chat's may change while this screen is open."""
         super().__init__()
+        self.lease = lease
+        self.system_prompt = system_prompt
         self.temperature = temperature
         """The temperature tested (None: the chat's current one)."""
         self.autostart = autostart
@@ -140,7 +143,7 @@ class SelfTestScreen(Screen[None]):
 
     @property
     def controls(self) -> Controls | None:
-        return getattr(self.app, "controls", None)
+        return self.lease.controls if self.lease is not None else None
 
     @property
     def greedy(self) -> bool:
@@ -149,41 +152,41 @@ class SelfTestScreen(Screen[None]):
     # ------------------------------------------------------------------ running
 
     def action_restart(self) -> None:
-        app: Any = self.app
+        lease = self.lease
         controls = self.controls
-        engine = talk.local_engine(getattr(app, "engine", None))
+        engine = lease.local if lease is not None else None
         if self.running:
             self.notify("Still stopping the last run: press R again in a moment.")
             return
-        if controls is None or engine is None:
+        if lease is None or controls is None or engine is None:
             self.notify("The self-test needs the local models, loaded.", severity="warning")
             return
         if controls.drafter == "none":
             self.error = "the drafter is none: nothing is drafted, so there is nothing to test (F5 picks one)"
             self.draw()
             return
-        if not talk.claim(app, "the self-test"):
-            self.notify(talk.busy_reason(app) or "The models are busy.", severity="warning")
+        tested = replace(controls, temperature=self.temperature or 0.0)
+        system = self.system_prompt()
+        if self.greedy:
+            job = self.greedy_job(engine, replace(tested, max_new_tokens=GREEDY_TOKENS), system)
+        else:
+            job = self.sampling_job(engine, tested, system)
+        if not run_job(self, lease, "the self-test", job, name="self-test"):
+            self.notify(lease.busy_reason() or "The models are busy.", severity="warning")
             return
         self.report, self.checks, self.error = None, [], None
         self.running = True
-        tested = replace(controls, temperature=self.temperature or 0.0)
-        system = getattr(getattr(app, "conversation", None), "system_prompt", None)
         self.draw()
-        if self.greedy:
-            self.check_greedy(app, engine, replace(tested, max_new_tokens=GREEDY_TOKENS), system)
-        else:
-            self.sample(app, engine, tested, system)
 
-    @work(thread=True, exit_on_error=False, group="talk", name="self-test")
-    def sample(self, app: Any, engine: Any, controls: Controls, system: str | None) -> None:
-        """Runs in a thread; ``app`` comes from the UI thread (a closed screen cannot find it)."""
-        cancel = get_current_worker().cancelled_event
+    def sampling_job(
+        self, engine: Any, controls: Controls, system: str | None
+    ) -> Callable[[threading.Event], None]:
+        """T > 0: sample both ways in the worker thread, reporting twice a second."""
 
         def report(found: ExactnessReport) -> None:
             self.post_message(SamplesReported(found))
 
-        def run() -> None:
+        def job(cancel: threading.Event) -> None:
             sampler = ExactnessSampler(
                 engine,
                 selftest_messages(SELFTEST_PROMPT, system),
@@ -191,40 +194,21 @@ class SelfTestScreen(Screen[None]):
                 tokens=SCREEN_TOKENS,
                 seed=controls.seed or 0,
             )
-            sampler.run(
-                SCREEN_SAMPLES,
-                cancel=cancel,
-                report_every=REPORT_EVERY_S,
-                on_report=report,
-            )
+            sampler.run(SCREEN_SAMPLES, cancel=cancel, report_every=REPORT_EVERY_S, on_report=report)
 
-        self._run_to_the_end(app, run)
+        return job
 
-    @work(thread=True, exit_on_error=False, group="talk", name="self-test")
-    def check_greedy(self, app: Any, engine: Any, controls: Controls, system: str | None) -> None:
-        cancel = get_current_worker().cancelled_event
+    def greedy_job(
+        self, engine: Any, controls: Controls, system: str | None
+    ) -> Callable[[threading.Event], None]:
+        """T = 0: decode a few prompts both ways in the worker thread, one message per prompt."""
 
-        def run() -> None:
-            for check in greedy_equality(engine, controls, system_prompt=system, cancel=cancel):
+        def job(cancel: threading.Event) -> None:
+            checks = greedy_equality(engine, controls, system_prompt=system, cancel=cancel)
+            for check in checks:
                 self.post_message(GreedyChecked(check))
 
-        self._run_to_the_end(app, run)
-
-    def _run_to_the_end(self, app: Any, run: Callable[[], None]) -> None:
-        """Run one self-test job in its worker thread; however it ends, free the models and say
-        how (an unexpected error as one line, its traceback in the log)."""
-        error = None
-        try:
-            run()
-        except SpecchatError as err:
-            error = str(err)
-        except Exception as err:
-            from specchat import logs
-
-            error = logs.log_unexpected("the self-test failed", err)
-        finally:
-            talk.release_from_thread(app)
-        self.post_message(SelfTestEnded(error))
+        return job
 
     def on_samples_reported(self, message: SamplesReported) -> None:
         self.report = message.report
@@ -234,7 +218,7 @@ class SelfTestScreen(Screen[None]):
         self.checks.append(message.check)
         self.draw()
 
-    def on_self_test_ended(self, message: SelfTestEnded) -> None:
+    def on_job_ended(self, message: JobEnded) -> None:
         self.running = False
         self.error = message.error
         self.draw()

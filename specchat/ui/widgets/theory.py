@@ -7,33 +7,24 @@ and is mounted on (and removed from) whatever screen shows the chat.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from textual import work
 from textual.app import ComposeResult
 from textual.containers import Horizontal
-from textual.message import Message
 from textual.widgets import Static
-from textual.worker import get_current_worker
 from textual_plotext import PlotextPlot
 
 from specchat.engine.events import Event
-from specchat.errors import SpecchatError
-from specchat.ui import talk
+from specchat.ui.lease import JobEnded, ModelLease, run_job
 from specchat.ui.theory import ADVISOR_GAMMAS, PROBE_PROMPT, PROBE_TOKENS, TheoryView, theory_lines
 
 if TYPE_CHECKING:
     from specchat.ui.theory import TheoryTracker
 
 REFRESH_S = 0.5
-
-
-class ProbeDone(Message):
-    def __init__(self, events: list[Event], error: str | None) -> None:
-        super().__init__()
-        self.events = events
-        self.error = error
 
 
 class AdvisorPlot(PlotextPlot):
@@ -92,9 +83,13 @@ class TheoryPanel(Horizontal):
     }
     """
 
-    def __init__(self, tracker: TheoryTracker, apply_key: str = "") -> None:
+    def __init__(self, tracker: TheoryTracker, lease: ModelLease, apply_key: str = "") -> None:
+        """``lease`` gives the controls in force and runs the plain probe on the models."""
         super().__init__(id="theory")
         self.tracker = tracker
+        self.lease = lease
+        self.probe_events: list[Event] = []
+        """Written by the probe's worker thread, read when its JobEnded arrives."""
         self.apply_key = apply_key
         self.probe_error: str | None = None
         self.probing = False
@@ -111,7 +106,7 @@ class TheoryPanel(Horizontal):
 
     @property
     def view(self) -> TheoryView | None:
-        controls = getattr(self.app, "controls", None)
+        controls = self.lease.controls
         if controls is None:
             return None
         return self.tracker.view(controls.gamma, controls.drafter)
@@ -120,7 +115,7 @@ class TheoryPanel(Horizontal):
         self.tracker.poll()
         self._maybe_probe()
         view = self.view
-        controls = getattr(self.app, "controls", None)
+        controls = self.lease.controls
         key = (
             self.tracker.version,
             view,
@@ -152,39 +147,28 @@ class TheoryPanel(Horizontal):
     def _maybe_probe(self) -> None:
         if self.probing or self.probe_error or not self.tracker.needs_probe:
             return
-        app: Any = self.app
-        engine = getattr(app, "engine", None)
-        controls = getattr(app, "controls", None)
-        if engine is None or controls is None or talk.local_engine(engine) is None:
+        controls = self.lease.controls
+        engine = self.lease.engine
+        if engine is None or controls is None or self.lease.local is None:
             return
-        if not talk.claim(app, "the plain probe"):
-            return  # a reply or a race is using the models: try again on the next tick
-        self.probing = True
-        self._probe(
-            app, engine, replace(controls, drafter="none", schedule="fixed", max_new_tokens=PROBE_TOKENS)
+        plain = replace(controls, drafter="none", schedule="fixed", max_new_tokens=PROBE_TOKENS)
+        # False while a reply or a race uses the models: the next tick tries again.
+        self.probing = run_job(
+            self, self.lease, "the plain probe", self._probe_job(engine, plain), name="plain probe"
         )
 
-    @work(thread=True, exit_on_error=False, group="talk", name="plain probe")
-    def _probe(self, app: Any, engine: Any, controls: Any) -> None:
-        """Runs in a thread; ``app`` comes from the UI thread (a removed panel cannot find it)."""
-        cancel = get_current_worker().cancelled_event
-        events: list[Event] = []
-        error = None
-        try:
+    def _probe_job(self, engine: Any, controls: Any) -> Callable[[threading.Event], None]:
+        """A short reply with drafting off, in the worker thread: the plain decoding rate."""
+
+        def job(cancel: threading.Event) -> None:
+            self.probe_events = []
             for event in engine.stream_chat([{"role": "user", "content": PROBE_PROMPT}], controls, cancel):
-                events.append(event)
-        except SpecchatError as err:
-            error = str(err)
-        except Exception as err:
-            from specchat import logs
+                self.probe_events.append(event)
 
-            error = logs.log_unexpected("the plain probe failed", err)
-        finally:
-            talk.release_from_thread(app)
-        self.post_message(ProbeDone(events, error))
+        return job
 
-    def on_probe_done(self, message: ProbeDone) -> None:
+    def on_job_ended(self, message: JobEnded) -> None:
         self.probing = False
         self.probe_error = message.error
-        self.tracker.observe_probe(message.events)
+        self.tracker.observe_probe(self.probe_events)
         self.update_figures(force=True)
