@@ -21,7 +21,6 @@ import contextlib
 import signal
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -34,16 +33,23 @@ from textual.css.query import NoMatches
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.theme import Theme
-from textual.timer import Timer
-from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState, get_current_worker
+from textual.worker import get_current_worker
 
 from specchat import logs
 from specchat.backend import Capabilities
 from specchat.config import Settings, data_dir
-from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
-from specchat.engine.gamma import GAMMA_MAX, SCHEDULES
 from specchat.errors import SpecchatError
 from specchat.ui import bridge, commands, keys, talk, themes
+from specchat.ui.autosave import AutoSave
+from specchat.ui.controls import (
+    TEMPERATURE_STEP,
+    Control,
+    next_drafter,
+    next_schedule,
+    server_refusal,
+    stepped_gamma,
+    stepped_temperature,
+)
 from specchat.ui.driver import QuitDeadline, tolerant_driver
 from specchat.ui.lease import ModelLease
 from specchat.ui.live import ControlsView, LiveStats, StepView
@@ -56,6 +62,7 @@ from specchat.ui.messages import (
     ReplyPaused,
 )
 from specchat.ui.prefs import remember
+from specchat.ui.reply import ActiveReply, Replies
 from specchat.ui.screens.conversations import ConversationsScreen
 from specchat.ui.screens.help import HelpScreen
 from specchat.ui.screens.loading import LoadingScreen
@@ -69,17 +76,13 @@ from specchat.ui.theory import TheoryTracker
 from specchat.ui.widgets.panels import Figures, figures
 from specchat.ui.widgets.prompt import PromptInput
 from specchat.ui.widgets.theory import TheoryPanel
-from specchat.ui.widgets.transcript import AssistantMessage, Notice, SystemNote, Transcript, UserMessage
+from specchat.ui.widgets.transcript import SystemNote, Transcript, UserMessage
 from specchat.untrusted import visible
 
 if TYPE_CHECKING:
     from specchat.engine.session import Controls
     from specchat.models import LoadProgress
 
-TEMPERATURE_STEP = 0.1
-TEMPERATURE_MAX = 2.0
-QUIT_GRACE = 5.0
-"""Seconds quitting waits for the streaming reply's current round, so its summary is saved."""
 THEME_ORDER = ("specchat-dark", "specchat-light", "specchat-projector", "specchat-colorblind")
 
 
@@ -95,24 +98,6 @@ class LoadCancelled(BaseException):
     A BaseException, like KeyboardInterrupt: it is not an error, and the loader's handlers
     that turn library errors into one-line messages must let it through.
     """
-
-
-@dataclass
-class ActiveReply:
-    """The reply being streamed: what has arrived so far, and how to stop it."""
-
-    id: int
-    widget: AssistantMessage
-    settings: dict[str, Any]
-    buffer: bridge.EventBuffer = field(default_factory=bridge.EventBuffer)
-    tokens: list[TokenEvent] = field(default_factory=list)
-    rounds: list[RoundEvent] = field(default_factory=list)
-    summary: SummaryEvent | None = None
-    worker: Worker[str | None] | None = None
-    drain_timer: Timer | None = None
-    stopping: bool = False
-    paused: bool = False
-    """Step mode holds the reply between two rounds."""
 
 
 class SpecchatApp(App[int]):
@@ -151,17 +136,14 @@ class SpecchatApp(App[int]):
         self.target_name = target_name or settings.target
         self.draft_name = draft_name if engine is not None else settings.draft
         self.store = ConversationStore(data_dir())
+        self.autosave = AutoSave(self.store, self._notify_about_saving)
         self.conversation = Conversation.new(settings.system_prompt, self.target_name, self.draft_name)
         self.live = LiveStats()
         self.palette = themes.TokenPalette()
         self.step_gate = bridge.StepGate()
         self.markdown_view = False
-        self._reply: ActiveReply | None = None
         self.loading_screen: LoadingScreen | None = None
-        self._reply_seq = 0
         self._exit_status = 0
-        self._save_failed = False
-        self._unsaved_told_at = 0
         self.startup_notes: list[str] = []
         """Warnings about the settings (themes, keys), shown when the app opens."""
         self.theory_tracker = TheoryTracker(self.live)
@@ -184,6 +166,7 @@ class SpecchatApp(App[int]):
         self.set_keymap(self.keymap)
         self.live.set_display(keys=self.effective_keys)
         self.main_screen = MainScreen(self.live, self.palette, self.conversation.system_prompt, self.keymap)
+        self.replies = Replies(self, self, self.main_screen, self.live, self.step_gate, self.lease)
 
     # ----------------------------------------------------------------- layout
 
@@ -278,31 +261,6 @@ class SpecchatApp(App[int]):
             return
         self.post_message(EngineLoaded(loaded))
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="engine", name="reply")
-    def _stream_reply(
-        self,
-        reply_id: int,
-        engine: bridge.Engine,
-        messages: list[dict[str, str]],
-        controls: Controls,
-        buffer: bridge.EventBuffer,
-    ) -> str | None:
-        # The worker's cancelled event is the engine's stop flag: Esc sets it, and Textual
-        # sets it for every worker when the app quits.
-        cancel = get_current_worker().cancelled_event
-        error = bridge.run_reply(
-            engine,
-            messages,
-            controls,
-            cancel,
-            buffer,
-            lambda: self.post_message(ReplyEvents(reply_id)),
-            self.step_gate,
-            lambda: self.post_message(ReplyPaused(reply_id)),
-        )
-        self.post_message(ReplyClosed(reply_id, error))
-        return error
-
     def notify(
         self,
         message: str,
@@ -349,8 +307,8 @@ class SpecchatApp(App[int]):
     def _use_engine(self, loaded: bridge.LoadedEngine) -> None:
         self.target_name, self.draft_name = loaded.target_name, loaded.draft_name
         self.conversation.target, self.conversation.draft = loaded.target_name, loaded.draft_name
-        controls, note = bridge.make_controls(self.settings, loaded.engine.available_drafters)
-        self.lease.use(loaded.engine, controls, loaded.target_name, loaded.draft_name)
+        chosen, note = bridge.make_controls(self.settings, loaded.engine.available_drafters)
+        self.lease.use(loaded.engine, chosen, loaded.target_name, loaded.draft_name)
         if note:
             self.notify(note, severity="warning")
         draft = f"draft {loaded.draft_name}" if loaded.draft_name else "no draft model"
@@ -379,12 +337,8 @@ class SpecchatApp(App[int]):
 
     @property
     def reply(self) -> ActiveReply | None:
-        return self._reply
-
-    @reply.setter
-    def reply(self, reply: ActiveReply | None) -> None:
-        self._reply = reply
-        self.lease.streaming = reply is not None
+        """The reply streaming now (None between replies)."""
+        return self.replies.active
 
     @property
     def capabilities(self) -> Capabilities:
@@ -406,6 +360,10 @@ class SpecchatApp(App[int]):
         self.transcript.mount(UserMessage(message.text))
         self._start_reply()
 
+    def _start_reply(self) -> None:
+        assert self.engine is not None and self.controls is not None
+        self.replies.start(self.engine, self.controls)
+
     def _why_not_send(self) -> str | None:
         if self.replay_only is not None:
             return "This is a replay: no model is loaded, so nothing can be sent."
@@ -426,127 +384,17 @@ class SpecchatApp(App[int]):
         """Send what the message box holds (the palette's "Send")."""
         self.prompt.action_submit()
 
-    def _start_reply(self) -> None:
-        assert self.engine is not None and self.controls is not None
-        c = self.controls
-        self._reply_seq += 1
-        settings = {
-            "gamma": c.gamma,
-            "schedule": c.schedule,
-            "drafter": c.drafter,
-            "temperature": c.temperature,
-        }
-        widget = self.main_screen.new_reply(markdown=self.markdown_view)
-        reply = ActiveReply(self._reply_seq, widget, settings)
-        self.reply = reply
-        self.live.start_reply()
-        self._save()
-        self._set_busy(True)
-        reply.drain_timer = self.set_interval(bridge.WAKE_INTERVAL, lambda: self._drain(reply))
-        reply.worker = self._stream_reply(
-            reply.id, self.engine, self.conversation.chat_messages(), self.controls, reply.buffer
-        )
-        if self.step_gate.on:
-            self.live.set_step(StepView(on=True))
-
     def on_reply_events(self, message: ReplyEvents) -> None:
-        if self.reply is not None and message.reply_id == self.reply.id:
-            self._drain(self.reply)
-
-    def _drain(self, reply: ActiveReply) -> None:
-        shown: list[TokenEvent | RoundEvent] = []
-        for event in reply.buffer.drain():
-            if isinstance(event, TokenEvent):
-                shown.append(event)
-                reply.tokens.append(event)
-            elif isinstance(event, RoundEvent):
-                shown.append(event)
-                reply.rounds.append(event)
-            elif isinstance(event, SummaryEvent):
-                reply.summary = event
-            self.live.add(event)
-        if shown:
-            self.main_screen.show_events(reply.widget, shown)
+        self.replies.on_events(message)
 
     def on_reply_paused(self, message: ReplyPaused) -> None:
-        """Step mode holds the reply after a round: show that round's table."""
-        reply = self.reply
-        if reply is None or message.reply_id != reply.id:
-            return
-        self._drain(reply)
-        if not self.step_gate.on:
-            return  # step mode went off while this message was on its way: the reply goes on
-        reply.paused = True
-        last = reply.rounds[-1] if reply.rounds else None
-        closing = None
-        if last is not None:
-            closing = next(
-                (t for t in reversed(reply.tokens) if t.round == last.round and t.kind != "accepted"), None
-            )
-        self.live.set_step(StepView(on=True, paused=True, round=last, closing=closing))
-        self.prompt.border_title = f"paused after round {len(reply.rounds)} · {self._key('step')} next round"
-        self.main_screen.refresh_panels()
+        self.replies.on_paused(message)
 
     async def on_reply_closed(self, message: ReplyClosed) -> None:
-        reply = self.reply
-        if reply is None or message.reply_id != reply.id:
-            return
-        self._drain(reply)  # the last tokens may still wait in the buffer: they count as arrived
-        if message.error and not reply.tokens:
-            self._close_reply(reply)
-            await self._take_back(reply, message.error)
-            self._save()
-        else:
-            self._keep_reply(reply, message.error)
-            if message.error:
-                self.notify(message.error, severity="error", timeout=10)
-        self.refresh_panels(force=True)
+        await self.replies.on_closed(message)
 
-    def _close_reply(self, reply: ActiveReply) -> None:
-        self._drain(reply)  # never drop the last tokens
-        if reply.drain_timer is not None:
-            reply.drain_timer.stop()
-        if self.capabilities.kind != "local":
-            reply.settings.update(self._server_settings(reply.settings))
-        self.reply = None
-        self.live.set_step(StepView(on=self.step_gate.on))
-        self._set_busy(False)
-
-    def _keep_reply(self, reply: ActiveReply, error: str | None) -> None:
-        """Close the reply and add what it generated to the conversation, saved at once."""
-        self._close_reply(reply)
-        text = "".join(t.text for t in reply.tokens)
-        self.conversation.turns.append(
-            Turn("assistant", text, reply.tokens, reply.rounds, reply.summary, reply.settings, error)
-        )
-        reply.widget.finish(reply.summary, reply.settings, error)
-        self._save()
-
-    def _server_settings(self, asked: dict[str, Any]) -> dict[str, Any]:
-        """A server's reply footer: its drafter, and the γ it used where that is known (only
-        after the reply, when a llama-server has shown whether it honours the γ asked for)."""
-        caps = self.capabilities
-        gamma = caps.gamma if caps.gamma_control == "fixed" else asked.get("gamma")
-        if caps.gamma_control == "none":
-            gamma = None
-        schedule = "fixed by the server" if caps.gamma_control == "fixed" else "asked per reply"
-        return {"drafter": f"{caps.kind}'s", "gamma": gamma, "schedule": schedule if gamma else ""}
-
-    async def _take_back(self, reply: ActiveReply, error: str) -> None:
-        """Nothing was generated: remove the reply and put the message back in the box."""
-        await reply.widget.remove()
-        turns = self.conversation.turns
-        if turns and turns[-1].role == "user":
-            text = turns.pop().content
-            users = list(self.transcript.query_children(UserMessage).results(UserMessage))
-            if users:
-                await users[-1].remove()
-            self.prompt.give_back(text)
-        await self.transcript.mount(Notice(f"error: {error}"))
-        self.notify(error, severity="error", timeout=10)
-        self.live.load(self.conversation.turns)
-
-    def _set_busy(self, busy: bool) -> None:
+    def set_busy(self, busy: bool) -> None:
+        """The message box while a reply streams: held, marked, and saying how to stop it."""
         prompt = self.prompt
         self._hold_prompt()
         prompt.set_class(busy, "-busy")
@@ -557,31 +405,13 @@ class SpecchatApp(App[int]):
 
     async def action_quit(self) -> None:
         """Ctrl+Q, the palette's Quit, SIGTERM: keep the reply that is streaming, then exit."""
-        await self._keep_reply_before_exit()
+        await self.replies.keep_before_exit()
         self.exit(return_code=self._exit_status)
 
     def request_quit(self, exit_status: int) -> None:
         """Quit as Ctrl+Q does, from a signal handler (runs on the app's event loop)."""
         self._exit_status = exit_status
         self.call_later(self.action_quit)
-
-    async def _keep_reply_before_exit(self) -> None:
-        reply = self.reply
-        if reply is None or reply.worker is None:
-            return
-        reply.stopping = True
-        reply.worker.cancelled_event.set()
-        self.prompt.border_title = "saving the reply…"
-        # The engine stops at the next round boundary and sends its summary (stop
-        # "cancelled"): a round is short, so wait for it rather than lose the figures.
-        with contextlib.suppress(TimeoutError, WorkerCancelled, WorkerFailed):
-            await asyncio.wait_for(reply.worker.wait(), QUIT_GRACE)
-        error = None
-        if reply.worker.state != WorkerState.SUCCESS:
-            error = "specchat quit while this reply was still being generated"
-        elif isinstance(reply.worker.result, str):
-            error = reply.worker.result
-        self._keep_reply(reply, error)
 
     def _handle_exception(self, error: Exception) -> None:
         """A bug: save what can be saved, log the traceback, and leave one line on exit.
@@ -598,31 +428,14 @@ class SpecchatApp(App[int]):
             self._exit_renderables[:] = [Text(f"specchat: {line}", style="red")]
 
     def _save_after_crash(self) -> None:
-        reply = self.reply
-        if reply is not None:
-            self.reply = None
-            if reply.worker is not None:
-                reply.worker.cancelled_event.set()
-            tokens = reply.tokens + [e for e in reply.buffer.drain() if isinstance(e, TokenEvent)]
-            text = "".join(t.text for t in tokens)
-            error = "specchat stopped on an unexpected error while this reply streamed"
-            self.conversation.turns.append(
-                Turn("assistant", text, tokens, reply.rounds, None, reply.settings, error)
-            )
+        self.replies.keep_after_crash()
         if self.conversation.turns:
             self.store.save(self.conversation)
 
     # ------------------------------------------------------------ actions
 
     def action_stop(self) -> None:
-        reply = self.reply
-        if reply is None or reply.worker is None:
-            return
-        reply.stopping = True
-        # Set the flag the engine polls between rounds; the worker then ends normally and
-        # posts the partial reply, which is kept.
-        reply.worker.cancelled_event.set()
-        self.prompt.border_title = "stopping…"
+        self.replies.stop()
 
     async def action_regenerate(self) -> None:
         if not self._idle("regenerate"):
@@ -642,7 +455,7 @@ class SpecchatApp(App[int]):
     async def action_clear(self) -> None:
         if not self._idle("clear the conversation"):
             return
-        self._save()
+        self.save_conversation()
         self.conversation = Conversation.new(
             self.conversation.system_prompt, self.target_name, self.draft_name
         )
@@ -663,7 +476,7 @@ class SpecchatApp(App[int]):
             return
         if not self._idle("open another conversation"):
             return
-        self._save()
+        self.save_conversation()
         self.push_screen(ConversationsScreen(self.store, self.store.saved()), self._open_conversation)
 
     async def _open_conversation(self, choice: tuple[str, str] | None) -> None:
@@ -713,7 +526,7 @@ class SpecchatApp(App[int]):
         self.conversation.system_prompt = prompt
         self.transcript.query(SystemNote).first().set_prompt(prompt)
         if self.conversation.turns:
-            self._save()
+            self.save_conversation()
         if make_default:
             self.settings.system_prompt = prompt
             self._remember("system_prompt", prompt)
@@ -756,13 +569,12 @@ class SpecchatApp(App[int]):
             return
         on = not self.step_gate.on
         self.step_gate.set_on(on)
-        if not on and self.reply is not None:
-            self.reply.paused = False
-            self._set_busy(True)
+        if not on:
+            self.replies.resume()
         self.live.set_step(StepView(on=on))
         if on:
             when = "after this round" if self.reply is not None else "after every round of the next reply"
-            self.notify(f"Step mode: decoding pauses {when}; {self._key('step')} runs one more round.")
+            self.notify(f"Step mode: decoding pauses {when}; {self.key_of('step')} runs one more round.")
         else:
             self.notify("Step mode off: replies stream again.")
         self.refresh_panels(force=True)
@@ -773,12 +585,11 @@ class SpecchatApp(App[int]):
             self.screen.step_round()
             return
         if not self.step_gate.on:
-            self.notify(f"Step mode is off: {self._key('step_mode')} pauses decoding after every round.")
+            self.notify(f"Step mode is off: {self.key_of('step_mode')} pauses decoding after every round.")
             return
         self.step_gate.allow_one()
         if self.reply is not None and self.reply.paused:
-            self.reply.paused = False
-            self._set_busy(True)
+            self.replies.resume()
             self.live.set_step(StepView(on=True))
             self.refresh_panels()
 
@@ -805,7 +616,7 @@ class SpecchatApp(App[int]):
         screens = (self.main_screen, *self.screen_stack)
         return [s for s in dict.fromkeys(screens) if isinstance(s, MainScreen) and s.is_attached]
 
-    def _key(self, binding_id: str) -> str:
+    def key_of(self, binding_id: str) -> str:
         return keys.display_key(self.effective_keys.get(binding_id, ""))
 
     def action_gamma_up(self) -> None:
@@ -818,36 +629,27 @@ class SpecchatApp(App[int]):
         if self.controls is None or not self._server_allows("gamma"):
             return
         # One attribute write: the engine reads γ once at the start of each round.
-        self.controls.gamma = max(1, min(GAMMA_MAX, self.controls.gamma + step))
+        self.controls.gamma = stepped_gamma(self.controls.gamma, step)
         self.refresh_panels(force=True)
 
     def action_cycle_schedule(self) -> None:
         if self.controls is None or not self._server_allows("schedule"):
             return
-        names = list(SCHEDULES)
-        current = self.controls.schedule
-        self.controls.schedule = names[(names.index(current) + 1) % len(names) if current in names else 0]
+        self.controls.schedule = next_schedule(self.controls.schedule)
         self.refresh_panels(force=True)
 
     def action_cycle_drafter(self) -> None:
         if self.controls is None or self.engine is None or not self._server_allows("drafter"):
             return
-        available = list(self.engine.available_drafters)
-        current = self.controls.drafter
-        index = available.index(current) if current in available else -1
-        self.controls.drafter = available[(index + 1) % len(available)]
+        self.controls.drafter = next_drafter(self.controls.drafter, self.engine.available_drafters)
         self.refresh_panels(force=True)
 
-    def _server_allows(self, control: str) -> bool:
+    def _server_allows(self, control: Control) -> bool:
         """γ, schedule and drafter belong to a server that fixed them when it started: say so."""
-        caps = self.capabilities
-        if control == "gamma" and caps.gamma_control in ("per-round", "per-request"):
-            return True
-        if control != "gamma" and (caps.kind == "local" or caps.drafters):
-            return True
-        what = {"gamma": "γ", "schedule": "the γ schedule", "drafter": "the drafter"}[control]
-        self.notify(f"The server fixed {what} when it started: it cannot be changed from here.")
-        return False
+        refusal = server_refusal(self.capabilities, control)
+        if refusal is not None:
+            self.notify(refusal)
+        return refusal is None
 
     def action_temperature_up(self) -> None:
         self._set_temperature(+TEMPERATURE_STEP)
@@ -858,7 +660,7 @@ class SpecchatApp(App[int]):
     def _set_temperature(self, step: float) -> None:
         if self.controls is None:
             return
-        self.controls.temperature = round(max(0.0, min(TEMPERATURE_MAX, self.controls.temperature + step)), 2)
+        self.controls.temperature = stepped_temperature(self.controls.temperature, step)
         self.refresh_panels(force=True)
 
     def action_theory(self) -> None:
@@ -868,7 +670,7 @@ class SpecchatApp(App[int]):
             return
         except NoMatches:
             pass
-        screen.mount(TheoryPanel(self.theory_tracker, self.lease, self._key("best_gamma")))
+        screen.mount(TheoryPanel(self.theory_tracker, self.lease, self.key_of("best_gamma")))
 
     def action_best_gamma(self) -> None:
         if self.controls is None:
@@ -999,44 +801,20 @@ class SpecchatApp(App[int]):
     async def _rebuild_transcript(self) -> None:
         await self.main_screen.show_conversation(self.conversation, markdown=self.markdown_view)
 
-    def _save(self) -> None:
-        """Auto-save (atomically). A conversation left with no message has no file.
+    def save_conversation(self) -> None:
+        self.autosave.save(self.conversation)
 
-        A failed save (read-only or full disk) changes nothing on screen: the user is told,
-        and the next change tries again.
-        """
-        before = self.conversation.id
-        try:
-            if self.conversation.turns:
-                path = self.store.save(self.conversation)
-                if self.conversation.id != before:
-                    self.notify(
-                        f"This conversation was changed by another specchat meanwhile: its version "
-                        f"is kept, and this one is now saved as {path.name}.",
-                        title="saved as a copy",
-                        severity="warning",
-                        timeout=20,
-                    )
-            else:
-                self.store.delete(self.conversation.id)
-        except OSError as err:
-            # Say it once per message, not at each of the saves a reply makes.
-            turns = len(self.conversation.turns)
-            if self._save_failed and turns - self._unsaved_told_at < 2:
-                return
-            self._save_failed, self._unsaved_told_at = True, turns
-            reason = err.strerror or str(err)
-            self.notify(
-                f"The conversation was NOT saved ({reason}: {self.store.folder}). It stays on screen; "
-                "free some space or fix the folder's permissions, and the next message saves it.",
-                title="not saved",
-                severity="error",
-                timeout=20,
-            )
-            return
-        if self._save_failed:
-            self._save_failed = False
-            self.notify("The conversation is saved again.", title="saved")
+    def _notify_about_saving(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+    ) -> None:
+        # Looked up at each call, not bound when the saver is made: whoever wraps the app's
+        # notify (a recording test) sees the saving notices too.
+        self.notify(message, title=title, severity=severity, timeout=timeout)
 
 
 def run_replay(settings: Settings, path: Path, speed: float = 1.0) -> int:

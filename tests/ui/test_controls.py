@@ -1,0 +1,60 @@
+"""The control keys' rules, without an app: γ bounds, the cycles, temperature steps, servers."""
+
+from __future__ import annotations
+
+from specchat.backend import Capabilities
+from specchat.engine.gamma import GAMMA_MAX, SCHEDULES
+from specchat.ui.controls import (
+    TEMPERATURE_MAX,
+    TEMPERATURE_STEP,
+    next_drafter,
+    next_schedule,
+    server_refusal,
+    stepped_gamma,
+    stepped_temperature,
+)
+
+
+def test_gamma_stays_within_one_and_its_maximum() -> None:
+    assert stepped_gamma(4, +1) == 5
+    assert stepped_gamma(1, -1) == 1
+    assert stepped_gamma(GAMMA_MAX, +1) == GAMMA_MAX
+
+
+def test_the_schedule_cycles_through_all_and_starts_over() -> None:
+    seen = ["fixed"]
+    for _ in SCHEDULES:
+        seen.append(next_schedule(seen[-1]))
+    assert seen[: len(SCHEDULES)] == list(SCHEDULES) and seen[-1] == seen[0]
+    assert next_schedule("unknown") == SCHEDULES[0]
+
+
+def test_the_drafter_cycles_through_those_available() -> None:
+    assert next_drafter("model", ["none", "model", "ngram"]) == "ngram"
+    assert next_drafter("ngram", ["none", "model", "ngram"]) == "none"
+    assert next_drafter("gone", ["none", "model"]) == "none"
+
+
+def test_temperature_steps_stay_in_range_and_come_back_exactly() -> None:
+    t = 0.7
+    for _ in range(10):
+        t = stepped_temperature(t, +TEMPERATURE_STEP)
+    for _ in range(10):
+        t = stepped_temperature(t, -TEMPERATURE_STEP)
+    assert t == 0.7
+    assert stepped_temperature(0.0, -TEMPERATURE_STEP) == 0.0
+    assert stepped_temperature(TEMPERATURE_MAX, +TEMPERATURE_STEP) == TEMPERATURE_MAX
+
+
+def test_a_server_that_fixed_its_controls_says_so() -> None:
+    local = Capabilities(kind="local", provenance="exact", measured=frozenset())
+    assert server_refusal(local, "gamma") is None and server_refusal(local, "drafter") is None
+    fixed = Capabilities(
+        kind="llama-server", provenance="inferred", measured=frozenset(), gamma_control="fixed"
+    )
+    assert server_refusal(fixed, "gamma") == (
+        "The server fixed γ when it started: it cannot be changed from here."
+    )
+    assert "the drafter" in (server_refusal(fixed, "drafter") or "")
+    switchable = Capabilities(kind="vllm", provenance="inferred", measured=frozenset(), drafters=("a", "b"))
+    assert server_refusal(switchable, "schedule") is None
