@@ -661,7 +661,7 @@ def _check(
         click.echo(line)
     click.echo(
         f"target {loaded.target_name}, draft {loaded.draft_name or 'none'}, "
-        f"CPU path {loaded.path_used}, γ {start_gamma}; {elapsed:.0f} s"
+        f"CPU path {loaded.path_used}{_kernels_named(loaded.path_used)}, γ {start_gamma}; {elapsed:.0f} s"
     )
     if json_path is not None:
         import torch
@@ -688,3 +688,15 @@ def _write_json(path: Path, data: object) -> None:
         path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     except OSError as err:
         raise BenchError(f"cannot write {path}: {err.strerror or err}.") from err
+
+
+def _kernels_named(path_used: str) -> str:
+    """ " on avx2 kernels" where the pair ran on specchat's kernels: which variant was checked."""
+    from specchat.kernels import variant
+    from specchat.models.cpu_quant import parse_cpu_path
+
+    try:
+        native = parse_cpu_path(path_used).native
+    except SpecchatError:
+        return ""  # a path the CPU path parser does not know (a GPU, a server): no kernels
+    return f" on {variant()} kernels" if native else ""

@@ -116,13 +116,20 @@ def test_check_errors_are_one_line(args: list[str], message: str) -> None:
 
 
 @pytest.mark.slow
-def test_cli_check_on_the_packaged_pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CI-sized check on the real pair: one prompt per category, every configuration."""
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
+def test_cli_check_on_the_packaged_pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isa: str) -> None:
+    """The CI-sized check on the real pair, on each SIMD kernel variant this CPU runs: one prompt
+    per category, every configuration. (The scalar variant, ten times slower, is held to the
+    same bits as these on single matrices and tiny models in tests/kernels.)"""
+    from specchat.kernels import ISA_ENV, cpu_supports
     from specchat.models.assemble import is_installed
     from specchat.models.registry import PACKAGED
 
     if not all(is_installed(PACKAGED[n]) for n in ("qwen-coder-1.5b", "qwen-coder-0.5b")):
         pytest.skip("the packaged pair is not installed")
+    monkeypatch.setenv(ISA_ENV, isa)
+    if cpu_supports() is not None:
+        pytest.skip(f"{cpu_supports()}")
     monkeypatch.delenv("SPECCHAT_CACHE_DIR", raising=False)  # the real models' shared cache
     out = tmp_path / "check.json"
     args = [
@@ -140,3 +147,4 @@ def test_cli_check_on_the_packaged_pair(tmp_path: Path, monkeypatch: pytest.Monk
     assert data["check"]["total"] == 6 * 9
     assert result.exit_code == 0, result.output
     assert data["check"]["matched"] == data["check"]["total"], data["check"]["mismatches"]
+    assert f"on {isa} kernels" in result.output, "the check ran on the variant asked for"
