@@ -5,13 +5,16 @@ behind a loading screen, then chats. Tests and the screenshot script build the a
 engine already made: ``SpecchatApp(settings, engine=ChatEngine(...))`` skips loading.
 
 The layout, the panels and the inspector's cursor belong to :class:`MainScreen`
-(:mod:`specchat.ui.screens.main`); the app holds the engine, the conversation, the controls and
-the actions. ``specchat replay FILE`` opens the same app with no engine, over a
-:class:`ReplayScreen`.
+(:mod:`specchat.ui.screens.main`). The app is the wiring: it creates the shared state
+(:mod:`specchat.ui.state`: the model lease, auto-saving, the theory tracker), hands it to the
+screens and panels through their constructors, and maps keys to actions; a reply's life is
+:class:`~specchat.ui.reply.Replies`. ``specchat replay FILE`` opens the same app with no
+engine, over a :class:`ReplayScreen`.
 
-Threads: the engine runs only in the two workers below (``_load_models`` and
-``_stream_reply``), through :mod:`specchat.ui.bridge`; results come back only as messages.
-Live panels redraw on a timer from :class:`~specchat.ui.live.LiveStats`, never per token.
+Threads: the engine runs only in thread workers (loading: :mod:`specchat.ui.model_loading`; a
+reply: :mod:`specchat.ui.reply`; talk jobs: :func:`specchat.ui.state.lease.run_job`), through
+:mod:`specchat.ui.bridge`; results come back only as messages. Live panels redraw on a timer
+from :class:`~specchat.ui.live.LiveStats`, never per token.
 """
 
 from __future__ import annotations
@@ -21,38 +24,27 @@ import contextlib
 import signal
 import sys
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.style import Style
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import App, SystemCommand
 from textual.binding import BindingType
 from textual.css.query import NoMatches
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.theme import Theme
-from textual.worker import get_current_worker
 
 from specchat import logs
 from specchat.backend import Capabilities
 from specchat.config import Settings, data_dir
 from specchat.errors import SpecchatError
 from specchat.ui import bridge, commands, keys, talk, themes
-from specchat.ui.autosave import AutoSave
-from specchat.ui.controls import (
-    TEMPERATURE_STEP,
-    Control,
-    next_drafter,
-    next_schedule,
-    server_refusal,
-    stepped_gamma,
-    stepped_temperature,
-)
 from specchat.ui.driver import QuitDeadline, tolerant_driver
-from specchat.ui.lease import ModelLease
-from specchat.ui.live import ControlsView, LiveStats, StepView
+from specchat.ui.live import ControlsView, LiveStats
 from specchat.ui.messages import (
     EngineLoaded,
     LoadFailed,
@@ -61,6 +53,7 @@ from specchat.ui.messages import (
     ReplyEvents,
     ReplyPaused,
 )
+from specchat.ui.model_loading import load_models
 from specchat.ui.prefs import remember
 from specchat.ui.reply import ActiveReply, Replies
 from specchat.ui.screens.conversations import ConversationsScreen
@@ -71,8 +64,19 @@ from specchat.ui.screens.race import RaceScreen
 from specchat.ui.screens.replay import ReplayScreen
 from specchat.ui.screens.selftest import SelfTestScreen
 from specchat.ui.screens.system_prompt import SystemPromptScreen
+from specchat.ui.state.autosave import AutoSave
+from specchat.ui.state.controls import (
+    TEMPERATURE_STEP,
+    Control,
+    next_drafter,
+    next_schedule,
+    server_refusal,
+    stepped_gamma,
+    stepped_temperature,
+)
+from specchat.ui.state.lease import ModelLease
+from specchat.ui.state.theory_tracker import TheoryTracker
 from specchat.ui.store import Conversation, ConversationError, ConversationStore, Turn
-from specchat.ui.theory import TheoryTracker
 from specchat.ui.widgets.panels import Figures, figures
 from specchat.ui.widgets.prompt import PromptInput
 from specchat.ui.widgets.theory import TheoryPanel
@@ -81,23 +85,12 @@ from specchat.untrusted import visible
 
 if TYPE_CHECKING:
     from specchat.engine.session import Controls
-    from specchat.models import LoadProgress
-
-THEME_ORDER = ("specchat-dark", "specchat-light", "specchat-projector", "specchat-colorblind")
 
 
 LEGEND_NOTES = {
     "inferred": "colours inferred from the server's counters",
     "none": "this server reports no provenance: tokens uncoloured",
 }
-
-
-class LoadCancelled(BaseException):
-    """Raised from the progress callback to abandon loading when the app quits.
-
-    A BaseException, like KeyboardInterrupt: it is not an error, and the loader's handlers
-    that turn library errors into one-line messages must let it through.
-    """
 
 
 class SpecchatApp(App[int]):
@@ -154,11 +147,7 @@ class SpecchatApp(App[int]):
         self.theme_specs = specs
         for spec in specs.values():
             self.register_theme(spec.theme)
-        wanted = settings.theme
-        if wanted not in self.available_themes:
-            self.startup_notes.append(f"unknown theme {wanted!r}: using {themes.DEFAULT_THEME}.")
-            wanted = themes.DEFAULT_THEME if themes.DEFAULT_THEME in self.available_themes else "textual-dark"
-        self.theme = wanted
+        self.theme = self._starting_theme(settings.theme)
         # Remaps that collide, or name keys no terminal sends, are dropped with a warning: the
         # action keeps its default key rather than silently losing it.
         self.keymap, warnings = keys.check_keymap(settings.keys)
@@ -167,6 +156,12 @@ class SpecchatApp(App[int]):
         self.live.set_display(keys=self.effective_keys)
         self.main_screen = MainScreen(self.live, self.palette, self.conversation.system_prompt, self.keymap)
         self.replies = Replies(self, self, self.main_screen, self.live, self.step_gate, self.lease)
+
+    def _starting_theme(self, wanted: str) -> str:
+        if wanted in self.available_themes:
+            return wanted
+        self.startup_notes.append(f"unknown theme {wanted!r}: using {themes.DEFAULT_THEME}.")
+        return themes.DEFAULT_THEME if themes.DEFAULT_THEME in self.available_themes else "textual-dark"
 
     # ----------------------------------------------------------------- layout
 
@@ -239,27 +234,15 @@ class SpecchatApp(App[int]):
 
     # ------------------------------------------------------------ the bridge
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="engine", name="load models")
     def _load_models(self) -> None:
-        worker = get_current_worker()
-
-        def progress(event: LoadProgress) -> None:
-            if worker.is_cancelled:
-                raise LoadCancelled
-            self.post_message(LoadProgressed(event))
-
-        try:
-            loaded = bridge.load_engine(self.settings, progress)
-        except LoadCancelled:
-            return
-        except SpecchatError as err:
-            self.post_message(LoadFailed(str(err), err.exit_code))
-            return
-        except Exception as err:  # shown as one line; the traceback goes to the log file
-            what = "attach to the server" if self.settings.server else "load the models"
-            self.post_message(LoadFailed(logs.log_unexpected(f"could not {what}", err), 1))
-            return
-        self.post_message(EngineLoaded(loaded))
+        self.run_worker(
+            partial(load_models, self.settings, self.post_message),
+            name="load models",
+            group="engine",
+            thread=True,
+            exclusive=True,
+            exit_on_error=False,
+        )
 
     def notify(
         self,
@@ -567,16 +550,7 @@ class SpecchatApp(App[int]):
                 "This backend streams whole replies: it cannot pause between rounds.", severity="warning"
             )
             return
-        on = not self.step_gate.on
-        self.step_gate.set_on(on)
-        if not on:
-            self.replies.resume()
-        self.live.set_step(StepView(on=on))
-        if on:
-            when = "after this round" if self.reply is not None else "after every round of the next reply"
-            self.notify(f"Step mode: decoding pauses {when}; {self.key_of('step')} runs one more round.")
-        else:
-            self.notify("Step mode off: replies stream again.")
+        self.notify(self.replies.toggle_step_mode())
         self.refresh_panels(force=True)
 
     def action_step(self) -> None:
@@ -587,10 +561,7 @@ class SpecchatApp(App[int]):
         if not self.step_gate.on:
             self.notify(f"Step mode is off: {self.key_of('step_mode')} pauses decoding after every round.")
             return
-        self.step_gate.allow_one()
-        if self.reply is not None and self.reply.paused:
-            self.replies.resume()
-            self.live.set_step(StepView(on=True))
+        if self.replies.step():
             self.refresh_panels()
 
     def action_save_screenshot(self) -> None:
@@ -714,8 +685,7 @@ class SpecchatApp(App[int]):
     @property
     def specchat_themes(self) -> list[str]:
         """Themes from theme files: the packaged four first, then the user's."""
-        ordered = [name for name in THEME_ORDER if name in self.theme_specs]
-        return ordered + sorted(set(self.theme_specs) - set(ordered))
+        return themes.ordered_names(self.theme_specs)
 
     def theme_description(self, name: str) -> str:
         spec = self.theme_specs.get(name)

@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from textual.app import App
 
     from specchat.backend import Capabilities, Controls
-    from specchat.ui.lease import ModelLease
     from specchat.ui.screens.main import MainScreen
+    from specchat.ui.state.lease import ModelLease
 
 QUIT_GRACE = 5.0
 """Seconds quitting waits for the streaming reply's current round, so its summary is saved."""
@@ -200,6 +200,27 @@ class Replies:
         if self.active is not None:
             self.active.paused = False
             self.host.set_busy(True)
+
+    def toggle_step_mode(self) -> str:
+        """Pause after every round (on), or stream again (off). Returns what to tell the user."""
+        on = not self.step_gate.on
+        self.step_gate.set_on(on)
+        if not on:
+            self.resume()
+        self.live.set_step(StepView(on=on))
+        if not on:
+            return "Step mode off: replies stream again."
+        when = "after this round" if self.active is not None else "after every round of the next reply"
+        return f"Step mode: decoding pauses {when}; {self.host.key_of('step')} runs one more round."
+
+    def step(self) -> bool:
+        """Let one more round run (step mode on); True when a paused reply goes on."""
+        self.step_gate.allow_one()
+        if self.active is None or not self.active.paused:
+            return False
+        self.resume()
+        self.live.set_step(StepView(on=True))
+        return True
 
     def stop(self) -> None:
         """Esc: the engine stops at the next round boundary; what came is kept."""

@@ -1,7 +1,7 @@
 """Talk mode, part 2: the race, theory against measurement and the exactness self-test in the chat.
 
 The app's actions open the race and self-test screens and the theory panel, handing them the
-model lease (:mod:`specchat.ui.lease`); what those actions decide is here, as plain functions
+model lease (:mod:`specchat.ui.state.lease`); what those actions decide is here, as plain functions
 of what they are given, so this module knows neither the app nor the screens.
 """
 
@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from specchat.ui.lease import ModelLease
+from specchat.ui.state.lease import ModelLease
 
 if TYPE_CHECKING:
     from specchat.backend import Controls
+    from specchat.ui.state.theory_tracker import TheoryTracker
     from specchat.ui.store import Conversation
-    from specchat.ui.theory import TheoryTracker
 
 POLL_S = 0.5
 """Seconds between the tracker's looks at the live statistics (a timer, never per token)."""

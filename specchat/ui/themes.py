@@ -167,6 +167,16 @@ def check_theme_name(name: str) -> None:
     )
 
 
+THEME_ORDER = ("specchat-dark", "specchat-light", "specchat-projector", "specchat-colorblind")
+"""How the packaged themes cycle (F-key and palette); the user's follow, by name."""
+
+
+def ordered_names(specs: dict[str, ThemeSpec]) -> list[str]:
+    """Themes from theme files: the packaged four first, then the user's."""
+    ordered = [name for name in THEME_ORDER if name in specs]
+    return ordered + sorted(set(specs) - set(ordered))
+
+
 def discover(extra_dirs: list[Path] | None = None) -> tuple[dict[str, ThemeSpec], list[str]]:
     """All themes, packaged first then user files (a user file may override by name).
 

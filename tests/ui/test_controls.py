@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from specchat.backend import Capabilities
 from specchat.engine.gamma import GAMMA_MAX, SCHEDULES
-from specchat.ui.controls import (
+from specchat.ui.state.controls import (
     TEMPERATURE_MAX,
     TEMPERATURE_STEP,
     next_drafter,

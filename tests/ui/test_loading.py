@@ -113,7 +113,7 @@ def test_packing_cpu_kernels_stops_between_jobs_when_loading_is_abandoned(
 ) -> None:
     """Quitting while the CPU kernels are packed must not wait for every remaining job."""
     from specchat.models import load_for_decoding
-    from specchat.ui.app import LoadCancelled
+    from specchat.ui.model_loading import LoadCancelled
 
     target, draft = save_tiny_pair(tiny_pair, tmp_path)
     seen: list[str] = []

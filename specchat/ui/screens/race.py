@@ -29,7 +29,6 @@ from textual.widgets import Footer, Input, Static
 from specchat.config import data_dir
 from specchat.engine.race import RACE_TOKENS, WARM_UP_TOKENS, LaneName, RaceCancelled, RaceResult, run_race
 from specchat.errors import SpecchatError
-from specchat.ui.lease import JobEnded, ModelLease, run_job
 from specchat.ui.race_view import (
     LANE_TITLES,
     REPLAY_NOTE,
@@ -39,6 +38,7 @@ from specchat.ui.race_view import (
     lane_text,
     settings_line,
 )
+from specchat.ui.state.lease import JobEnded, ModelLease, run_job
 
 if TYPE_CHECKING:
     from specchat.backend import Controls

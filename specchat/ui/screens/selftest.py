@@ -36,7 +36,6 @@ from specchat.engine.selftest import (
     greedy_equality,
     selftest_messages,
 )
-from specchat.ui.lease import JobEnded, ModelLease, run_job
 from specchat.ui.selftest_view import (
     bar,
     chi_square_line,
@@ -48,6 +47,7 @@ from specchat.ui.selftest_view import (
     tv_line,
     verdict_line,
 )
+from specchat.ui.state.lease import JobEnded, ModelLease, run_job
 
 if TYPE_CHECKING:
     from specchat.backend import Controls

@@ -1,6 +1,6 @@
 """The theory panel: the seed formulas with this session's numbers, and the γ advisor's plot.
 
-Self-contained: it reads the app's :class:`~specchat.ui.theory.TheoryTracker` and controls on
+Self-contained: it reads the app's :class:`~specchat.ui.state.theory_tracker.TheoryTracker` and controls on
 its own timer (never per token), runs the plain probe itself when no plain rate was measured,
 and is mounted on (and removed from) whatever screen shows the chat.
 """
@@ -18,11 +18,17 @@ from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from specchat.engine.events import Event
-from specchat.ui.lease import JobEnded, ModelLease, run_job
-from specchat.ui.theory import ADVISOR_GAMMAS, PROBE_PROMPT, PROBE_TOKENS, TheoryView, theory_lines
+from specchat.ui.state.lease import JobEnded, ModelLease, run_job
+from specchat.ui.state.theory_tracker import (
+    ADVISOR_GAMMAS,
+    PROBE_PROMPT,
+    PROBE_TOKENS,
+    TheoryView,
+    theory_lines,
+)
 
 if TYPE_CHECKING:
-    from specchat.ui.theory import TheoryTracker
+    from specchat.ui.state.theory_tracker import TheoryTracker
 
 REFRESH_S = 0.5
 
