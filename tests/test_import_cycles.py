@@ -12,8 +12,6 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 import specchat
 
 PACKAGE_ROOT = Path(specchat.__file__).parent
@@ -134,11 +132,6 @@ def test_the_ui_has_no_import_circle() -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="the non-UI circles (models.loader <-> models.packed, models.cpu_quant <-> models.quant, "
-    "backend <-> engine.*) are being cut in separate changes",
-)
 def test_the_package_has_no_import_circle() -> None:
     everywhere = circles(import_graph())
     assert everywhere == [], f"import circles in specchat:\n{_describe(everywhere)}"
