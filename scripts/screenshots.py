@@ -248,12 +248,12 @@ async def render_all(
         from specchat.ui.screens.race import RaceScreen
 
         result = race_result or demo_race(pair, q1)
-        await app.push_screen(RaceScreen(result.prompt, result=result))
+        await app.push_screen(RaceScreen(result.prompt, result=result, palette=app.palette))
 
     async def selftest(app: Any, pilot: Any) -> None:
         from specchat.ui.screens.selftest import SelfTestScreen
 
-        screen = SelfTestScreen(temperature=1.0, autostart=False)
+        screen = SelfTestScreen(temperature=1.0, autostart=False, lease=app.lease)
         await app.push_screen(screen)
         screen.report = selftest_report or demo_selftest()
         screen.draw()
