@@ -1,7 +1,7 @@
 """Packaged models: find their chunk packages and join the chunks into one verified GGUF.
 
 The chunk packages are located with `find_spec`, never imported: importing is not needed to read a
-data file, and some packagers' `__init__` drags in heavy dependencies (see MODELS.md).
+data file, and some packagers' `__init__` drags in heavy dependencies (see docs/models.md and docs/lab/).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Decoding one token is memory-bound: each step streams every weight once. On the 2-core AMD CPU
 this project is measured on, fp32 weights also suffer from MKL's small-batch GEMM, which makes
-a verify pass over 2–9 positions cost 2–7 single-token passes (see MODELS.md), so speculation
+a verify pass over 2–9 positions cost 2–7 single-token passes (see docs/lab/), so speculation
 cannot pay. The kernels here read fewer bytes and stay flat in the number of rows.
 
 Exactness: the target's layers must compute each row of a verify pass bit for bit as a

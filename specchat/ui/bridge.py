@@ -1,7 +1,10 @@
-"""The worker bridge: the only code in the UI that touches the models and the engine.
+"""The worker bridge: how the UI's reply and load workers drive a backend (the local engine or a
+server), without importing torch.
 
-It runs inside Textual thread workers (see ``SpecchatApp._load_models`` and
-``SpecchatApp._stream_reply``) and hands results back only through ``post_message``.
+It runs inside Textual thread workers (loading: :mod:`specchat.ui.model_loading`; a reply:
+:mod:`specchat.ui.reply`) and hands results back only through ``post_message``. The talk jobs
+(race, self-test, theory probe) reach the models through the lease
+(:mod:`specchat.ui.state.lease`).
 A backend that can step (the local engine) is driven one round per call of its step API;
 :class:`StepGate` holds the worker between rounds in step mode.
 Heavy modules (torch, transformers, specchat.models, specchat.engine.session) are imported
