@@ -209,6 +209,7 @@ async def render_all(
         await wait(pilot, lambda: app.reply is not None and len(app.reply.rounds) == len(eng.rounds))
 
     async def finished(app: Any, pilot: Any) -> None:
+        await pilot.press(key("rejected"))  # a theme's picture shows every style, rejected drafts too
         await send_and_wait(app, pilot, q1)
         await send_and_wait(app, pilot, q2)
 
@@ -286,6 +287,7 @@ async def shoot_talk(
 
     async def step_mode(app: Any, pilot: Any) -> None:
         # Step to the first round (after the third) whose drafts were not all accepted.
+        await pilot.press(key("rejected"))  # a talk shows the rejected drafts (off for chatting)
         await pilot.press(key("step_mode"))
         await send_only(app, pilot, question)
         for rounds in range(1, 30):
@@ -296,6 +298,7 @@ async def shoot_talk(
         app.clear_notifications()
 
     async def inspector(app: Any, pilot: Any) -> None:
+        await pilot.press(key("rejected"))
         await send_and_wait(app, pilot, question)
         tokens = app.conversation.turns[-1].tokens
         index = next((i for i, t in enumerate(tokens) if t.kind == "correction" and t.text and i > 8), None)
@@ -305,6 +308,7 @@ async def shoot_talk(
     async def replay(app: Any, pilot: Any) -> None:
         from specchat.ui.screens.replay import ReplayScreen
 
+        await pilot.press(key("rejected"))
         await send_and_wait(app, pilot, question)
         await pilot.press(key("open"))
         await pilot.pause()
