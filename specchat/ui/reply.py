@@ -224,14 +224,18 @@ class Replies:
 
     def stop(self) -> None:
         """Esc: the engine stops at the next round boundary; what came is kept."""
+        self._ask_to_stop("stopping…")
+
+    def _ask_to_stop(self, saying: str) -> ActiveReply | None:
+        """Set the flag the engine polls between rounds: the worker then ends normally and posts
+        the partial reply, which is kept. The reply asked, or None when none streams."""
         reply = self.active
         if reply is None or reply.worker is None:
-            return
+            return None
         reply.stopping = True
-        # Set the flag the engine polls between rounds; the worker then ends normally and
-        # posts the partial reply, which is kept.
         reply.worker.cancelled_event.set()
-        self.screen.prompt.border_title = "stopping…"
+        self.screen.prompt.border_title = saying
+        return reply
 
     # ------------------------------------------------------------------ closing
 
@@ -299,12 +303,9 @@ class Replies:
 
     async def keep_before_exit(self) -> None:
         """Stop the streaming reply and keep it, waiting a little for its round's summary."""
-        reply = self.active
+        reply = self._ask_to_stop("saving the reply…")
         if reply is None or reply.worker is None:
             return
-        reply.stopping = True
-        reply.worker.cancelled_event.set()
-        self.screen.prompt.border_title = "saving the reply…"
         # The engine stops at the next round boundary and sends its summary (stop
         # "cancelled"): a round is short, so wait for it rather than lose the figures.
         with contextlib.suppress(TimeoutError, WorkerCancelled, WorkerFailed):
