@@ -106,7 +106,7 @@ def parse_cpu_path(text: str, device: torch.device | None = None) -> CpuPath:
     if target not in TARGET_MODES or draft not in DRAFT_MODES:
         raise InvalidSettingError(
             f"unknown CPU path {text!r}: use none, auto or TARGET/DRAFT with TARGET in "
-            f"{', '.join(TARGET_MODES)} and DRAFT in {', '.join(DRAFT_MODES)} (e.g. fp16/int8+head32768)."
+            f"{', '.join(TARGET_MODES)} and DRAFT in {', '.join(DRAFT_MODES)} (e.g. int8/dyn8+head32768)."
         )
     try:
         width = int(head) if head else None
