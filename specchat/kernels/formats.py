@@ -10,6 +10,10 @@ Three formats, named after the number of bits a weight takes in the kernel:
 - ``q6``: llama.cpp's Q6_K, the q8 arithmetic with offset 32 on values 0…63 stored in 6 bits
   (q8 would spend 8 bits on each, a quarter more bytes for a decoding step to stream).
 
+llama.cpp's 32-weight block types fit these exactly too, with super-blocks of one block: Q8_0 is
+q8 with unit group scales, Q4_0 and Q4_1 are q4 with unit scales and the block's min as the min
+factor, Q5_0 is q6 with offset 16.
+
 :class:`Unpacked` holds a matrix in either format as plain arrays (one value per weight), which
 tests and the reference dequantizer read; :func:`pack` lays it out for the kernel.
 """
@@ -111,6 +115,55 @@ def unpack_q6_k(raw: np.ndarray, n: int, k: int) -> Unpacked:
     sc = blocks[:, 192:208].copy().view(np.int8).reshape(n, k // 16)
     d = blocks[:, 208:210].copy().view(np.float16).reshape(n, k // QK_K)
     return Unpacked("q6", q, sc, d, QK_K, offset=32)
+
+
+def unpack_q8_0(raw: np.ndarray, n: int, k: int) -> Unpacked:
+    """llama.cpp Q8_0 blocks (34 bytes per 32 weights, w = d·q): q8 with unit group scales."""
+    blocks = np.ascontiguousarray(raw).view(np.uint8).reshape(n * k // 32, 34)
+    d = blocks[:, 0:2].copy().view(np.float16).reshape(n, k // 32)
+    q = (blocks[:, 2:].copy().view(np.int8).astype(np.int16) + 128).astype(np.uint8).reshape(n, k)
+    return Unpacked("q8", q, np.ones((n, k // 16), dtype=np.int8), d, 32, offset=128)
+
+
+def unpack_q4_0(raw: np.ndarray, n: int, k: int) -> Unpacked:
+    """llama.cpp Q4_0 blocks (18 bytes per 32 weights, w = d·(q − 8)): q4 with its min at 8·d."""
+    blocks = np.ascontiguousarray(raw).view(np.uint8).reshape(n * k // 32, 18)
+    d = blocks[:, 0:2].copy().view(np.float16).reshape(n, k // 32)
+    q = _low_then_high_nibbles(blocks[:, 2:]).reshape(n, k)
+    return _q4_with_unit_scales(q, d, d, mins=8)
+
+
+def unpack_q4_1(raw: np.ndarray, n: int, k: int) -> Unpacked:
+    """llama.cpp Q4_1 blocks (20 bytes per 32 weights, w = d·q + m): q4 with the min factor −m."""
+    blocks = np.ascontiguousarray(raw).view(np.uint8).reshape(n * k // 32, 20)
+    d = blocks[:, 0:2].copy().view(np.float16).reshape(n, k // 32)
+    m = blocks[:, 2:4].copy().view(np.float16).reshape(n, k // 32)
+    q = _low_then_high_nibbles(blocks[:, 4:]).reshape(n, k)
+    return _q4_with_unit_scales(q, d, -m, mins=1)  # fp16 negation is exact
+
+
+def unpack_q5_0(raw: np.ndarray, n: int, k: int) -> Unpacked:
+    """llama.cpp Q5_0 blocks (22 bytes per 32 weights, w = d·(q − 16)): q6 with offset 16.
+
+    The fifth bit of weight j is bit j of the block's little-endian 32-bit ``qh``.
+    """
+    blocks = np.ascontiguousarray(raw).view(np.uint8).reshape(n * k // 32, 22)
+    d = blocks[:, 0:2].copy().view(np.float16).reshape(n, k // 32)
+    high = np.unpackbits(blocks[:, 2:6], axis=-1, bitorder="little")  # [blocks, 32]: bit j of qh
+    q = (_low_then_high_nibbles(blocks[:, 6:]) | (high << 4)).reshape(n, k)
+    return Unpacked("q6", q, np.ones((n, k // 16), dtype=np.int8), d, 32, offset=16)
+
+
+def _low_then_high_nibbles(qs: np.ndarray) -> np.ndarray:
+    """[blocks, 16] bytes → [blocks, 32] values: weights 0…15 in the low nibbles, 16…31 in the high."""
+    return np.concatenate([qs & 0x0F, qs >> 4], axis=-1).astype(np.uint8)
+
+
+def _q4_with_unit_scales(q: np.ndarray, d: np.ndarray, dm: np.ndarray, mins: int) -> Unpacked:
+    """A 32-weight-block type as q4 with super-blocks of one group: w = d·1·q − dm·mins."""
+    n, k = q.shape
+    ones = np.ones((n, k // 32), dtype=np.uint8)
+    return Unpacked("q4", q, ones, d, 32, ones * np.uint8(mins), dm)
 
 
 # ------------------------------------------------------------------------------ from floats

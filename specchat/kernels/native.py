@@ -21,7 +21,18 @@ import numpy as np
 import torch
 
 from specchat.kernels import load
-from specchat.kernels.formats import Unpacked, pack, quantize_q4, quantize_q8
+from specchat.kernels.formats import (
+    Unpacked,
+    pack,
+    quantize_q4,
+    quantize_q8,
+    unpack_q4_0,
+    unpack_q4_1,
+    unpack_q4_k,
+    unpack_q5_0,
+    unpack_q6_k,
+    unpack_q8_0,
+)
 from specchat.kernels.qlinear import qmat_from_tensors
 from specchat.models.lean import LeanCache, LeanOutput
 
@@ -267,6 +278,24 @@ their q/k rows (for its interleaved rotary layout); the forward here rotates hal
 transformers does, so those rows are put back in the original order."""
 
 
+KEPT_TYPES: dict[str, dict[str, Callable[[np.ndarray, int, int], Unpacked]]] = {
+    "gguf": {
+        "Q4_K": unpack_q4_k,
+        "Q6_K": unpack_q6_k,
+        "Q8_0": unpack_q8_0,
+        "Q4_0": unpack_q4_0,
+        "Q4_1": unpack_q4_1,
+        "Q5_0": unpack_q5_0,
+    },
+    "q4": {"Q4_K": unpack_q4_k, "Q4_0": unpack_q4_0, "Q4_1": unpack_q4_1},
+    "q8": {},
+}
+"""Per packing mode, the GGUF block types whose weights the kernels read unchanged, and how each is
+unpacked: "gguf" keeps every type a kernel format holds exactly; "q4" (drafts) keeps only the
+4-bit ones, since a draft's bytes per step set its speed; "q8" keeps none. Any other type
+(Q5_K, Q5_1, Q2_K, Q3_K, F16…) is dequantized and requantized to the mode's format."""
+
+
 def _unpermute_order(rows: int, heads: int) -> np.ndarray:
     """Row order that undoes llama.cpp's q/k permutation (transformers' reverse_permute_weights)."""
     order = np.arange(rows).reshape(heads, rows // heads // 2, 2)
@@ -291,17 +320,16 @@ def pack_gguf(
 ) -> PackedModel:
     """The kernels' tensors straight from a GGUF file's quantized blocks.
 
-    ``mode`` "gguf": keep Q4_K and Q6_K tensors as they are (the target: the very weights llama.cpp
-    reads), requantizing any other type to q8; "q4": keep Q4_K, requantize the rest to q4 (drafts,
-    fewer bytes); "q8": requantize everything to q8. ``on_layer(done, layers)`` runs after each
-    layer: progress for the caller, and the point where it may raise to abandon packing.
+    ``mode`` "gguf": keep the tensors of every type in :data:`KEPT_TYPES` as they are (the target:
+    the very weights llama.cpp reads), requantizing any other type to q8; "q4": keep the 4-bit
+    types, requantize the rest to q4 (drafts, fewer bytes); "q8": requantize everything to q8.
+    ``on_layer(done, layers)`` runs after each layer: progress for the caller, and the point where
+    it may raise to abandon packing.
     """
-    if mode not in ("gguf", "q4", "q8"):
+    if mode not in KEPT_TYPES:
         raise ValueError(f"unknown packing mode {mode!r}")
     import gguf
     from gguf import GGUFReader
-
-    from specchat.kernels.formats import unpack_q4_k, unpack_q6_k
 
     reader = GGUFReader(path)
     tensors = {t.name: t for t in reader.tensors}
@@ -332,12 +360,10 @@ def pack_gguf(
 
     def matrix(tensor: Any, rows: int | None = None) -> Unpacked:
         k, n = int(tensor.shape[0]), int(tensor.shape[1])
-        kind = tensor.tensor_type.name
         raw = np.asarray(tensor.data)
-        if kind == "Q4_K" and rows is None and mode != "q8":
-            return unpack_q4_k(raw, n, k)
-        if kind == "Q6_K" and rows is None and mode == "gguf":
-            return unpack_q6_k(raw, n, k)
+        kept = KEPT_TYPES[mode].get(tensor.tensor_type.name)
+        if kept is not None and rows is None:
+            return kept(raw, n, k)
         weights = gguf.quants.dequantize(raw, tensor.tensor_type).reshape(n, k)[:rows]
         return (quantize_q4 if mode == "q4" else quantize_q8)(weights)
 

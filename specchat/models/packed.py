@@ -27,8 +27,9 @@ from specchat.models.records import LoadProgress, ProgressCallback, Waiter, emit
 from specchat.models.store import entry_lock, set_doing, staged
 
 WEIGHTS = "weights.safetensors"
-FORMAT_VERSION = 2
-"""Bumped whenever the packed layout changes, so older folders are packed anew."""
+FORMAT_VERSION = 3
+"""Bumped whenever the packed layout or the GGUF types kept at their own bits change, so older
+folders are packed anew."""
 
 
 def packed_dir() -> Path:

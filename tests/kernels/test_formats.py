@@ -11,9 +11,28 @@ from specchat.kernels.formats import (
     quantize_q4,
     quantize_q8,
     super_block_for,
+    unpack_q4_0,
+    unpack_q4_1,
     unpack_q4_k,
+    unpack_q5_0,
     unpack_q6_k,
+    unpack_q8_0,
 )
+
+SMALL_BLOCK_TYPES = [
+    (gguf.GGMLQuantizationType.Q8_0, unpack_q8_0, "q8"),
+    (gguf.GGMLQuantizationType.Q4_0, unpack_q4_0, "q4"),
+    (gguf.GGMLQuantizationType.Q4_1, unpack_q4_1, "q4"),
+    (gguf.GGMLQuantizationType.Q5_0, unpack_q5_0, "q6"),
+]
+"""The 32-weight block types kept at their own bits, with their unpackers and kernel formats."""
+
+
+def small_blocks(qtype: gguf.GGMLQuantizationType, n: int, k: int, seed: int = 0) -> np.ndarray:
+    """Valid blocks of a 32-weight type, quantized by gguf-py from rows of very different scales."""
+    rng = np.random.default_rng(seed)
+    weights = rng.standard_normal((n, k)) * rng.uniform(1e-3, 3.0, (n, 1)) + rng.uniform(-0.5, 0.5, (n, 1))
+    return np.asarray(gguf.quants.quantize(weights.astype(np.float32), qtype))
 
 
 def random_blocks(qtype: gguf.GGMLQuantizationType, n: int, k: int, seed: int = 0) -> np.ndarray:
@@ -39,6 +58,18 @@ def test_gguf_blocks_unpack_to_the_same_weights(qtype: gguf.GGMLQuantizationType
     expected = gguf.quants.dequantize(raw, qtype).reshape(n, k)
     ours = unpack(raw, n, k).dequantize()  # type: ignore[operator]
     assert np.array_equal(ours, expected)
+
+
+@pytest.mark.parametrize(("qtype", "unpack", "kind"), SMALL_BLOCK_TYPES)
+def test_small_block_types_unpack_to_the_same_weights(
+    qtype: gguf.GGMLQuantizationType, unpack: object, kind: str
+) -> None:
+    n, k = 48, 512
+    raw = small_blocks(qtype, n, k)
+    matrix = unpack(raw, n, k)  # type: ignore[operator]
+    assert matrix.kind == kind and matrix.super_block == 32
+    assert np.array_equal(matrix.dequantize(), gguf.quants.dequantize(raw, qtype).reshape(n, k))
+    assert int(matrix.q.max()) < {"q4": 16, "q6": 64, "q8": 256}[kind]  # fits the kernel's bits
 
 
 @pytest.mark.parametrize("quantize", [quantize_q4, quantize_q8])

@@ -9,6 +9,7 @@ import torch
 
 from specchat.kernels.formats import Unpacked, quantize_q4, quantize_q8
 from specchat.kernels.qlinear import QLinear
+from tests.kernels.test_formats import SMALL_BLOCK_TYPES, small_blocks
 
 
 def reference(x: torch.Tensor, weights: np.ndarray, block: int) -> torch.Tensor:
@@ -69,3 +70,20 @@ def test_six_bit_weights_compute_bit_for_bit_what_q8_computes_with_them(isa: str
         assert torch.equal(six(x[:width]), eight(x[:width])), width
     expected = reference(x, six_bit_values(100, 512, "q6").dequantize(), 256) + bias.double()
     assert torch.allclose(six(x).double(), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("qtype", "unpack", "kind"), SMALL_BLOCK_TYPES, ids=lambda v: getattr(v, "name", ""))
+def test_small_block_types_compute_their_own_weights_row_by_row(
+    isa: str, qtype: object, unpack: object, kind: str
+) -> None:
+    """Q8_0, Q4_0, Q4_1 and Q5_0 run at their own bits (super-blocks of 32), each row as a one-row pass."""
+    torch.manual_seed(5)
+    n, k = 100, 512
+    matrix = unpack(small_blocks(qtype, n, k, seed=2), n, k)  # type: ignore[arg-type, operator]
+    layer = QLinear(matrix)
+    x = torch.randn(9, k) * torch.logspace(-2, 2, 9)[:, None]
+    alone = torch.cat([layer(x[i : i + 1]) for i in range(9)])
+    for width in range(2, 10):
+        assert torch.equal(layer(x[:width]), alone[:width]), width
+    expected = reference(x, matrix.dequantize(), 32)
+    assert torch.allclose(layer(x).double(), expected, rtol=1e-4, atol=1e-4)

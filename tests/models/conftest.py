@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gguf import GGMLQuantizationType
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from specchat.models.registry import Chunk, PackagedModel
@@ -47,9 +48,15 @@ def _permute(weights: np.ndarray, n_head: int) -> np.ndarray:
     )
 
 
-def write_tiny_gguf(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, path: Path) -> Path:
-    """Write `model` as an F32 llama GGUF with a byte-level BPE vocabulary, like llama.cpp would."""
-    from gguf import GGUFWriter
+def write_tiny_gguf(
+    model: LlamaForCausalLM,
+    tokenizer: PreTrainedTokenizerFast,
+    path: Path,
+    qtype: GGMLQuantizationType | None = None,
+) -> Path:
+    """Write `model` as a llama GGUF with a byte-level BPE vocabulary, like llama.cpp would: F32,
+    or its matrices quantized to ``qtype`` by gguf-py (norms stay F32, as llama-quantize leaves them)."""
+    from gguf import GGUFWriter, quants
 
     config = model.config
     head_dim = config.hidden_size // config.num_attention_heads
@@ -66,7 +73,10 @@ def write_tiny_gguf(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast,
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
     _add_tokenizer(writer, tokenizer)
     for name, weights in _gguf_tensors(model).items():
-        writer.add_tensor(name, weights)
+        if qtype is None or weights.ndim == 1:
+            writer.add_tensor(name, weights)
+        else:
+            writer.add_tensor(name, quants.quantize(weights, qtype), raw_dtype=qtype)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
