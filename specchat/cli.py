@@ -28,6 +28,7 @@ from specchat.engine.race import WARM_UP_TOKENS
 from specchat.engine.registry import DRAFT_STOP_BELOW, DRAFTER_NAMES, DRAFTERS, drafter_spec
 from specchat.errors import InvalidSettingError, SpecchatError
 from specchat.files import PROMPT_LIMIT, RACE_LIMIT, read_user_file, read_user_text
+from specchat.presenters.kind_labels import KIND_STYLES, LEGEND_LABELS
 from specchat.untrusted import masked, visible
 
 if TYPE_CHECKING:
@@ -47,20 +48,6 @@ USER_ERROR = 2
 """Exit status after a bad flag, setting or input (click uses 2 for usage errors too)."""
 PIPE_CLOSED = 141
 """Exit status when stdout's reader closed the pipe early (128 + SIGPIPE, as the shell reports)."""
-
-# Colours of the four token kinds in --format ansi (the TUI takes them from its theme).
-KIND_STYLES = {
-    "accepted": "green",
-    "correction": "bold red",
-    "bonus": "bold cyan",
-    "target": "default",
-}
-KIND_LABELS = {
-    "accepted": "accepted draft",
-    "correction": "residual correction",
-    "bonus": "bonus",
-    "target": "target only",
-}
 
 
 def model_options(func: F) -> F:
@@ -595,7 +582,7 @@ def print_ansi(stream: Iterator[Event]) -> Any:
 
     console = Console(highlight=False, force_terminal=None)
     legend = Text("legend: ")
-    for kind, label in KIND_LABELS.items():
+    for kind, label in LEGEND_LABELS.items():
         legend.append(f" {label} ", style=KIND_STYLES[kind] + " reverse")
         legend.append(" ")
     console.print(legend)
@@ -782,7 +769,7 @@ def show_race(result: Any, replay: bool) -> None:
     from rich.console import Console
     from rich.live import Live
 
-    from specchat.ui.race_view import race_frame, summary_line
+    from specchat.presenters.race_text import race_frame, summary_line
 
     console = Console(highlight=False)
     if replay and console.is_terminal:
@@ -802,7 +789,7 @@ def show_race(result: Any, replay: bool) -> None:
 def race_svg(result: Any) -> str:
     from rich.console import Console
 
-    from specchat.ui.race_view import race_frame
+    from specchat.presenters.race_text import race_frame
 
     console = Console(record=True, width=140, force_terminal=True, file=open(os.devnull, "w"))  # noqa: SIM115
     console.print(race_frame(result, result.duration_s, KIND_STYLES))
@@ -905,7 +892,7 @@ def run_sampling_selftest(
     cancel: threading.Event,
 ) -> tuple[bool, dict[str, Any]]:
     from specchat.engine.selftest import ExactnessSampler, selftest_messages
-    from specchat.ui.selftest_view import progress_line, report_lines
+    from specchat.presenters.selftest_text import progress_line, report_lines
 
     sampler = ExactnessSampler(
         engine, selftest_messages(prompt, system_prompt), controls, tokens=tokens, seed=controls.seed or 0

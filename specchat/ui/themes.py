@@ -30,24 +30,11 @@ from textual.color import Color
 from textual.theme import BUILTIN_THEMES, Theme
 
 from specchat.config import config_path
-from specchat.engine.events import TOKEN_KINDS, TokenKind
+from specchat.engine.events import TOKEN_KINDS
 from specchat.errors import SpecchatError
 from specchat.files import THEME_LIMIT, read_user_text
 
 DEFAULT_THEME = "specchat-dark"
-
-KIND_LABELS: dict[TokenKind, str] = {
-    "accepted": "accepted draft",
-    "correction": "correction",
-    "bonus": "bonus",
-    "target": "target only",
-}
-KIND_HELP: dict[TokenKind, str] = {
-    "accepted": "the drafter proposed it and the target agreed: it cost no target step of its own",
-    "correction": "the target rejected a draft here and sampled this token from the residual instead",
-    "bonus": "every draft passed, so the target's verify pass gave one more token for free",
-    "target": "nothing was drafted this round (drafter off or no n-gram match): a plain target token",
-}
 
 _PALETTE_FIELDS = (
     "primary",

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from specchat.cli import main
 from specchat.engine.race import RaceResult
-from specchat.ui.race_view import summary_line
+from specchat.presenters.race_text import summary_line
 
 
 def run(*args: str) -> tuple[int, str, str]:

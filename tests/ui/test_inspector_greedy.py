@@ -93,7 +93,7 @@ def test_a_draft_s_control_characters_are_shown_not_obeyed() -> None:
 def test_a_race_lane_shows_control_characters_visibly() -> None:
     from specchat.engine.events import SummaryEvent
     from specchat.engine.race import LaneToken, RaceLane
-    from specchat.ui.race_view import lane_text
+    from specchat.presenters.race_text import lane_text
 
     tokens = (LaneToken(0.1, "ok\x1b]0;title\x07", "target", 1),)
     summary = SummaryEvent(1, 1, 0, 0, None, None, 10.0, (), "length", 0.0, 0.1, 1)

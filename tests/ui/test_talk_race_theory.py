@@ -17,7 +17,7 @@ from specchat.backend import Capabilities
 from specchat.config import data_dir
 from specchat.engine.events import Event
 from specchat.engine.race import RaceResult
-from specchat.ui.race_view import finish_lines
+from specchat.presenters.race_text import finish_lines
 from specchat.ui.screens.race import Lane, RaceScreen
 from specchat.ui.screens.selftest import SelfTestScreen
 from specchat.ui.testing import DRAFT_MS_PER_TOKEN, VERIFY_MS, PausingEngine
