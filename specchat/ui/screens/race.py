@@ -29,7 +29,7 @@ from textual.widgets import Footer, Input, Static
 from specchat.config import data_dir
 from specchat.engine.race import RACE_TOKENS, WARM_UP_TOKENS, LaneName, RaceCancelled, RaceResult, run_race
 from specchat.errors import SpecchatError
-from specchat.ui.race_view import (
+from specchat.presenters.race_text import (
     LANE_TITLES,
     REPLAY_NOTE,
     clock,

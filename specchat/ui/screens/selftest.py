@@ -36,7 +36,7 @@ from specchat.engine.selftest import (
     greedy_equality,
     selftest_messages,
 )
-from specchat.ui.selftest_view import (
+from specchat.presenters.selftest_text import (
     bar,
     chi_square_line,
     fit,

@@ -28,8 +28,9 @@ from textual.message import Message
 from textual.widgets import Static
 
 from specchat.engine.events import Candidate, DraftTrace, TokenEvent, known
+from specchat.presenters.kind_labels import KIND_LABELS
 from specchat.ui.live import Inspected, LiveStats
-from specchat.ui.themes import KIND_LABELS, TokenPalette
+from specchat.ui.themes import TokenPalette
 from specchat.untrusted import visible
 
 BAR_WIDTH = 24

@@ -21,10 +21,11 @@ from textual.widgets import Digits, Label, Static
 
 from specchat.backend import FIGURE_LABELS
 from specchat.engine.events import TOKEN_KINDS
+from specchat.presenters.kind_labels import KIND_LABELS
 from specchat.ui.keys import display_key
 from specchat.ui.live import ROLLING_WINDOW, ControlsView, LiveStats
 from specchat.ui.store import fmt
-from specchat.ui.themes import KIND_LABELS, REJECTED, TokenPalette
+from specchat.ui.themes import REJECTED, TokenPalette
 
 SPARK = "▁▂▃▄▅▆▇█"
 BAR_WIDTH = 18
