@@ -34,6 +34,7 @@ from specchat.kernels.formats import (
     unpack_q8_0,
 )
 from specchat.kernels.qlinear import qmat_from_tensors
+from specchat.models.architectures import BY_NAME, GGUF_TENSOR_NAMES, fast_path_problem
 from specchat.models.lean import LeanCache, LeanOutput
 
 PROJECTIONS = ("q", "k", "v", "o", "gate", "up", "down")
@@ -256,28 +257,6 @@ def from_hf(hf_model: Any, *, bits: int = 4, head_rows: int | None = None) -> Na
 
 
 # ------------------------------------------------------------------------------ from GGUF
-GGUF_NAMES = {
-    "embed": "token_embd.weight",
-    "head": "output.weight",
-    "norm": "output_norm.weight",
-    "q": "attn_q",
-    "k": "attn_k",
-    "v": "attn_v",
-    "o": "attn_output",
-    "gate": "ffn_gate",
-    "up": "ffn_up",
-    "down": "ffn_down",
-    "attn_norm": "attn_norm",
-    "ffn_norm": "ffn_norm",
-}
-
-
-GGUF_ARCHITECTURES = {"qwen2": False, "llama": True, "mistral": True}
-"""Architectures the native forward runs from a GGUF, and whether llama.cpp's converter permuted
-their q/k rows (for its interleaved rotary layout); the forward here rotates halves, as
-transformers does, so those rows are put back in the original order."""
-
-
 KEPT_TYPES: dict[str, dict[str, Callable[[np.ndarray, int, int], Unpacked]]] = {
     "gguf": {
         "Q4_K": unpack_q4_k,
@@ -296,6 +275,26 @@ unpacked: "gguf" keeps every type a kernel format holds exactly; "q4" (drafts) k
 (Q5_K, Q5_1, Q2_K, Q3_K, F16…) is dequantized and requantized to the mode's format."""
 
 
+def _gguf_rotary_frequencies(
+    shape: Shape, scaling: str, factor: float, freq_factors: np.ndarray | None
+) -> torch.Tensor:
+    """The rotary frequencies llama.cpp uses for a GGUF: base^(−2i/d), divided by the file's
+    per-frequency factors (``rope_freqs``: how its converter writes Llama 3.x scaling) and by a
+    linear scaling factor."""
+    inv_freq = _rope_inverse_frequencies(shape)
+    if freq_factors is not None:
+        if freq_factors.shape != (shape.head_dim // 2,):
+            raise ValueError(
+                f"rope_freqs holds {freq_factors.size} factors for {shape.head_dim // 2} frequencies"
+            )
+        inv_freq = inv_freq / torch.from_numpy(freq_factors.copy())
+    if scaling == "linear":
+        inv_freq = inv_freq / factor
+    elif scaling not in ("none", ""):
+        raise ValueError(f"RoPE scaling {scaling!r} is not supported yet (linear and Llama 3 factors are)")
+    return inv_freq
+
+
 def _unpermute_order(rows: int, heads: int) -> np.ndarray:
     """Row order that undoes llama.cpp's q/k permutation (transformers' reverse_permute_weights)."""
     order = np.arange(rows).reshape(heads, rows // heads // 2, 2)
@@ -305,10 +304,10 @@ def _unpermute_order(rows: int, heads: int) -> np.ndarray:
 def gguf_tensor_name(name: str) -> str:
     """specchat's tensor name → the GGUF file's."""
     if not name.startswith("layers."):
-        return GGUF_NAMES[name]
+        return GGUF_TENSOR_NAMES[name]
     _, index, part, *rest = name.split(".")
     suffix = "bias" if rest == ["bias"] else "weight"
-    return f"blk.{index}.{GGUF_NAMES[part]}.{suffix}"
+    return f"blk.{index}.{GGUF_TENSOR_NAMES[part]}.{suffix}"
 
 
 def pack_gguf(
@@ -334,17 +333,19 @@ def pack_gguf(
     reader = GGUFReader(path)
     tensors = {t.name: t for t in reader.tensors}
     arch = str(reader.fields["general.architecture"].contents())
-    if arch not in GGUF_ARCHITECTURES:
-        raise ValueError(
-            f"specchat's CPU kernels run {', '.join(GGUF_ARCHITECTURES)} models, not {arch!r}: "
-            "use --cpu-path int8/dyn8+head32768 or none"
-        )
+    problem = fast_path_problem(arch)
+    if problem is not None:
+        raise ValueError(f"{problem}: use --cpu-path int8/dyn8+head32768 or none")
 
-    def meta(key: str) -> Any:
-        return reader.fields[f"{arch}.{key}"].contents()
+    def meta(key: str, default: Any = None) -> Any:
+        found = reader.fields.get(f"{arch}.{key}")
+        if found is None and default is None:
+            raise ValueError(f"{path}: the GGUF has no {arch}.{key}")
+        return default if found is None else found.contents()
 
     heads = int(meta("attention.head_count"))
     hidden = int(meta("embedding_length"))
+    head_dim = int(meta("attention.key_length", hidden // heads))
     head_name = "output.weight" if "output.weight" in tensors else "token_embd.weight"
     vocab = int(tensors[head_name].shape[1])
     shape = Shape(
@@ -352,10 +353,18 @@ def pack_gguf(
         hidden=hidden,
         heads=heads,
         kv_heads=int(meta("attention.head_count_kv")),
-        head_dim=hidden // heads,
+        head_dim=head_dim,
         vocab=min(vocab, head_rows) if head_rows else vocab,
         eps=float(meta("attention.layer_norm_rms_epsilon")),
-        rope_theta=float(meta("rope.freq_base")),
+        rope_theta=float(meta("rope.freq_base", 10000.0)),
+    )
+    if int(meta("rope.dimension_count", head_dim)) != head_dim:
+        raise ValueError(f"{path}: rotary embeddings over part of each head are not supported yet")
+    factors = (
+        np.asarray(tensors["rope_freqs.weight"].data, np.float32) if "rope_freqs.weight" in tensors else None
+    )
+    inv_freq = _gguf_rotary_frequencies(
+        shape, str(meta("rope.scaling.type", "none")), float(meta("rope.scaling.factor", 1.0)), factors
     )
 
     def matrix(tensor: Any, rows: int | None = None) -> Unpacked:
@@ -370,7 +379,7 @@ def pack_gguf(
     def vector(name: str) -> torch.Tensor:
         return torch.from_numpy(np.asarray(tensors[name].data, dtype=np.float32).copy())
 
-    packed = PackedModel(shape, 1.0, {}, {"inv_freq": _rope_inverse_frequencies(shape)})
+    packed = PackedModel(shape, 1.0, {}, {"inv_freq": inv_freq})
     packed.add_matrix("embed", matrix(tensors["token_embd.weight"]))
     narrow = head_rows if head_rows is not None and head_rows < vocab else None
     packed.add_matrix("head", matrix(tensors[head_name], narrow))
@@ -379,7 +388,7 @@ def pack_gguf(
         for part in PROJECTIONS:
             name = f"layers.{i}.{part}"
             weights = matrix(tensors[gguf_tensor_name(name)])
-            if GGUF_ARCHITECTURES[arch] and part in ("q", "k"):
+            if BY_NAME[arch].qk_permuted_in_gguf and part in ("q", "k"):
                 heads_of = shape.heads if part == "q" else shape.kv_heads
                 weights = weights.take_rows(_unpermute_order(weights.shape[0], heads_of))
             packed.add_matrix(name, weights)

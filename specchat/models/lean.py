@@ -30,24 +30,27 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specchat.models.architectures import STATIC_ROPE_TYPES, fast_path_problem
+
 ROW_LIMIT = 32
 """Passes over at most this many new positions attend row by row."""
-
-SUPPORTED_TYPES = ("llama", "qwen2", "mistral")
-
 
 def lean_supported(model: nn.Module) -> str | None:
     """None if :class:`LeanCausalLM` can run ``model``, else the reason it cannot."""
     config = getattr(model, "config", None)
-    if config is None or getattr(config, "model_type", None) not in SUPPORTED_TYPES:
-        return (
-            f"model type {getattr(config, 'model_type', None)!r} is not one of {', '.join(SUPPORTED_TYPES)}"
-        )
+    if config is None:
+        return "it has no config"
+    problem = fast_path_problem(str(getattr(config, "model_type", None)))
+    if problem is not None:
+        return problem
     if getattr(config, "hidden_act", "silu") != "silu":
         return f"activation {config.hidden_act!r} is not silu"
+    # Static scalings live in the rotary module's inv_freq and attention_scaling, which both
+    # decoders read; dynamic ones would change them with the sequence length.
     rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
-    if rope.get("rope_type", rope.get("type", "default")) not in ("default", None):
-        return f"rope type {rope.get('rope_type')!r} is not the default"
+    rope_type = rope.get("rope_type", rope.get("type", "default")) or "default"
+    if rope_type not in STATIC_ROPE_TYPES:
+        return f"rope type {rope_type!r} is not one of {', '.join(STATIC_ROPE_TYPES)}"
     if getattr(config, "use_sliding_window", False) and getattr(config, "sliding_window", None):
         return "sliding-window attention"
     inner = getattr(model, "model", None)

@@ -53,14 +53,18 @@ def write_tiny_gguf(
     tokenizer: PreTrainedTokenizerFast,
     path: Path,
     qtype: GGMLQuantizationType | None = None,
+    *,
+    architecture: str = "llama",
+    rope_freqs: np.ndarray | None = None,
 ) -> Path:
     """Write `model` as a llama GGUF with a byte-level BPE vocabulary, like llama.cpp would: F32,
-    or its matrices quantized to ``qtype`` by gguf-py (norms stay F32, as llama-quantize leaves them)."""
+    or its matrices quantized to ``qtype`` by gguf-py (norms stay F32, as llama-quantize leaves them).
+    ``architecture`` names another family in the file; ``rope_freqs`` adds Llama 3's factors."""
     from gguf import GGUFWriter, quants
 
     config = model.config
     head_dim = config.hidden_size // config.num_attention_heads
-    writer = GGUFWriter(str(path), "llama")
+    writer = GGUFWriter(str(path), architecture)
     writer.add_name("tiny llama")
     writer.add_context_length(config.max_position_embeddings)
     writer.add_embedding_length(config.hidden_size)
@@ -72,6 +76,8 @@ def write_tiny_gguf(
     writer.add_rope_freq_base(float(config.rope_parameters["rope_theta"]))
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
     _add_tokenizer(writer, tokenizer)
+    if rope_freqs is not None:
+        writer.add_tensor("rope_freqs.weight", rope_freqs.astype(np.float32))
     for name, weights in _gguf_tensors(model).items():
         if qtype is None or weights.ndim == 1:
             writer.add_tensor(name, weights)

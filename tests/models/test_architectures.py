@@ -1,0 +1,129 @@
+"""Architectures as data: the table decides what runs on the fast path, and says why not.
+
+Llama 3.x RoPE scaling runs on both roads: a Hugging Face model's rotary module, and a GGUF's
+``rope_freqs`` factors as llama.cpp's converter writes them.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from specchat.kernels import cpu_supports
+from specchat.kernels.native import from_hf, native_model, pack_gguf
+from specchat.models.architectures import ARCHITECTURES, BY_MODEL_TYPE, FAST_NAMES, fast_path_problem
+from specchat.models.lean import LeanCausalLM, lean_supported
+from specchat.testing import make_tokenizer
+from tests.models.conftest import write_tiny_gguf
+
+needs_kernels = pytest.mark.skipif(cpu_supports() is not None, reason=f"no kernels here: {cpu_supports()}")
+
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 10000.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 64,
+}
+IDS = torch.tensor([[1, 5, 9, 12, 7, 30, 22, 4] * 12])  # 96 positions: past the original 64
+
+
+def llama3_model(seed: int = 7) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(make_tokenizer()), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        rope_parameters=dict(LLAMA3_ROPE), bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
+    )  # fmt: skip
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(2.0)
+    return model
+
+
+def converter_rope_freqs(head_dim: int) -> np.ndarray:
+    """The ``rope_freqs`` factors llama.cpp's convert_hf_to_gguf.py writes for Llama 3 scaling."""
+    base, factor = LLAMA3_ROPE["rope_theta"], LLAMA3_ROPE["factor"]
+    low, high = LLAMA3_ROPE["low_freq_factor"], LLAMA3_ROPE["high_freq_factor"]
+    old = LLAMA3_ROPE["original_max_position_embeddings"]
+    factors = []
+    for freq in 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim)):
+        wavelen = 2 * math.pi / freq
+        if wavelen < old / high:
+            factors.append(1.0)
+        elif wavelen > old / low:
+            factors.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            factors.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(factors, dtype=np.float32)
+
+
+def relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
+    return float((got - expected).norm() / expected.norm())
+
+
+def test_every_family_is_one_entry_with_its_reason() -> None:
+    assert set(FAST_NAMES) == {"llama", "mistral", "qwen2"}
+    assert len(BY_MODEL_TYPE) == sum(len(a.model_types) for a in ARCHITECTURES)  # no type in two entries
+    assert fast_path_problem("llama") is None
+    assert "q/k norms" in (fast_path_problem("qwen3") or "")
+    assert "sliding-window" in (fast_path_problem("gemma3_text") or "")
+    assert "not 'mamba'" in (fast_path_problem("mamba") or "")
+
+
+def test_llama3_scaling_runs_on_the_lean_forward() -> None:
+    model = llama3_model()
+    assert lean_supported(model) is None
+    with torch.inference_mode():
+        expected = model(input_ids=IDS).logits[0]
+        got = LeanCausalLM(model)(IDS, None, logits_to_keep=IDS.shape[1]).logits[0]
+    assert relative_error(got, expected) < 1e-4
+
+
+def test_a_dynamic_scaling_is_refused_with_its_name() -> None:
+    model = llama3_model()
+    model.config.rope_parameters = {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}
+    assert "'dynamic'" in (lean_supported(model) or "")
+
+
+@needs_kernels
+def test_llama3_scaling_runs_on_the_kernels_from_hugging_face() -> None:
+    model = llama3_model()
+    with torch.inference_mode():
+        expected = model(input_ids=IDS).logits[0]
+    got = from_hf(model, bits=8)(IDS, None, logits_to_keep=IDS.shape[1]).logits[0]
+    assert relative_error(got, expected) < 0.03
+
+
+@needs_kernels
+def test_llama3_scaling_runs_on_the_kernels_from_a_gguf(tmp_path: Path) -> None:
+    model = llama3_model()
+    freqs = converter_rope_freqs(16)
+    path = write_tiny_gguf(model, make_tokenizer(), tmp_path / "llama3.gguf", rope_freqs=freqs)
+    packed = pack_gguf(str(path))
+    hf_inv_freq = model.model.rotary_emb.inv_freq.float()
+    assert torch.allclose(packed.tensors["inv_freq"], hf_inv_freq, rtol=1e-5)
+    assert not torch.allclose(packed.tensors["inv_freq"], hf_inv_freq * 8, rtol=0.5)  # the factors did act
+    with torch.inference_mode():
+        expected = model(input_ids=IDS).logits[0]
+    got = native_model(packed, model.config)(IDS, None, logits_to_keep=IDS.shape[1]).logits[0]
+    assert relative_error(got, expected) < 0.03  # an F32 file is requantized to q8
+
+
+@pytest.mark.parametrize(
+    ("architecture", "named"), [("qwen3", "q/k norms"), ("gemma3", "GeGLU"), ("phi3", "fused")]
+)
+def test_a_family_the_decoders_cannot_run_yet_is_refused_by_name(
+    architecture: str, named: str, tmp_path: Path
+) -> None:
+    path = write_tiny_gguf(llama3_model(), make_tokenizer(), tmp_path / "x.gguf", architecture=architecture)
+    with pytest.raises(ValueError, match=named) as refused:
+        pack_gguf(str(path))
+    assert "\n" not in str(refused.value)
