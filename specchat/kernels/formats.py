@@ -256,6 +256,16 @@ def _six_bit_planes(q: np.ndarray, blocks: int, k: int) -> tuple[np.ndarray, np.
     )
 
 
+def packed_bytes(kind: str, n: int, k: int, super_block: int) -> int:
+    """Bytes :func:`pack` lays out for an [n, k] matrix of ``kind`` (sizes a cache before packing)."""
+    channels = -(-n // CHANNELS) * CHANNELS
+    bits = {"q4": 4, "q6": 6, "q8": 8}[kind]
+    group = 32 if kind == "q4" else 16
+    per_group = 2 if kind == "q4" else 1  # q4: a scale and a min per group; q6, q8: a scale
+    per_super = 2 if kind == "q4" else 1  # fp16 factors: q4 d and dmin; q6, q8 d
+    return channels * (k * bits // 8 + k // group * per_group + k // super_block * 2 * per_super)
+
+
 def pack(matrix: Unpacked) -> dict[str, np.ndarray]:
     """The arrays qgemm.cpp reads (see its header), output channels padded to a multiple of 16."""
     n, k = matrix.shape

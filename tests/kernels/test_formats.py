@@ -8,6 +8,7 @@ import pytest
 
 from specchat.kernels.formats import (
     pack,
+    packed_bytes,
     quantize_q4,
     quantize_q8,
     super_block_for,
@@ -130,3 +131,17 @@ def test_six_bit_values_pack_into_whole_and_nibble_planes() -> None:
                     assert byte & 0x3F == matrix.q[c, 32 * g + 4 * j + t]
                     b = ((byte >> 6) << 4) | ((low >> (4 * (j % 2))) & 0x0F)
                     assert b == matrix.q[c, 32 * g + 16 + 4 * j + t]
+
+
+@pytest.mark.parametrize(("qtype", "unpack", "kind"), SMALL_BLOCK_TYPES)
+@pytest.mark.parametrize("n", [16, 50])
+def test_packed_size_is_known_before_packing(
+    qtype: gguf.GGMLQuantizationType, unpack: object, kind: str, n: int
+) -> None:
+    for matrix in (
+        unpack(small_blocks(qtype, n, 512), n, 512),
+        quantize_q4(np.ones((n, 512))),  # type: ignore[operator]
+        quantize_q8(np.ones((n, 384))),
+    ):
+        expected = sum(a.nbytes for a in pack(matrix).values())
+        assert packed_bytes(matrix.kind, n, matrix.shape[1], matrix.super_block) == expected

@@ -56,6 +56,7 @@ def write_tiny_gguf(
     *,
     architecture: str = "llama",
     rope_freqs: np.ndarray | None = None,
+    name: str = "tiny llama",
 ) -> Path:
     """Write `model` as a llama GGUF with a byte-level BPE vocabulary, like llama.cpp would: F32,
     or its matrices quantized to ``qtype`` by gguf-py (norms stay F32, as llama-quantize leaves them).
@@ -65,7 +66,7 @@ def write_tiny_gguf(
     config = model.config
     head_dim = config.hidden_size // config.num_attention_heads
     writer = GGUFWriter(str(path), architecture)
-    writer.add_name("tiny llama")
+    writer.add_name(name)
     writer.add_context_length(config.max_position_embeddings)
     writer.add_embedding_length(config.hidden_size)
     writer.add_block_count(config.num_hidden_layers)

@@ -1,0 +1,57 @@
+"""`specchat models FILE`: what a user's GGUF holds and whether the fast path runs it, from its header."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from gguf import GGMLQuantizationType
+
+from specchat.kernels.native import pack_gguf
+from specchat.models.gguf_report import describe_gguf, report_lines
+from specchat.testing import TinyPair
+from tests.models.conftest import write_tiny_gguf
+
+
+@pytest.mark.parametrize("qtype", [None, GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q5_1])
+def test_the_report_names_types_and_sizes_the_pack_before_packing(
+    tiny_pair: TinyPair, tmp_path: Path, qtype: GGMLQuantizationType | None
+) -> None:
+    path = write_tiny_gguf(tiny_pair.target, tiny_pair.tokenizer, tmp_path / "t.gguf", qtype)
+    report = describe_gguf(path)
+    assert (report.architecture, report.layers, report.hidden, report.heads) == ("llama", 2, 64, 4)
+    assert report.vocab == tiny_pair.target.config.vocab_size
+    assert report.context_length == tiny_pair.target.config.max_position_embeddings
+    type_name = qtype.name if qtype else "F32"
+    assert report.types["attention"] == {type_name: 8} and report.types["MLP"] == {type_name: 6}
+    assert report.problem is None
+    assert report.packed_size == pack_gguf(str(path)).nbytes
+    text = "\n".join(report_lines(report))
+    assert "fast path       yes" in text
+    if qtype == GGMLQuantizationType.Q4_0:
+        assert "own bits        Q4_0" in text
+    else:
+        assert f"requantized     {type_name} → q8" in text
+
+
+def test_a_family_the_fast_path_cannot_run_says_why(tiny_pair: TinyPair, tmp_path: Path) -> None:
+    path = write_tiny_gguf(tiny_pair.target, tiny_pair.tokenizer, tmp_path / "q.gguf", architecture="qwen3")
+    lines = report_lines(describe_gguf(path))
+    assert any(line.startswith("  fast path       no:") and "q/k norms" in line for line in lines)
+
+
+def test_strings_from_the_file_cannot_reach_the_terminal(tiny_pair: TinyPair, tmp_path: Path) -> None:
+    hostile = "\x1b]0;owned\x07\x1b[2J" + "x" * 10_000
+    path = write_tiny_gguf(tiny_pair.target, tiny_pair.tokenizer, tmp_path / "h.gguf", name=hostile)
+    lines = report_lines(describe_gguf(path))
+    assert not any("\x1b" in line or "\x07" in line for line in lines)
+    assert max(len(line) for line in lines) < 300
+
+
+@pytest.mark.parametrize("content", [b"", b"GGUF" + b"\xff" * 64, b"not a model at all" * 100])
+def test_a_file_that_is_not_a_gguf_is_one_line(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match="is not a GGUF file specchat can read") as refused:
+        describe_gguf(path)
+    assert "\n" not in str(refused.value)
