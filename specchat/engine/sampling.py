@@ -169,8 +169,11 @@ def residual_distribution(p_target: torch.Tensor, p_draft: torch.Tensor) -> torc
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
-    """Outcome of verifying one round of drafts against the target, with its full trace."""
+class RoundVerification:
+    """Outcome of verifying one round of drafts against the target, with its full trace.
+
+    Named apart from :data:`specchat.engine.events.Verdict`, one drafted token's fate in an event;
+    this is the whole round as the device computed it, before it becomes events."""
 
     accepted: int
     next_token: int
@@ -202,7 +205,7 @@ def verify(
     generator: torch.Generator | None,
     top_k: int = 5,
     p_target_own: torch.Tensor | None = None,
-) -> Verdict:
+) -> RoundVerification:
     """Accept a prefix of ``drafts`` and choose the round's closing token.
 
     p_target: [γ+1, V] shaped target rows (row i scores the token after i drafts).
@@ -260,7 +263,7 @@ def verify(
     sizes = [gamma, gamma + 1, gamma, gamma, gamma, gamma + 1, draws.shape[0], width, width, own.shape[0]]
     flags, cand, pt_d, pd_d, acc_p, p_cand, u, top_read, top_probs, pt_own = _split(packed, sizes)
     accepted = next((i for i, ok in enumerate(flags) if not ok), gamma)
-    return Verdict(
+    return RoundVerification(
         accepted=accepted,
         next_token=int(cand[accepted]),
         p_target_drafts=pt_d,

@@ -39,8 +39,13 @@ from specchat.engine.events import (
 from specchat.engine.gamma import GammaSchedule
 from specchat.engine.kv import CachedLM, device_sync
 from specchat.engine.metrics import StreamStats
-from specchat.engine.sampling import SamplingParams, own_probabilities, shape_probs, verify
-from specchat.engine.sampling import Verdict as Verification
+from specchat.engine.sampling import (
+    RoundVerification,
+    SamplingParams,
+    own_probabilities,
+    shape_probs,
+    verify,
+)
 from specchat.errors import ContextTooLongError, InvalidSettingError
 
 
@@ -277,7 +282,7 @@ class Generation:
         )
         return events, emitted, eos
 
-    def _round_tokens(self, drafted: list[int], verdict: Verification) -> list[TokenEvent]:
+    def _round_tokens(self, drafted: list[int], verdict: RoundVerification) -> list[TokenEvent]:
         """The round's accepted drafts and its closing token (text filled in by the caller)."""
         round_no, accepted = self.round_no, verdict.accepted
         tokens = [
@@ -311,7 +316,7 @@ class Generation:
         return [*tokens, closing]
 
     def _draft_traces(
-        self, drafted: list[int], verdict: Verification, current: RoundPlan
+        self, drafted: list[int], verdict: RoundVerification, current: RoundPlan
     ) -> tuple[DraftTrace, ...]:
         accepted, draws = verdict.accepted, verdict.draws
         target_own = verdict.p_target_own or [UNKNOWN] * len(drafted)
@@ -338,7 +343,7 @@ class Generation:
         return drafter.propose(self.ids, gamma, current.sampling, self.generator)
 
 
-def _draft_own(verdict: Verification, current: RoundPlan) -> list[float]:
+def _draft_own(verdict: RoundVerification, current: RoundPlan) -> list[float]:
     """The draft model's own softmax of each draft, where the round already holds it.
 
     At T = 0 a model's draft rows are its plain softmax (shape_probs), so they are its own
