@@ -159,9 +159,10 @@ def parse_version(text: str) -> str:
 
 
 # ------------------------------------------------------------------------------------ servers
-def completion_request(prompt_ids: Sequence[int], max_new_tokens: int) -> dict[str, object]:
-    """Greedy, exactly ``max_new_tokens`` at most, the prompt as token ids, nothing cached."""
-    return {
+def completion_request(prompt_ids: Sequence[int], max_new_tokens: int, n_probs: int = 0) -> dict[str, object]:
+    """Greedy, exactly ``max_new_tokens`` at most, the prompt as token ids, nothing cached;
+    ``n_probs`` > 0 also asks for the log-probabilities of that many best candidates per token."""
+    request: dict[str, object] = {
         "prompt": list(prompt_ids),
         "n_predict": max_new_tokens,
         "temperature": 0.0,
@@ -169,6 +170,9 @@ def completion_request(prompt_ids: Sequence[int], max_new_tokens: int) -> dict[s
         "return_tokens": True,
         "stream": False,
     }
+    if n_probs > 0:
+        request["n_probs"] = n_probs
+    return request
 
 
 def free_port() -> int:
@@ -237,9 +241,9 @@ class LlamaServer:
         tail = [line for line in text.splitlines() if line.strip()][-lines:]
         return " | ".join(tail) + f" (log: {self.log})"
 
-    def complete(self, prompt_ids: Sequence[int], max_new_tokens: int) -> dict[str, Any]:
+    def complete(self, prompt_ids: Sequence[int], max_new_tokens: int, n_probs: int = 0) -> dict[str, Any]:
         """The raw ``/completion`` response."""
-        body = json.dumps(completion_request(prompt_ids, max_new_tokens)).encode()
+        body = json.dumps(completion_request(prompt_ids, max_new_tokens, n_probs)).encode()
         request = urllib.request.Request(
             f"{self.url}/completion", data=body, headers={"Content-Type": "application/json"}
         )

@@ -1,0 +1,191 @@
+"""Greedy text and plain speed of one GGUF file on specchat's kernels against llama.cpp on the same file.
+
+    python -m specchat.bench.peer_text --llama-cpp DIR FILE.gguf [--prompts 5] [--tokens 64] [--threads 2]
+
+For each prompt (the first of each category of the bench's prompt set, through the file's chat
+template), both decode greedily from the same token ids, interleaved prompt by prompt: specchat
+plain on the fast path, then ``llama-server`` plain. The token ids must be equal; where they part,
+the line gives each program's margin between the two tokens there (log-probability of its own
+pick minus the other's) and how far apart the two programs' log-probabilities of the same token
+were on the positions before. Two programs that quantize activations and sum in different
+orders disagree a little everywhere; where both margins are within that disagreement, the two
+tokens were a near tie that either program may break its way (explained: each margin within the
+largest gap the two programs show for the same token anywhere in the file); a larger margin
+would be a bug. tok/s are each program's own decoding
+rate (specchat: the wall time of the steps after the first token; llama.cpp: its
+``predicted_per_second``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+TOP = 8
+"""Candidates per token whose log-probabilities llama.cpp reports (its margin needs ours among them)."""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    prompt: str
+    ours: list[int]
+    theirs: list[int]
+    our_tok_s: float
+    their_tok_s: float
+    diverge_at: int | None
+    our_margin: float | None = None
+    """specchat's log-probability of its token minus llama.cpp's token, where they part."""
+    their_margin: float | None = None
+    """The same for llama.cpp (None: specchat's token is not among llama.cpp's best TOP)."""
+    disagreement: float = 0.0
+    """The largest difference between the two programs' log-probabilities of the same token on
+    the positions before the parting: how far apart their numbers are on this prompt."""
+
+    def explained(self, disagreement: float) -> bool:
+        """Equal, or parted where both programs held the two tokens closer than ``disagreement``
+        (the largest gap between their numbers for the same token, over the whole file)."""
+        if self.diverge_at is None:
+            return True
+        margins = (self.our_margin, self.their_margin)
+        return all(m is not None and abs(m) <= disagreement for m in margins)
+
+
+def first_difference(ours: list[int], theirs: list[int]) -> int | None:
+    for index, (a, b) in enumerate(zip(ours, theirs, strict=False)):
+        if a != b:
+            return index
+    return None if len(ours) == len(theirs) else min(len(ours), len(theirs))
+
+
+def our_log_probs(model: Any, prompt: list[int], reply: list[int]) -> Any:
+    """specchat's log-probabilities for each reply position ([len(reply), vocab]), in one pass:
+    every row of a pass is bit for bit the one-token pass that produced the reply."""
+    import torch
+
+    ids = torch.tensor([prompt + reply[:-1]])
+    logits = model(ids, None, logits_to_keep=len(reply)).logits[0].float()
+    return torch.log_softmax(logits, dim=-1)
+
+
+def their_log_probs(data: dict[str, Any]) -> list[dict[int, float]]:
+    """llama.cpp's reported log-probabilities per reply position: token id → log-probability."""
+    rows = data.get("completion_probabilities") or []
+    return [{int(c["id"]): float(c["logprob"]) for c in row.get("top_logprobs", [])} for row in rows]
+
+
+def compare(
+    prompt: str, ours: list[int], theirs: list[int], mine: Any, other: list[dict[int, float]],
+    rates: tuple[float, float],
+) -> Comparison:  # fmt: skip
+    at = first_difference(ours, theirs)
+    agreed = [
+        abs(float(mine[j, token]) - other[j][token])
+        for j, token in enumerate(ours[: len(ours) if at is None else at])
+        if j < len(other) and token in other[j]
+    ]
+    disagreement = max(agreed, default=0.0)
+    if at is None or at >= len(ours) or at >= len(theirs) or at >= len(other):
+        return Comparison(prompt, ours, theirs, *rates, at, disagreement=disagreement)
+    mine_gap = float(mine[at, ours[at]] - mine[at, theirs[at]])
+    their_gap = other[at][theirs[at]] - other[at][ours[at]] if ours[at] in other[at] else None
+    return Comparison(prompt, ours, theirs, *rates, at, mine_gap, their_gap, disagreement)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m specchat.bench.peer_text", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("gguf", type=Path)
+    parser.add_argument("--llama-cpp", type=Path, required=True, help="the folder holding llama-server")
+    parser.add_argument("--prompts", type=int, default=5)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from specchat.bench.llamacpp_peer import PLAIN_ROW, parse_completion, start_peer
+    from specchat.bench.prompts import load_prompts
+    from specchat.engine.events import TokenEvent
+    from specchat.engine.session import ChatEngine, Controls
+    from specchat.kernels import variant
+    from specchat.models.loader import load_for_decoding
+
+    torch.set_num_threads(args.threads)
+    pair = load_for_decoding(str(args.gguf), None, cpu_path="auto")
+    engine = ChatEngine(pair.target, pair.tokenizer, None)
+    prompts = load_prompts(per_category=1)[: args.prompts]
+    print(
+        f"{args.gguf.name}: specchat {pair.kernels} on {variant()} kernels vs llama.cpp, "
+        f"{args.threads} threads"
+    )
+    results = []
+    with tempfile.TemporaryDirectory() as logs:
+        peer = start_peer(
+            args.llama_cpp, args.gguf, None, threads=args.threads, context=4096, draft_max=4,
+            stop_ids=engine.stop_ids, log_dir=Path(logs),
+        )  # fmt: skip
+        try:
+            for prompt in prompts:
+                ids = engine.prompt_ids(list(prompt.messages))
+                times, ours = [], []
+                for event in engine.stream_plain(ids, Controls(max_new_tokens=args.tokens, drafter="none")):
+                    if isinstance(event, TokenEvent):
+                        ours.append(event.token_id)
+                        times.append(time.perf_counter())
+                data = peer.servers[PLAIN_ROW].complete(ids, args.tokens, n_probs=TOP)
+                completion = parse_completion(data, engine.stop_ids)
+                theirs = completion.token_ids
+                our_rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
+                timing = completion.timings
+                their_rate = (
+                    timing.decode_steps / (timing.predicted_ms / 1000)
+                    if timing and timing.predicted_ms
+                    else 0.0
+                )
+                mine = our_log_probs(pair.target, ids, ours) if ours else None
+                results.append(
+                    compare(prompt.id, ours, theirs, mine, their_log_probs(data), (our_rate, their_rate))
+                )
+                print(describe(results[-1]), flush=True)
+        finally:
+            peer.close()
+    equal = sum(r.diverge_at is None for r in results)
+    ours_mean = sum(r.our_tok_s for r in results) / len(results)
+    theirs_mean = sum(r.their_tok_s for r in results) / len(results)
+    print(
+        f"equal {equal}/{len(results)}; plain tok/s: specchat {ours_mean:.1f}, llama.cpp {theirs_mean:.1f} "
+        f"({ours_mean / theirs_mean:.2f}×)"
+    )
+    disagreement = max(r.disagreement for r in results)
+    for result in results:
+        if result.diverge_at is not None:
+            verdict = "explained" if result.explained(disagreement) else "NOT explained"
+            print(f"  {result.prompt}: a near tie within the programs' disagreement? {verdict}")
+    print(f"the two programs' largest log-probability gap for the same token: {disagreement:.3f}")
+    return 0 if all(r.explained(disagreement) for r in results) else 1
+
+
+def describe(result: Comparison) -> str:
+    rates = f"specchat {result.our_tok_s:5.1f} tok/s, llama.cpp {result.their_tok_s:5.1f}"
+    if result.diverge_at is None:
+        return f"  {result.prompt:<14} equal ({len(result.ours)} tokens)   {rates}"
+
+    def gap(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.3f}"
+
+    return (
+        f"  {result.prompt:<14} part at token {result.diverge_at}: margins specchat "
+        f"{gap(result.our_margin)}, llama.cpp {gap(result.their_margin)}, disagreement before "
+        f"{result.disagreement:.3f}   {rates}"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
