@@ -24,7 +24,7 @@ from specchat.bench.llamacpp_peer import LlamaCppPeer, PeerTimings
 from specchat.bench.prompts import BenchPrompt
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.gamma import positions_tested
-from specchat.engine.registry import DRAFTERS
+from specchat.engine.registry import drafters, find_drafter
 from specchat.engine.sampling import SamplingParams
 from specchat.engine.session import ChatEngine, Controls
 
@@ -48,8 +48,10 @@ class Method:
 
         Peers' speculative rows draft a fixed γ too, but they are lines of their own, not points
         of specchat's curve."""
-        fixed_model = self.drafter == "model" and self.schedule == "fixed"
-        if self.kind == "specchat" and fixed_model and self.gamma > 0:
+        if self.kind != "specchat" or self.schedule != "fixed" or self.gamma <= 0:
+            return None
+        spec = find_drafter(self.drafter)
+        if spec is not None and spec.bench == "sweep":
             return self.gamma
         return None
 
@@ -75,16 +77,19 @@ def build_methods(
     llama_cpp_draft_max: int | None = None,
 ) -> list[Method]:
     """Every method of a bench run, one or more per drafter of the registry (in its order);
-    ``llama_cpp_draft_max`` (its --spec-draft-n-max) adds llama.cpp's rows."""
+    ``llama_cpp_draft_max`` (its --spec-draft-n-max) adds llama.cpp's rows.
+
+    ``ngram_gamma`` (the CLI's --ngram-gamma) is the γ of every lookup drafter's row, and
+    ``hybrid`` keeps the rows of combined drafters; both read the registry's ``kind``."""
     methods = [PLAIN]
-    for spec in DRAFTERS:
+    for spec in drafters():
         if spec.needs_draft_model and not has_draft:
             continue
         if spec.bench == "sweep":
             methods += [Method(f"fixed-{g}", "specchat", spec.name, "fixed", g) for g in gammas]
             methods += [Method(s, "specchat", spec.name, s, start_gamma) for s in schedules]
-        elif spec.bench == "row" and (hybrid or spec.name != "hybrid"):
-            gamma = ngram_gamma if spec.name == "ngram" else start_gamma
+        elif spec.bench == "row" and (hybrid or spec.kind != "combined"):
+            gamma = ngram_gamma if spec.is_lookup else start_gamma
             methods.append(Method(spec.name, "specchat", spec.name, spec.bench_schedule, gamma))
     if hf_plain:
         methods.append(Method("hf-plain", "hf"))
@@ -386,7 +391,7 @@ def _run_hf(
         sampling=settings.sampling,
         max_new_tokens=settings.max_new_tokens,
         stop_ids=engine.stop_ids,
-        draft=hf_draft if method.drafter == "model" else None,
+        draft=hf_draft if method.speculative else None,
         gamma=method.gamma or None,
         seed=settings.seed,
     )

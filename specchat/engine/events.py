@@ -234,7 +234,8 @@ class RoundEvent:
     verify_ms: float
     """Milliseconds drafting and verifying (UNKNOWN when the backend does not time rounds)."""
     drafter: str
-    """Name of the drafter that proposed this round: "model", "ngram" or "none"."""
+    """Name of the drafter that proposed this round, from the registry ("none": nothing was
+    drafted); a combined drafter's rounds carry the name of the part that proposed."""
     drafts: tuple[DraftTrace, ...] = ()
     """(v2) Every drafted token in order, accepted, rejected and untested alike."""
 

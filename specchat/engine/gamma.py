@@ -13,6 +13,7 @@ from typing import Literal, Protocol
 
 from specchat.engine.events import DrafterName, RoundEvent
 from specchat.engine.metrics import CostEstimator, positions_tested
+from specchat.engine.registry import is_model, proposes
 from specchat.errors import InvalidSettingError
 
 __all__ = [
@@ -193,7 +194,7 @@ class AdaptiveGamma:
     # ------------------------------------------------------------------ observation
     def observe(self, event: RoundEvent) -> None:
         self._rounds += 1
-        self.drafter = event.drafter if event.drafter != "none" else self.drafter
+        self.drafter = event.drafter if proposes(event.drafter) else self.drafter
         self.costs.observe(event)
         if event.drafted == 0:
             self._plain_streak += 1
@@ -303,7 +304,7 @@ def sure_positions(event: RoundEvent) -> tuple[int, int]:
     says how far a confident draft holds up.
     """
     accepted, tested = event.accepted, positions_tested(event)
-    cut_short = event.drafter == "model" and 0 < event.drafted < event.gamma
+    cut_short = is_model(event.drafter) and 0 < event.drafted < event.gamma
     if cut_short and tested == event.drafted:
         return accepted - (accepted == event.drafted), tested - 1
     return accepted, tested

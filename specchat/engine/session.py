@@ -24,7 +24,7 @@ from specchat.engine.drafters import Drafter
 from specchat.engine.events import Event, StopReason, SummaryEvent
 from specchat.engine.gamma import GammaSchedule, make_schedule
 from specchat.engine.kv import CachedLM
-from specchat.engine.registry import DRAFTERS, DrafterKit, drafter_spec
+from specchat.engine.registry import DrafterKit, drafter_spec, drafters
 from specchat.engine.speculative import Generation, RoundPlan, SpeculativeDecoder
 from specchat.errors import ContextTooLongError, InvalidSettingError, OutOfMemoryError
 
@@ -74,7 +74,7 @@ class ChatEngine:
         self.stop_ids = _stop_ids(target, tokenizer)
         kit = DrafterKit(self.target, self.draft, self.vocab_width, self.target.device)
         self._drafters: dict[str, Drafter | None] = {}
-        for spec in DRAFTERS:
+        for spec in drafters():
             drafter = kit.get(spec.name)
             if drafter is not None or not spec.needs_draft_model:
                 self._drafters[spec.name] = drafter

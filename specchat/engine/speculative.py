@@ -39,6 +39,7 @@ from specchat.engine.events import (
 from specchat.engine.gamma import GammaSchedule
 from specchat.engine.kv import CachedLM, device_sync
 from specchat.engine.metrics import StreamStats
+from specchat.engine.registry import is_model
 from specchat.engine.sampling import (
     RoundVerification,
     SamplingParams,
@@ -351,7 +352,7 @@ def _draft_own(verdict: RoundVerification, current: RoundPlan) -> list[float]:
     are shaped and the draft's logits are gone: both are unknown rather than misreported.
     """
     drafter = current.drafter
-    model_drafted = drafter is not None and drafter.name == "model"
+    model_drafted = drafter is not None and is_model(drafter.name)
     if current.sampling.greedy and model_drafted:
         return list(verdict.p_draft_drafts)
     return [UNKNOWN] * len(verdict.p_draft_drafts)

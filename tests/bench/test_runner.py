@@ -52,13 +52,13 @@ def test_methods_cover_the_issue() -> None:
     assert [m.name for m in build_methods([1], has_draft=False)] == ["plain", "ngram"]
 
 
-def test_a_drafter_added_to_the_registry_gets_a_bench_row(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_drafter_added_to_the_registry_gets_a_bench_row() -> None:
     from specchat.bench import runner
-    from specchat.engine.registry import DRAFTERS, DrafterSpec
+    from specchat.engine.registry import DrafterSpec, registered
 
     extra = DrafterSpec("echo", "echo", "repeats", needs_draft_model=False, build=lambda kit: None)
-    monkeypatch.setattr(runner, "DRAFTERS", (*DRAFTERS, extra))
-    added = [m for m in runner.build_methods([1]) if m.drafter == "echo"]
+    with registered(extra):
+        added = [m for m in runner.build_methods([1]) if m.drafter == "echo"]
     assert [(m.name, m.schedule, m.gamma) for m in added] == [("echo", "fixed", 4)]
 
 

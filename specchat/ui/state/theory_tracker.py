@@ -26,6 +26,7 @@ from specchat.engine.metrics import (
     expected_tokens_per_round,
     positions_tested,
 )
+from specchat.engine.registry import find_drafter
 from specchat.ui.live import LiveStats
 
 ALPHA_ROUNDS = 48
@@ -41,7 +42,7 @@ class TheoryView:
     """Every figure of the panel, computed from one tracker state (None: not measured yet)."""
 
     drafter: str | None
-    """Whose rounds the figures describe ("model", "ngram")."""
+    """Whose rounds the figures describe (a drafter that proposes itself, never a combined one)."""
     gamma: int
     alpha: float | None
     alpha_positions: int
@@ -173,12 +174,13 @@ class TheoryTracker:
         return self.costs.model(drafter) if drafter is not None else None
 
     def drafter_for(self, drafter_setting: str) -> str | None:
-        """Whose figures to show: the set drafter, or for the hybrid the part that drafted last."""
-        if drafter_setting in ("model", "ngram"):
+        """Whose figures to show: the set drafter, or for a combined one (the hybrid) the part
+        that drafted last; None for no drafter. A name the registry does not know (a server's
+        drafter) stamps its own rounds, so its figures are its own."""
+        spec = find_drafter(drafter_setting)
+        if spec is None:
             return drafter_setting
-        if drafter_setting == "hybrid":
-            return self.last_drafter or "model"
-        return None
+        return spec.figures_of(self.last_drafter)
 
     def view(self, gamma: int, drafter_setting: str) -> TheoryView:
         drafter = self.drafter_for(drafter_setting)

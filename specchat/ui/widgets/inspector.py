@@ -28,6 +28,7 @@ from textual.message import Message
 from textual.widgets import Static
 
 from specchat.engine.events import Candidate, DraftTrace, TokenEvent, known
+from specchat.engine.registry import is_lookup
 from specchat.presenters.kind_labels import KIND_LABELS
 from specchat.ui.live import Inspected, LiveStats
 from specchat.ui.themes import TokenPalette
@@ -81,7 +82,7 @@ def own_target(draft: DraftTrace) -> float:
 
 def own_draft(draft: DraftTrace, drafter: str) -> float | None:
     """The draft model's own softmax of the draft; None for a lookup, which has none."""
-    if drafter == "ngram":
+    if is_lookup(drafter):
         return None
     if known(draft.p_draft_own) or not greedy_test(draft):
         return draft.p_draft_own
@@ -264,7 +265,7 @@ class InspectorPanel(Static, can_focus=True):
         table.add_row(
             Text(shown(draft.text), style),
             prob(draft.p_target),
-            prob(draft.p_draft) + (" (lookup)" if drafter == "ngram" else ""),
+            prob(draft.p_draft) + (" (lookup)" if is_lookup(drafter) else ""),
             prob(draft.accept_prob),
             "–" if draft.u is None else f"{draft.u:.3f}",
             _verdict_text(draft),
@@ -306,7 +307,7 @@ def own_note(draft: DraftTrace, drafter: str) -> str:
     lookup = "q: a lookup copies earlier text: no probability of its own (a one-hot row)"
     if greedy_test(draft):
         own = "p, q: each model's own softmax (T = 1); at T = 0 only the argmax decides"
-        return own + (f"\n{lookup}" if drafter == "ngram" else "")
+        return own + (f"\n{lookup}" if is_lookup(drafter) else "")
     q = own_draft(draft, drafter)
     return (
         f"own softmax (T = 1, before temperature, top-k, top-p): target {prob(own_target(draft))} · "
