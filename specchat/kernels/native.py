@@ -34,7 +34,8 @@ from specchat.kernels.formats import (
     unpack_q8_0,
 )
 from specchat.kernels.qlinear import qmat_from_tensors
-from specchat.models.architectures import BY_NAME, GGUF_TENSOR_NAMES, fast_path_problem
+from specchat.models.architectures import BY_NAME, GGUF_TENSOR_NAMES
+from specchat.models.gguf_report import gguf_problem
 from specchat.models.lean import LeanCache, LeanOutput
 
 PROJECTIONS = ("q", "k", "v", "o", "gate", "up", "down")
@@ -204,7 +205,7 @@ def pack_hf(
     """
     from specchat.models.lean import lean_supported
 
-    reason = lean_supported(hf_model)
+    reason = lean_supported(hf_model, splits_fused=True)
     if reason is not None:
         raise ValueError(f"the native forward cannot run this model: {reason}")
     config = hf_model.config
@@ -231,16 +232,11 @@ def pack_hf(
     packed.tensors["norm"] = inner.norm.weight.detach().float().clone()
     packed.tensors["inv_freq"] = rotary.inv_freq.detach().float().clone()
     for i, layer in enumerate(inner.layers):
-        attn, mlp = layer.self_attn, layer.mlp
-        projections = {
-            "q": attn.q_proj, "k": attn.k_proj, "v": attn.v_proj, "o": attn.o_proj,
-            "gate": mlp.gate_proj, "up": mlp.up_proj, "down": mlp.down_proj,
-        }  # fmt: skip
-        for part, module in projections.items():
+        for part, (weight, bias) in _hf_projections(layer, shape).items():
             name = f"layers.{i}.{part}"
-            packed.add_matrix(name, quantize(module.weight.detach().float().numpy()))
-            if module.bias is not None:
-                packed.tensors[f"{name}.bias"] = module.bias.detach().float().clone()
+            packed.add_matrix(name, quantize(weight.detach().float().numpy()))
+            if bias is not None:
+                packed.tensors[f"{name}.bias"] = bias.detach().float().clone()
         packed.tensors[f"layers.{i}.attn_norm"] = layer.input_layernorm.weight.detach().float().clone()
         packed.tensors[f"layers.{i}.ffn_norm"] = (
             layer.post_attention_layernorm.weight.detach().float().clone()
@@ -248,6 +244,24 @@ def pack_hf(
         if on_layer is not None:
             on_layer(i + 1, shape.layers)
     return packed
+
+
+def _hf_projections(layer: Any, shape: Shape) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
+    """A Hugging Face decoder layer's seven projections as (weight, bias), fused ones split by rows."""
+    attn, mlp = layer.self_attn, layer.mlp
+    if hasattr(attn, "qkv_proj"):  # Phi-3
+        q_rows, kv_rows = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+        q, k, v = attn.qkv_proj.weight.split([q_rows, kv_rows, kv_rows])
+        gate, up = mlp.gate_up_proj.weight.chunk(2)
+        return {
+            "q": (q, None), "k": (k, None), "v": (v, None), "o": (attn.o_proj.weight, None),
+            "gate": (gate, None), "up": (up, None), "down": (mlp.down_proj.weight, None),
+        }  # fmt: skip
+    modules = {
+        "q": attn.q_proj, "k": attn.k_proj, "v": attn.v_proj, "o": attn.o_proj,
+        "gate": mlp.gate_proj, "up": mlp.up_proj, "down": mlp.down_proj,
+    }  # fmt: skip
+    return {part: (module.weight, module.bias) for part, module in modules.items()}
 
 
 def from_hf(hf_model: Any, *, bits: int = 4, head_rows: int | None = None) -> NativeCausalLM:
@@ -288,11 +302,28 @@ def _gguf_rotary_frequencies(
                 f"rope_freqs holds {freq_factors.size} factors for {shape.head_dim // 2} frequencies"
             )
         inv_freq = inv_freq / torch.from_numpy(freq_factors.copy())
-    if scaling == "linear":
+    if scaling == "linear":  # the only other scaling gguf_problem lets through
         inv_freq = inv_freq / factor
-    elif scaling not in ("none", ""):
-        raise ValueError(f"RoPE scaling {scaling!r} is not supported yet (linear and Llama 3 factors are)")
     return inv_freq
+
+
+def split_qkv(qkv: Unpacked, shape: Shape) -> dict[str, Unpacked]:
+    """A fused [q; k; v] matrix as three (rows are output channels: a split keeps every weight)."""
+    q_rows, kv_rows = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+    bounds = {
+        "q": (0, q_rows),
+        "k": (q_rows, q_rows + kv_rows),
+        "v": (q_rows + kv_rows, q_rows + 2 * kv_rows),
+    }
+    if qkv.shape[0] != q_rows + 2 * kv_rows:
+        raise ValueError(f"a fused q/k/v matrix of {qkv.shape[0]} rows, expected {q_rows + 2 * kv_rows}")
+    return {part: qkv.take_rows(np.arange(*bound)) for part, bound in bounds.items()}
+
+
+def split_gate_up(gate_up: Unpacked) -> dict[str, Unpacked]:
+    """A fused [gate; up] matrix (Phi-3's gate_up_proj, llama.cpp's phi3 ffn_up) as two."""
+    inter = gate_up.shape[0] // 2
+    return {"gate": gate_up.take_rows(np.arange(inter)), "up": gate_up.take_rows(np.arange(inter, 2 * inter))}
 
 
 def _unpermute_order(rows: int, heads: int) -> np.ndarray:
@@ -333,7 +364,7 @@ def pack_gguf(
     reader = GGUFReader(path)
     tensors = {t.name: t for t in reader.tensors}
     arch = str(reader.fields["general.architecture"].contents())
-    problem = fast_path_problem(arch)
+    problem = gguf_problem(reader)
     if problem is not None:
         raise ValueError(f"{problem}: use --cpu-path int8/dyn8+head32768 or none")
 
@@ -358,8 +389,6 @@ def pack_gguf(
         eps=float(meta("attention.layer_norm_rms_epsilon")),
         rope_theta=float(meta("rope.freq_base", 10000.0)),
     )
-    if int(meta("rope.dimension_count", head_dim)) != head_dim:
-        raise ValueError(f"{path}: rotary embeddings over part of each head are not supported yet")
     factors = (
         np.asarray(tensors["rope_freqs.weight"].data, np.float32) if "rope_freqs.weight" in tensors else None
     )
@@ -384,11 +413,25 @@ def pack_gguf(
     narrow = head_rows if head_rows is not None and head_rows < vocab else None
     packed.add_matrix("head", matrix(tensors[head_name], narrow))
     packed.tensors["norm"] = vector("output_norm.weight")
+    architecture = BY_NAME[arch]
+
+    def layer_matrices(i: int) -> dict[str, Unpacked]:
+        """Layer i's projections; a family that fuses them (q/k/v, gate/up) has its rows split."""
+        if not architecture.fused_qkv:
+            return {part: matrix(tensors[gguf_tensor_name(f"layers.{i}.{part}")]) for part in PROJECTIONS}
+        return {
+            **split_qkv(matrix(tensors[f"blk.{i}.attn_qkv.weight"]), shape),
+            **split_gate_up(matrix(tensors[f"blk.{i}.ffn_up.weight"])),
+            "o": matrix(tensors[gguf_tensor_name(f"layers.{i}.o")]),
+            "down": matrix(tensors[gguf_tensor_name(f"layers.{i}.down")]),
+        }
+
     for i in range(shape.layers):
+        projections = layer_matrices(i)
         for part in PROJECTIONS:
             name = f"layers.{i}.{part}"
-            weights = matrix(tensors[gguf_tensor_name(name)])
-            if BY_NAME[arch].qk_permuted_in_gguf and part in ("q", "k"):
+            weights = projections[part]
+            if architecture.qk_permuted_in_gguf and part in ("q", "k"):
                 heads_of = shape.heads if part == "q" else shape.kv_heads
                 weights = weights.take_rows(_unpermute_order(weights.shape[0], heads_of))
             packed.add_matrix(name, weights)

@@ -13,6 +13,7 @@ with that list as the reason, rather than decoded wrongly.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 GGUF_TENSOR_NAMES: dict[str, str] = {
     "embed": "token_embd.weight",
@@ -106,7 +107,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
         logit_softcap=True,
         missing=("GeGLU", "post-norms", "sliding-window layers", "embedding scale", "logit soft-capping"),
     ),
-    Architecture("phi3", fused_qkv=True, missing=("fused qkv and gate/up matrices",)),
+    Architecture("phi3", fused_qkv=True),
 )
 
 BY_NAME: dict[str, Architecture] = {arch.name: arch for arch in ARCHITECTURES}
@@ -120,3 +121,18 @@ def fast_path_problem(name: str) -> str | None:
     if arch is None:
         return f"specchat's decoders run {', '.join(FAST_NAMES)} models, not {name!r}"
     return arch.why_not_fast()
+
+
+def exact_context(config: Any) -> int | None:
+    """The longest context the decoders compute as the family does, for a transformers config.
+
+    The decoders attend to every position. A family whose layers all attend through a window
+    (Mistral v0.1's 4096, Phi-3-mini's 2047) computes the same while the context fits that
+    window, and something else past it: so its context is capped at the window, and a longer
+    conversation gets the engine's "context holds N tokens" line instead of different text.
+    """
+    positions = getattr(config, "max_position_embeddings", None)
+    window = getattr(config, "sliding_window", None)
+    if not window or not getattr(config, "use_sliding_window", True):
+        return positions
+    return min(positions, int(window)) if positions else int(window)

@@ -104,8 +104,32 @@ def describe_gguf(path: Path) -> GgufReport:
         super_block = SUPER_BLOCK.get(type_name, 32 if type_name in KERNEL_FORMAT else super_block_for(k, 16))
         packed += packed_bytes(kind, n, k, super_block)
     report.packed_size = packed
-    report.problem = fast_path_problem(arch) or _rope_problem(report.rope)
+    report.problem = gguf_problem(reader)
     return report
+
+
+def gguf_problem(reader: Any) -> str | None:
+    """Why specchat's decoders cannot compute the model in an open GGUF as llama.cpp does (None:
+    they can). Packing and ``specchat models FILE`` both ask this, so they never disagree."""
+    arch = _text(reader, "general.architecture") or "?"
+    names = _names(reader)
+    heads = _field(reader, f"{arch}.attention.head_count")
+    hidden = _field(reader, f"{arch}.embedding_length")
+    head_dim = _field(reader, f"{arch}.attention.key_length") or (
+        hidden // heads if hidden and heads else None
+    )
+    scaling = _text(reader, f"{arch}.rope.scaling.type") or "none"
+    if problem := fast_path_problem(arch):
+        return problem
+    if "rope_factors_short.weight" in names:
+        return "LongRoPE scaling (short and long factors) is not supported yet"
+    if scaling not in ("none", "linear"):
+        return f"RoPE scaling {scaling!r} is not supported yet (linear and Llama 3 factors are)"
+    if head_dim and _field(reader, f"{arch}.rope.dimension_count") not in (None, head_dim):
+        return "rotary embeddings over part of each head are not supported yet"
+    if any(name.endswith("attn_qkv.bias") for name in names):
+        return "a fused q/k/v bias is not supported yet"
+    return None
 
 
 def report_lines(report: GgufReport) -> list[str]:
@@ -160,11 +184,6 @@ def _rope(reader: Any, arch: str) -> str:
     scaling = _text(reader, f"{arch}.rope.scaling.type") or "none"
     if "rope_freqs.weight" in _names(reader):
         scaling = "per-frequency factors (Llama 3)"
+    if "rope_factors_short.weight" in _names(reader):
+        scaling = "LongRoPE"
     return f"base {base:g}, scaling {scaling}"
-
-
-def _rope_problem(rope: str) -> str | None:
-    scaling = rope.split("scaling ", 1)[1]
-    if scaling in ("none", "linear") or scaling.startswith("per-frequency"):
-        return None
-    return f"RoPE scaling {scaling!r} is not supported yet"

@@ -30,19 +30,27 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specchat.models.architectures import STATIC_ROPE_TYPES, fast_path_problem
+from specchat.models.architectures import BY_MODEL_TYPE, STATIC_ROPE_TYPES, fast_path_problem
 
 ROW_LIMIT = 32
 """Passes over at most this many new positions attend row by row."""
 
-def lean_supported(model: nn.Module) -> str | None:
-    """None if :class:`LeanCausalLM` can run ``model``, else the reason it cannot."""
+
+def lean_supported(model: nn.Module, *, splits_fused: bool = False) -> str | None:
+    """None if :class:`LeanCausalLM` can run ``model``, else the reason it cannot.
+
+    ``splits_fused``: the caller (the kernels' packing) splits fused q/k/v and gate/up matrices,
+    which the lean forward itself does not.
+    """
     config = getattr(model, "config", None)
     if config is None:
         return "it has no config"
-    problem = fast_path_problem(str(getattr(config, "model_type", None)))
+    model_type = str(getattr(config, "model_type", None))
+    problem = fast_path_problem(model_type)
     if problem is not None:
         return problem
+    if BY_MODEL_TYPE[model_type].fused_qkv and not splits_fused:
+        return f"the lean forward does not split {model_type}'s fused matrices"
     if getattr(config, "hidden_act", "silu") != "silu":
         return f"activation {config.hidden_act!r} is not silu"
     # Static scalings live in the rotary module's inv_freq and attention_scaling, which both

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specchat.models.architectures import exact_context
 from specchat.models.cache import CONVERTED_MARKER, MISSING, cache_dir, cache_write_error, human_bytes
 from specchat.models.manifest import quick_problem, record_files
 from specchat.models.records import LoadProgress, ProgressCallback, Waiter, emit, notice
@@ -317,6 +318,7 @@ def _pack_gguf(
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # the packed copy is not a GGUF-quantized transformers model
+    config.max_position_embeddings = exact_context(config)
     generation = GenerationConfig.from_model_config(config)
     _sync_eos(config, generation, tokenizer, packed.shape.vocab)
     save_packed(
@@ -349,6 +351,7 @@ def _pack_float(
     with as_load_error(f"cannot pack {name} for the CPU kernels"):
         each_layer = _layer_progress(name, recipe, progress)
         packed = pack_hf(loaded.model, bits=bits, head_rows=recipe.head_rows, on_layer=each_layer)
+    loaded.model.config.max_position_embeddings = exact_context(loaded.model.config)
     save_packed(
         folder,
         packed,

@@ -12,11 +12,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Phi3Config, Phi3ForCausalLM
 
 from specchat.kernels import cpu_supports
 from specchat.kernels.native import from_hf, native_model, pack_gguf
-from specchat.models.architectures import ARCHITECTURES, BY_MODEL_TYPE, FAST_NAMES, fast_path_problem
+from specchat.models.architectures import (
+    ARCHITECTURES,
+    BY_MODEL_TYPE,
+    FAST_NAMES,
+    exact_context,
+    fast_path_problem,
+)
 from specchat.models.lean import LeanCausalLM, lean_supported
 from specchat.testing import make_tokenizer
 from tests.models.conftest import write_tiny_gguf
@@ -70,7 +76,7 @@ def relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
 
 
 def test_every_family_is_one_entry_with_its_reason() -> None:
-    assert set(FAST_NAMES) == {"llama", "mistral", "qwen2"}
+    assert set(FAST_NAMES) == {"llama", "mistral", "qwen2", "phi3"}
     assert len(BY_MODEL_TYPE) == sum(len(a.model_types) for a in ARCHITECTURES)  # no type in two entries
     assert fast_path_problem("llama") is None
     assert "q/k norms" in (fast_path_problem("qwen3") or "")
@@ -117,9 +123,7 @@ def test_llama3_scaling_runs_on_the_kernels_from_a_gguf(tmp_path: Path) -> None:
     assert relative_error(got, expected) < 0.03  # an F32 file is requantized to q8
 
 
-@pytest.mark.parametrize(
-    ("architecture", "named"), [("qwen3", "q/k norms"), ("gemma3", "GeGLU"), ("phi3", "fused")]
-)
+@pytest.mark.parametrize(("architecture", "named"), [("qwen3", "q/k norms"), ("gemma3", "GeGLU")])
 def test_a_family_the_decoders_cannot_run_yet_is_refused_by_name(
     architecture: str, named: str, tmp_path: Path
 ) -> None:
@@ -127,3 +131,85 @@ def test_a_family_the_decoders_cannot_run_yet_is_refused_by_name(
     with pytest.raises(ValueError, match=named) as refused:
         pack_gguf(str(path))
     assert "\n" not in str(refused.value)
+
+
+def phi3_model(seed: int = 8, sliding_window: int | None = None) -> Phi3ForCausalLM:
+    torch.manual_seed(seed)
+    config = Phi3Config(
+        vocab_size=len(make_tokenizer()), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0,
+        bos_token_id=1, eos_token_id=2, sliding_window=sliding_window, tie_word_embeddings=False,
+    )  # fmt: skip
+    model = Phi3ForCausalLM(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(2.0)
+    return model
+
+
+def write_phi3_gguf(model: Phi3ForCausalLM, path: Path) -> Path:
+    """A phi3 GGUF as llama.cpp's converter lays it out: fused attn_qkv and ffn_up (gate then up),
+    rows in Hugging Face order (phi3 rotates halves in llama.cpp too, so nothing is permuted)."""
+    from gguf import GGUFWriter
+
+    config = model.config
+    state = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+    writer = GGUFWriter(str(path), "phi3")
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_rope_dimension_count(config.hidden_size // config.num_attention_heads)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    tensors = {
+        "token_embd.weight": state["model.embed_tokens.weight"],
+        "output_norm.weight": state["model.norm.weight"],
+        "output.weight": state["lm_head.weight"],
+    }
+    names = {
+        "attn_norm": "input_layernorm", "attn_qkv": "self_attn.qkv_proj", "attn_output": "self_attn.o_proj",
+        "ffn_norm": "post_attention_layernorm", "ffn_up": "mlp.gate_up_proj", "ffn_down": "mlp.down_proj",
+    }  # fmt: skip
+    for i in range(config.num_hidden_layers):
+        for gguf_name, hf_name in names.items():
+            tensors[f"blk.{i}.{gguf_name}.weight"] = state[f"model.layers.{i}.{hf_name}.weight"]
+    for name, weights in tensors.items():
+        writer.add_tensor(name, weights)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@needs_kernels
+def test_phi3_fused_matrices_are_split_on_both_roads(tmp_path: Path) -> None:
+    model = phi3_model()
+    with torch.inference_mode():
+        expected = model(input_ids=IDS).logits[0]
+    from_hugging_face = from_hf(model, bits=8)(IDS, None, logits_to_keep=IDS.shape[1]).logits[0]
+    assert relative_error(from_hugging_face, expected) < 0.03
+    packed = pack_gguf(str(write_phi3_gguf(model, tmp_path / "phi3.gguf")))
+    native = native_model(packed, model.config)
+    from_gguf = native(IDS, None, logits_to_keep=IDS.shape[1]).logits[0]
+    assert relative_error(from_gguf, expected) < 0.03
+    assert torch.equal(from_gguf, from_hugging_face)  # both q8 of the same float rows
+    rows = [native(IDS[:, :1], None, logits_to_keep=1)]
+    for position in range(1, 12):
+        rows.append(native(IDS[:, position : position + 1], rows[-1].cache, logits_to_keep=1))
+    assert torch.equal(torch.cat([r.logits[0] for r in rows]), from_gguf[:12])
+
+
+def test_phi3_is_not_run_by_the_lean_forward_which_does_not_split() -> None:
+    assert "fused" in (lean_supported(phi3_model()) or "")
+    assert lean_supported(phi3_model(), splits_fused=True) is None
+
+
+def test_a_windowed_family_is_capped_at_its_window() -> None:
+    assert exact_context(phi3_model(sliding_window=48).config) == 48
+    assert exact_context(phi3_model().config) == 256
+    qwen_like = LlamaConfig(max_position_embeddings=4096)
+    qwen_like.sliding_window, qwen_like.use_sliding_window = 1024, False  # qwen2: a window it does not use
+    assert exact_context(qwen_like) == 4096
