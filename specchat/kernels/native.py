@@ -13,8 +13,9 @@ It answers the calls :class:`specchat.engine.kv.CachedLM` makes, like the lean f
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -34,11 +35,14 @@ from specchat.kernels.formats import (
     unpack_q8_0,
 )
 from specchat.kernels.qlinear import qmat_from_tensors
-from specchat.models.architectures import BY_NAME, GGUF_TENSOR_NAMES
+from specchat.models.architectures import BY_MODEL_TYPE, BY_NAME, GGUF_TENSOR_NAMES
 from specchat.models.gguf_report import gguf_problem
 from specchat.models.lean import LeanCache, LeanOutput
 
 PROJECTIONS = ("q", "k", "v", "o", "gate", "up", "down")
+EXTRA_NORMS = ("q_norm", "k_norm", "post_attn_norm", "post_ffn_norm")
+"""Per-layer norms some families add to a Llama layer: over each q and k head before the rotation
+(Qwen3, Gemma 3), and on the attention's and the MLP's outputs before the residual sum (Gemma)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,27 @@ class Shape:
     vocab: int
     eps: float
     rope_theta: float
+
+
+@dataclass(frozen=True)
+class DecoderOptions:
+    """What a family computes beyond a Llama decoder; the defaults are Llama's."""
+
+    activation: str = "silu"
+    """Of the gated MLP: "silu" or "gelu_tanh"."""
+    embed_scale: float = 1.0
+    """Embeddings are multiplied by this (Gemma: √hidden)."""
+    attn_scale: float = 0.0
+    """Attention logits are multiplied by this; 0: 1/√head_dim."""
+    windows: tuple[int, ...] = ()
+    """Per layer, how many of the latest positions it attends to (0: all); empty: all, everywhere."""
+    local_rope: tuple[bool, ...] = ()
+    """Per layer, whether it rotates with ``inv_freq_local`` (Gemma 3's sliding layers)."""
+    rope_scale_local: float = 1.0
+
+    @property
+    def is_llama(self) -> bool:
+        return self == DecoderOptions()
 
 
 class _Head:
@@ -132,6 +157,7 @@ class PackedModel:
     rope_scale: float
     matrices: dict[str, MatrixMeta]
     tensors: dict[str, torch.Tensor]
+    options: DecoderOptions = DecoderOptions()
 
     @property
     def nbytes(self) -> int:
@@ -154,12 +180,18 @@ class PackedModel:
             "shape": asdict(self.shape),
             "rope_scale": self.rope_scale,
             "matrices": {name: asdict(m) for name, m in self.matrices.items()},
+            "options": asdict(self.options),
         }
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any], tensors: dict[str, torch.Tensor]) -> PackedModel:
         matrices = {name: MatrixMeta(**m) for name, m in meta["matrices"].items()}
-        return cls(Shape(**meta["shape"]), float(meta["rope_scale"]), matrices, tensors)
+        options: dict[str, Any] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in meta.get("options", {}).items()
+        }
+        return cls(
+            Shape(**meta["shape"]), float(meta["rope_scale"]), matrices, tensors, DecoderOptions(**options)
+        )
 
 
 def native_model(packed: PackedModel, config: Any, generation_config: Any = None) -> NativeCausalLM:
@@ -205,7 +237,7 @@ def pack_hf(
     """
     from specchat.models.lean import lean_supported
 
-    reason = lean_supported(hf_model, splits_fused=True)
+    reason = lean_supported(hf_model, for_kernels=True)
     if reason is not None:
         raise ValueError(f"the native forward cannot run this model: {reason}")
     config = hf_model.config
@@ -224,26 +256,75 @@ def pack_hf(
         eps=float(config.rms_norm_eps),
         rope_theta=float(getattr(config, "rope_theta", 10000.0)),
     )
+    architecture = BY_MODEL_TYPE[config.model_type]
     rotary = inner.rotary_emb
-    packed = PackedModel(shape, float(getattr(rotary, "attention_scaling", 1.0)), {}, {})
+    packed = PackedModel(shape, 1.0, {}, {}, _hf_decoder_options(hf_model, architecture.activation))
+    _hf_rotary(packed, rotary, packed.options)
     quantize = quantize_q4 if bits == 4 else quantize_q8
     packed.add_matrix("embed", quantize(inner.embed_tokens.weight.detach().float().numpy()))
     packed.add_matrix("head", quantize(head.numpy()))
-    packed.tensors["norm"] = inner.norm.weight.detach().float().clone()
-    packed.tensors["inv_freq"] = rotary.inv_freq.detach().float().clone()
+    shift = 1.0 if architecture.norm == "rms+1" else 0.0  # Gemma's norms scale by 1 + w
+    packed.tensors["norm"] = inner.norm.weight.detach().float() + shift
     for i, layer in enumerate(inner.layers):
         for part, (weight, bias) in _hf_projections(layer, shape).items():
             name = f"layers.{i}.{part}"
             packed.add_matrix(name, quantize(weight.detach().float().numpy()))
             if bias is not None:
                 packed.tensors[f"{name}.bias"] = bias.detach().float().clone()
-        packed.tensors[f"layers.{i}.attn_norm"] = layer.input_layernorm.weight.detach().float().clone()
-        packed.tensors[f"layers.{i}.ffn_norm"] = (
-            layer.post_attention_layernorm.weight.detach().float().clone()
-        )
+        for part, norm in _hf_norms(layer, architecture.norm_placement).items():
+            packed.tensors[f"layers.{i}.{part}"] = norm.weight.detach().float() + shift
         if on_layer is not None:
             on_layer(i + 1, shape.layers)
     return packed
+
+
+def _hf_norms(layer: Any, placement: str) -> dict[str, Any]:
+    """A Hugging Face layer's norms under specchat's names. In a Llama layer the norm before the
+    MLP is called post_attention_layernorm; in a Gemma layer that name is the attention output's
+    norm, and the one before the MLP is pre_feedforward_layernorm."""
+    attn = layer.self_attn
+    norms = {"attn_norm": layer.input_layernorm}
+    if placement == "pre+post":
+        norms |= {
+            "post_attn_norm": layer.post_attention_layernorm,
+            "ffn_norm": layer.pre_feedforward_layernorm,
+            "post_ffn_norm": layer.post_feedforward_layernorm,
+        }
+    else:
+        norms["ffn_norm"] = layer.post_attention_layernorm
+    if hasattr(attn, "q_norm"):
+        norms |= {"q_norm": attn.q_norm, "k_norm": attn.k_norm}
+    return norms
+
+
+def _hf_decoder_options(hf_model: Any, activation: str) -> DecoderOptions:
+    config = hf_model.config
+    embed_scale = getattr(hf_model.model.embed_tokens, "scalar_embed_scale", None)
+    pre_attn = getattr(config, "query_pre_attn_scalar", None)
+    layer_types = getattr(config, "layer_types", None) or ()
+    local = tuple(kind == "sliding_attention" for kind in layer_types)
+    window = int(getattr(config, "sliding_window", None) or 0)
+    return DecoderOptions(
+        activation=activation,
+        embed_scale=float(np.float32(embed_scale)) if embed_scale is not None else 1.0,
+        attn_scale=float(np.float32(pre_attn**-0.5)) if pre_attn else 0.0,
+        windows=tuple(window if is_local else 0 for is_local in local) if any(local) else (),
+        local_rope=local if any(local) else (),
+    )
+
+
+def _hf_rotary(packed: PackedModel, rotary: Any, options: DecoderOptions) -> None:
+    """The rotary frequencies (and their magnitude) the model's rotary module computed; Gemma 3
+    keeps one set per layer type."""
+    if hasattr(rotary, "inv_freq"):
+        packed.tensors["inv_freq"] = rotary.inv_freq.detach().float().clone()
+        packed.rope_scale = float(getattr(rotary, "attention_scaling", 1.0))
+        return
+    packed.tensors["inv_freq"] = rotary.full_attention_inv_freq.detach().float().clone()
+    packed.rope_scale = float(rotary.full_attention_attention_scaling)
+    if options.local_rope:
+        packed.tensors["inv_freq_local"] = rotary.sliding_attention_inv_freq.detach().float().clone()
+        packed.options = replace(options, rope_scale_local=float(rotary.sliding_attention_attention_scaling))
 
 
 def _hf_projections(layer: Any, shape: Shape) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
@@ -305,6 +386,25 @@ def _gguf_rotary_frequencies(
     if scaling == "linear":  # the only other scaling gguf_problem lets through
         inv_freq = inv_freq / factor
     return inv_freq
+
+
+GEMMA3_WINDOW_PATTERN = 6
+"""Gemma 3 layers attend through a window but every sixth (llama.cpp's swa pattern; the same as
+transformers' layer_types); those windowed layers rotate with base 10000, unscaled."""
+GEMMA3_LOCAL_ROPE_BASE = 10000.0
+
+
+def _gguf_windows(packed: PackedModel, window: int, shape: Shape) -> None:
+    """Gemma 3's windowed layers, as llama.cpp reads them from a GGUF (it stores only the window)."""
+    if window <= 0:
+        return
+    local = tuple(i % GEMMA3_WINDOW_PATTERN < GEMMA3_WINDOW_PATTERN - 1 for i in range(shape.layers))
+    packed.tensors["inv_freq_local"] = _rope_inverse_frequencies(
+        replace(shape, rope_theta=GEMMA3_LOCAL_ROPE_BASE)
+    )
+    packed.options = replace(
+        packed.options, windows=tuple(window if w else 0 for w in local), local_rope=local
+    )
 
 
 def split_qkv(qkv: Unpacked, shape: Shape) -> dict[str, Unpacked]:
@@ -438,8 +538,18 @@ def pack_gguf(
             bias = gguf_tensor_name(f"{name}.bias")
             if bias in tensors:
                 packed.tensors[f"{name}.bias"] = vector(bias)
-        for part in ("attn_norm", "ffn_norm"):
-            packed.tensors[f"layers.{i}.{part}"] = vector(gguf_tensor_name(f"layers.{i}.{part}"))
+        for part in ("attn_norm", "ffn_norm", *EXTRA_NORMS):
+            name = gguf_tensor_name(f"layers.{i}.{part}")
+            if part in ("attn_norm", "ffn_norm") or name in tensors:
+                packed.tensors[f"layers.{i}.{part}"] = vector(name)
         if on_layer is not None:
             on_layer(i + 1, shape.layers)
+    if architecture.sliding_window:
+        _gguf_windows(packed, int(meta("attention.sliding_window", 0)), shape)
+    if architecture.activation != "silu" or architecture.embedding_scale:
+        packed.options = replace(
+            packed.options,
+            activation=architecture.activation,
+            embed_scale=float(np.float32(math.sqrt(hidden))) if architecture.embedding_scale else 1.0,
+        )
     return packed

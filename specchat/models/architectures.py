@@ -29,6 +29,10 @@ GGUF_TENSOR_NAMES: dict[str, str] = {
     "down": "ffn_down",
     "attn_norm": "attn_norm",
     "ffn_norm": "ffn_norm",
+    "q_norm": "attn_q_norm",
+    "k_norm": "attn_k_norm",
+    "post_attn_norm": "post_attention_norm",
+    "post_ffn_norm": "post_ffw_norm",
 }
 """specchat's tensor names → llama.cpp's (per-layer ones under ``blk.N.``); the same for every family."""
 
@@ -70,6 +74,11 @@ class Architecture:
     @property
     def fast(self) -> bool:
         return not self.missing
+
+    @property
+    def llama_style(self) -> bool:
+        """A Llama layer and nothing more (what the lean forward and Hugging Face peers compute)."""
+        return self == Architecture(self.name, self.hf_model_types, self.qk_permuted_in_gguf)
 
     @property
     def model_types(self) -> tuple[str, ...]:

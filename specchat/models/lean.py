@@ -36,11 +36,11 @@ ROW_LIMIT = 32
 """Passes over at most this many new positions attend row by row."""
 
 
-def lean_supported(model: nn.Module, *, splits_fused: bool = False) -> str | None:
+def lean_supported(model: nn.Module, *, for_kernels: bool = False) -> str | None:
     """None if :class:`LeanCausalLM` can run ``model``, else the reason it cannot.
 
-    ``splits_fused``: the caller (the kernels' packing) splits fused q/k/v and gate/up matrices,
-    which the lean forward itself does not.
+    ``for_kernels``: the caller is the kernels' packing, whose decoder computes every family of
+    the architecture table; the lean forward itself computes Llama-style layers only.
     """
     config = getattr(model, "config", None)
     if config is None:
@@ -49,9 +49,10 @@ def lean_supported(model: nn.Module, *, splits_fused: bool = False) -> str | Non
     problem = fast_path_problem(model_type)
     if problem is not None:
         return problem
-    if BY_MODEL_TYPE[model_type].fused_qkv and not splits_fused:
-        return f"the lean forward does not split {model_type}'s fused matrices"
-    if getattr(config, "hidden_act", "silu") != "silu":
+    arch = BY_MODEL_TYPE[model_type]
+    if not for_kernels and not arch.llama_style:
+        return f"the lean forward computes Llama-style layers only, not {model_type}'s"
+    if arch.activation == "silu" and getattr(config, "hidden_act", "silu") != "silu":
         return f"activation {config.hidden_act!r} is not silu"
     # Static scalings live in the rotary module's inv_freq and attention_scaling, which both
     # decoders read; dynamic ones would change them with the sequence length.

@@ -203,8 +203,8 @@ def test_phi3_fused_matrices_are_split_on_both_roads(tmp_path: Path) -> None:
 
 
 def test_phi3_is_not_run_by_the_lean_forward_which_does_not_split() -> None:
-    assert "fused" in (lean_supported(phi3_model()) or "")
-    assert lean_supported(phi3_model(), splits_fused=True) is None
+    assert "Llama-style layers only" in (lean_supported(phi3_model()) or "")
+    assert lean_supported(phi3_model(), for_kernels=True) is None
 
 
 def test_a_windowed_family_is_capped_at_its_window() -> None:
