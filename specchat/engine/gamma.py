@@ -13,6 +13,7 @@ from typing import Literal, Protocol
 
 from specchat.engine.events import DrafterName, RoundEvent
 from specchat.engine.metrics import CostEstimator, positions_tested
+from specchat.engine.params import GAMMA_MAX
 from specchat.engine.registry import is_model, proposes
 from specchat.errors import InvalidSettingError
 
@@ -31,7 +32,6 @@ __all__ = [
 
 ScheduleName = Literal["fixed", "heuristic", "adaptive"]
 SCHEDULES: tuple[ScheduleName, ...] = ("fixed", "heuristic", "adaptive")
-GAMMA_MAX = 16
 
 
 def check_gamma(gamma: int) -> int:

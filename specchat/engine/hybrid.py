@@ -17,7 +17,7 @@ import torch
 
 from specchat.engine.drafters import Draft, ModelDrafter, NgramDrafter, lookup_continuation
 from specchat.engine.events import DrafterName
-from specchat.engine.gamma import GAMMA_MAX
+from specchat.engine.params import GAMMA_MAX
 from specchat.engine.sampling import SamplingParams
 
 

@@ -1,4 +1,5 @@
-"""Decoding parameters, torch-free: the sampling settings and the draft model's stop threshold.
+"""Decoding parameters, torch-free: the sampling settings, the largest γ and the draft model's
+stop threshold.
 
 The front ends (``specchat.backend``'s Controls, the CLI, the UI) and the engine (sampling,
 drafters) both need these; living here, below both, they need not import each other.
@@ -10,6 +11,8 @@ from dataclasses import dataclass
 
 from specchat.errors import InvalidSettingError
 
+GAMMA_MAX = 16
+"""The most tokens a round drafts (the γ schedules and the drafters keep within it)."""
 DRAFT_STOP_BELOW = 0.5
 """The draft model ends a round after a position where its most likely token had less than this
 probability (the token it drew there is still proposed; 0: never stop early)."""
