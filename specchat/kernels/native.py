@@ -320,8 +320,10 @@ def _hf_rotary(packed: PackedModel, rotary: Any, options: DecoderOptions) -> Non
         packed.tensors["inv_freq"] = rotary.inv_freq.detach().float().clone()
         packed.rope_scale = float(getattr(rotary, "attention_scaling", 1.0))
         return
-    packed.tensors["inv_freq"] = rotary.full_attention_inv_freq.detach().float().clone()
-    packed.rope_scale = float(rotary.full_attention_attention_scaling)
+    # A model whose layers are all windowed has only the sliding set: it serves as both.
+    kind = "full_attention" if hasattr(rotary, "full_attention_inv_freq") else "sliding_attention"
+    packed.tensors["inv_freq"] = getattr(rotary, f"{kind}_inv_freq").detach().float().clone()
+    packed.rope_scale = float(getattr(rotary, f"{kind}_attention_scaling"))
     if options.local_rope:
         packed.tensors["inv_freq_local"] = rotary.sliding_attention_inv_freq.detach().float().clone()
         packed.options = replace(options, rope_scale_local=float(rotary.sliding_attention_attention_scaling))

@@ -144,4 +144,6 @@ def exact_context(config: Any) -> int | None:
     window = getattr(config, "sliding_window", None)
     if not window or not getattr(config, "use_sliding_window", True):
         return positions
+    if "full_attention" in (getattr(config, "layer_types", None) or ()):
+        return positions  # windowed and full layers mixed (Gemma): the decoders window each layer
     return min(positions, int(window)) if positions else int(window)

@@ -213,3 +213,6 @@ def test_a_windowed_family_is_capped_at_its_window() -> None:
     qwen_like = LlamaConfig(max_position_embeddings=4096)
     qwen_like.sliding_window, qwen_like.use_sliding_window = 1024, False  # qwen2: a window it does not use
     assert exact_context(qwen_like) == 4096
+    gemma_like = LlamaConfig(max_position_embeddings=4096)
+    gemma_like.sliding_window, gemma_like.layer_types = 512, ["sliding_attention"] * 5 + ["full_attention"]
+    assert exact_context(gemma_like) == 4096
