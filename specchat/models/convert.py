@@ -31,7 +31,13 @@ from specchat.models.store import staged
 
 CPU = torch.device("cpu")
 T = TypeVar("T")
-END_OF_TEXT = "<|endoftext|>"
+END_OF_GENERATION = (
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>",
+    "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
+)  # fmt: skip
+"""Special tokens llama.cpp ends a reply on by their text, besides the file's eos (its vocabulary
+loader's end-of-generation list): a GGUF records one eos, while chat models end a turn with
+another token (Gemma's ``<end_of_turn>``, Llama 3's ``<|eot_id|>``, Phi-3's ``<|end|>``)."""
 
 if TYPE_CHECKING:
     # Types only: transformers' modeling code costs seconds to import; it is loaded when converting.
@@ -98,13 +104,14 @@ def sync_eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, 
 
     The engine stops on these and on tokenizer.eos_token_id. A GGUF records a single eos
     (`<|im_end|>` for Qwen chat models), while the upstream generation configs of such models also
-    stop on `<|endoftext|>`, as llama.cpp does; without it a reply could run past its end.
+    stop on `<|endoftext|>`, and llama.cpp stops on every token of :data:`END_OF_GENERATION`;
+    without them a reply could run past its end.
     """
     config = model.generation_config
     ids = _as_list(config.eos_token_id) or _as_list(model.config.eos_token_id)
     extra = [tokenizer.eos_token_id]
     if from_gguf:
-        extra.append(_special_id(tokenizer, END_OF_TEXT))
+        extra += [_special_id(tokenizer, token) for token in END_OF_GENERATION]
     # Only ids the model can emit: a tokenizer may add a default special token past the last row.
     head = model.get_output_embeddings()
     rows = head.weight.shape[0] if head is not None else model.config.vocab_size
