@@ -23,7 +23,7 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +46,18 @@ class Comparison:
     disagreement: float = 0.0
     """The largest difference between the two programs' log-probabilities of the same token on
     the positions before the parting: how far apart their numbers are on this prompt."""
+    float_margin: float | None = None
+    """The float model's (transformers on the file's dequantized weights) log-probability of
+    specchat's token minus llama.cpp's, where they part (None: not asked for)."""
 
     def explained(self, disagreement: float) -> bool:
-        """Equal, or parted where both programs held the two tokens closer than ``disagreement``
-        (the largest gap between their numbers for the same token, over the whole file)."""
+        """Equal; or parted where both programs held the two tokens closer than ``disagreement``
+        (the largest gap between their numbers for the same token, over the whole file); or
+        where the float model itself prefers specchat's token (llama.cpp's own arithmetic,
+        fp16 tables and caches, is what turned)."""
         if self.diverge_at is None:
+            return True
+        if self.float_margin is not None and self.float_margin > 0:
             return True
         margins = (self.our_margin, self.their_margin)
         return all(m is not None and abs(m) <= disagreement for m in margins)
@@ -106,6 +113,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompts", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--float-reference",
+        action="store_true",
+        help="also load the file into transformers (float32, dequantized; memory: 4 bytes a weight) "
+        "and say which program's token the float model prefers where they part",
+    )
     args = parser.parse_args(argv)
 
     import torch
@@ -121,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     pair = load_for_decoding(str(args.gguf), None, cpu_path="auto")
     engine = ChatEngine(pair.target, pair.tokenizer, None)
     prompts = load_prompts(per_category=1)[: args.prompts]
+    reference = float_model(args.gguf) if args.float_reference else None
     print(
         f"{args.gguf.name}: specchat {pair.kernels} on {variant()} kernels vs llama.cpp, "
         f"{args.threads} threads"
@@ -150,9 +164,12 @@ def main(argv: list[str] | None = None) -> int:
                     else 0.0
                 )
                 mine = our_log_probs(pair.target, ids, ours) if ours else None
-                results.append(
-                    compare(prompt.id, ours, theirs, mine, their_log_probs(data), (our_rate, their_rate))
-                )
+                result = compare(prompt.id, ours, theirs, mine, their_log_probs(data), (our_rate, their_rate))
+                if reference is not None and result.our_margin is not None:
+                    at = result.diverge_at or 0
+                    floats = our_log_probs(reference, ids, ours[: at + 1])[at]
+                    result = replace(result, float_margin=float(floats[ours[at]] - floats[theirs[at]]))
+                results.append(result)
                 print(describe(results[-1]), flush=True)
         finally:
             peer.close()
@@ -172,6 +189,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(r.explained(disagreement) for r in results) else 1
 
 
+def float_model(path: Path) -> Any:
+    """transformers' own reading of the GGUF, dequantized to float32: the reference both programs
+    approximate (a callable taking (ids, cache, logits_to_keep), as specchat's models do)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32
+    ).eval()
+
+    def forward(ids: Any, _cache: Any, logits_to_keep: int) -> Any:
+        with torch.inference_mode():
+            return model(input_ids=ids, logits_to_keep=logits_to_keep)
+
+    return forward
+
+
 def describe(result: Comparison) -> str:
     rates = f"specchat {result.our_tok_s:5.1f} tok/s, llama.cpp {result.their_tok_s:5.1f}"
     if result.diverge_at is None:
@@ -183,8 +217,15 @@ def describe(result: Comparison) -> str:
     return (
         f"  {result.prompt:<14} part at token {result.diverge_at}: margins specchat "
         f"{gap(result.our_margin)}, llama.cpp {gap(result.their_margin)}, disagreement before "
-        f"{result.disagreement:.3f}   {rates}"
+        f"{result.disagreement:.3f}{_float_note(result)}   {rates}"
     )
+
+
+def _float_note(result: Comparison) -> str:
+    if result.float_margin is None:
+        return ""
+    side = "specchat's" if result.float_margin > 0 else "llama.cpp's"
+    return f"; the float model prefers {side} token by {abs(result.float_margin):.3f}"
 
 
 if __name__ == "__main__":

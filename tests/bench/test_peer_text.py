@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 
@@ -50,3 +51,12 @@ def test_a_token_llama_cpp_did_not_even_rank_is_not_explained() -> None:
     mine = log_probs([{1: -0.1, 2: -3.0}])
     result = compare("p", [1], [2], mine, [{2: -0.1}], (1.0, 1.0))
     assert result.their_margin is None and not result.explained(10.0)
+
+
+def test_a_parting_where_the_float_model_prefers_specchats_token_is_explained() -> None:
+    """llama.cpp's own arithmetic turned there: the float model on the same weights sides with specchat."""
+    mine = log_probs([{1: -0.1, 2: -0.2}])
+    result = compare("p", [1], [2], mine, [{2: -0.1, 1: -0.9}], (1.0, 1.0))
+    assert not result.explained(0.2)  # llama.cpp's margin 0.8 is past any disagreement
+    assert replace(result, float_margin=0.26).explained(0.2)
+    assert not replace(result, float_margin=-0.5).explained(0.2)
