@@ -1,12 +1,18 @@
-"""The control keys' rules, without an app: γ bounds, the cycles, temperature steps, servers."""
+"""The control keys' rules and the keys that apply them, without an app: γ bounds, the cycles,
+temperature steps, servers."""
 
 from __future__ import annotations
 
-from specchat.backend import Capabilities
+from dataclasses import dataclass
+from typing import Any
+
+from specchat.backend import Capabilities, Controls
 from specchat.engine.gamma import GAMMA_MAX, SCHEDULES
+from specchat.ui.live import ControlsView
 from specchat.ui.state.controls import (
     TEMPERATURE_MAX,
     TEMPERATURE_STEP,
+    ControlKeys,
     next_drafter,
     next_schedule,
     server_refusal,
@@ -58,3 +64,44 @@ def test_a_server_that_fixed_its_controls_says_so() -> None:
     assert "the drafter" in (server_refusal(fixed, "drafter") or "")
     switchable = Capabilities(kind="vllm", provenance="inferred", measured=frozenset(), drafters=("a", "b"))
     assert server_refusal(switchable, "schedule") is None
+
+
+@dataclass
+class _Lease:
+    engine: Any | None = None
+    controls: Controls | None = None
+    capabilities: Capabilities | None = None
+
+
+@dataclass
+class _Engine:
+    available_drafters: tuple[str, ...] = ("model", "ngram")
+
+
+def test_the_keys_apply_the_rules_to_the_leased_controls() -> None:
+    notes: list[tuple[str, str]] = []
+    changes: list[int] = []
+    lease = _Lease()
+    keys = ControlKeys(lease, lambda note, title: notes.append((note, title)), lambda: changes.append(1))
+    keys.step_gamma(+1)
+    keys.cycle_drafter()
+    assert keys.view() is None and not changes, "nothing to change while the models load"
+
+    local = Capabilities(kind="local", provenance="exact", measured=frozenset())
+    lease.engine, lease.controls, lease.capabilities = _Engine(), Controls(gamma=4), local
+    keys.step_gamma(+1)
+    keys.cycle_drafter()
+    keys.step_temperature(+TEMPERATURE_STEP)
+    assert (lease.controls.gamma, lease.controls.drafter, lease.controls.temperature) == (5, "ngram", 0.1)
+    assert len(changes) == 3 and not notes
+    assert keys.view() == ControlsView(5, "fixed", "ngram", 0.1, ("model", "ngram"))
+
+    fixed = Capabilities(
+        kind="llama-server", provenance="inferred", measured=frozenset(), gamma_control="fixed"
+    )
+    lease.capabilities = fixed
+    keys.step_gamma(+1)
+    assert lease.controls.gamma == 5 and len(changes) == 3
+    assert notes == [("The server fixed γ when it started: it cannot be changed from here.", "")]
+    view = keys.view()
+    assert view is not None and view.server is fixed

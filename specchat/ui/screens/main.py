@@ -192,6 +192,18 @@ class MainScreen(Screen[None]):
         self._show_cursor()
         self.query_one(InspectorPanel).focus()
 
+    def toggle_inspecting(self) -> None:
+        """The inspect key: put the cursor on the reply, or leave the inspector."""
+        if self.cursor is not None:
+            self.stop_inspecting()
+        else:
+            self.start_inspecting()
+
+    def show_busy(self, busy: bool) -> None:
+        """The message box while a reply streams: marked, and saying how to stop it."""
+        self.prompt.set_class(busy, "-busy")
+        self.prompt.border_title = "streaming · Esc stops" if busy else ""
+
     def stop_inspecting(self) -> None:
         if self.cursor is not None:
             self._reply(self.cursor[0]).tokens.set_cursor(None)

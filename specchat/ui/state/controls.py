@@ -1,20 +1,24 @@
 """The chat's control keys, as pure functions: γ up and down, the γ schedule, the drafter and
 the temperature, and whether a server lets them change.
 
-Each takes the value in force and returns the next one; the app writes it to the engine's
-``Controls`` in one attribute write (the engine reads them once per round, so a key press never
-races the loop). Nothing here needs Textual, so the rules are tested without an app.
+Each rule takes the value in force and returns the next one; :class:`ControlKeys` applies them
+to the leased models' ``Controls`` in one attribute write (the engine reads them once per round,
+so a key press never races the loop), and the app's key actions only call it. The rules need
+no Textual, so they are tested without an app.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from specchat.engine.gamma import GAMMA_MAX, SCHEDULES, ScheduleName
+from specchat.ui.live import ControlsView
+from specchat.ui.talk import apply_best_gamma
 
 if TYPE_CHECKING:
-    from specchat.backend import Capabilities
+    from specchat.backend import Capabilities, Controls
+    from specchat.ui.state.theory_tracker import TheoryTracker
 
 TEMPERATURE_STEP = 0.1
 TEMPERATURE_MAX = 2.0
@@ -54,3 +58,84 @@ def server_refusal(caps: Capabilities, control: Control) -> str | None:
     if control != "gamma" and (caps.kind == "local" or caps.drafters):
         return None
     return f"The server fixed {CONTROL_NAMES[control]} when it started: it cannot be changed from here."
+
+
+class Leased(Protocol):
+    """What the keys need of the model lease: the backend and its controls (None while loading)."""
+
+    @property
+    def engine(self) -> Any | None: ...
+
+    @property
+    def controls(self) -> Controls | None: ...
+
+    @property
+    def capabilities(self) -> Capabilities | None: ...
+
+
+class ControlKeys:
+    """The γ, schedule, drafter and temperature keys on the controls of the models in force.
+
+    Each key does nothing while the models load; a control a server fixed is refused with a
+    notice. After a change ``changed`` redraws the panels.
+    """
+
+    def __init__(
+        self, lease: Leased, notify: Callable[[str, str], object], changed: Callable[[], object]
+    ) -> None:
+        self.lease = lease
+        self.notify = notify
+        self.changed = changed
+
+    def _allowed(self, control: Control) -> Controls | None:
+        """The controls to change, or None (loading, or a server fixed ``control``: said so)."""
+        controls, caps = self.lease.controls, self.lease.capabilities
+        if controls is None or caps is None:
+            return None
+        refusal = server_refusal(caps, control)
+        if refusal is not None:
+            self.notify(refusal, "")
+            return None
+        return controls
+
+    def step_gamma(self, step: int) -> None:
+        if (controls := self._allowed("gamma")) is not None:
+            controls.gamma = stepped_gamma(controls.gamma, step)
+            self.changed()
+
+    def cycle_schedule(self) -> None:
+        if (controls := self._allowed("schedule")) is not None:
+            controls.schedule = next_schedule(controls.schedule)
+            self.changed()
+
+    def cycle_drafter(self) -> None:
+        if (controls := self._allowed("drafter")) is not None:
+            controls.drafter = next_drafter(controls.drafter, self._drafters())
+            self.changed()
+
+    def step_temperature(self, step: float) -> None:
+        controls = self.lease.controls
+        if controls is not None:
+            controls.temperature = stepped_temperature(controls.temperature, step)
+            self.changed()
+
+    def best_gamma(self, tracker: TheoryTracker) -> None:
+        """Set γ to the advisor's best for what this session measured, and say what it predicts."""
+        controls = self.lease.controls
+        if controls is not None:
+            note, title = apply_best_gamma(tracker, controls)
+            self.notify(note, title)
+            if title:
+                self.changed()
+
+    def view(self) -> ControlsView | None:
+        """The controls in force as the panels show them (a server's capabilities alongside)."""
+        c, caps = self.lease.controls, self.lease.capabilities
+        if c is None or caps is None:
+            return None
+        server = None if caps.kind == "local" else caps
+        return ControlsView(c.gamma, c.schedule, c.drafter, c.temperature, self._drafters(), server)
+
+    def _drafters(self) -> tuple[str, ...]:
+        engine = self.lease.engine
+        return tuple(engine.available_drafters) if engine is not None else ()

@@ -19,9 +19,10 @@ from textual.widget import Widget
 from textual.worker import get_current_worker
 
 from specchat.errors import SpecchatError
+from specchat.ui import bridge
 
 if TYPE_CHECKING:
-    from specchat.backend import Controls
+    from specchat.backend import Capabilities, Controls
 
 MAX_WRAPPERS = 8
 """How many ``.engine`` wrappers :func:`local_engine` looks through. Tests wrap the engine to
@@ -79,6 +80,11 @@ class ModelLease:
         return self.engine is not None and self.controls is not None
 
     @property
+    def capabilities(self) -> Capabilities | None:
+        """What the backend reports, measures and lets the user control; None while loading."""
+        return bridge.capabilities_of(self.engine) if self.engine is not None else None
+
+    @property
     def local(self) -> Any | None:
         """The local engine, or None while loading and for a server."""
         return local_engine(self.engine)
@@ -93,6 +99,20 @@ class ModelLease:
             who = f"{self.task[0].upper()}{self.task[1:]}"
             return f"{who} is using the models: wait for it, or close its screen."
         return None
+
+    def send_refusal(self) -> str | None:
+        """Why the chat's message box cannot send now (None: it can); the message stays in the box."""
+        if not self.loaded:
+            return "The models are still loading: your message stays in the box."
+        if self.streaming:
+            return "A reply is streaming: Esc stops it. Your message stays in the box."
+        if self.task:
+            return f"The models are busy with {self.task}: your message stays in the box."
+        return None
+
+    def changed(self) -> None:
+        """Tell the owner the models' state changed (they loaded, a job ended)."""
+        self._on_change()
 
     def claim(self, task: str) -> bool:
         """Reserve the models for ``task``; False when something else holds them."""

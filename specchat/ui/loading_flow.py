@@ -1,0 +1,134 @@
+"""The models' arrival: the loading screen opened with the load worker, showing its progress,
+closed (with anything opened over it) when the models are in, or left showing why they are not;
+then the models handed to the chat (the lease, the controls, the subtitle, the notices).
+
+The worker itself is :func:`specchat.ui.model_loading.load_models`; it reports back only through
+messages, which the app hands to :class:`LoadingFlow`.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol
+
+from specchat.ui import bridge
+from specchat.ui.model_loading import load_models
+from specchat.ui.screens.loading import LoadingScreen
+
+if TYPE_CHECKING:
+    from textual.app import App
+
+    from specchat.backend import Capabilities
+    from specchat.config import Settings
+    from specchat.ui.bridge import LoadedEngine
+    from specchat.ui.live import LiveStats
+    from specchat.ui.messages import LoadFailed, LoadProgressed
+    from specchat.ui.state.lease import ModelLease
+    from specchat.ui.store import Conversation
+    from specchat.ui.widgets.prompt import PromptInput
+
+
+class LoadHost(Protocol):
+    """What the arrival of the models changes in the app that owns the chat."""
+
+    conversation: Conversation
+    target_name: str
+    draft_name: str | None
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    @property
+    def prompt(self) -> PromptInput: ...
+
+    def refresh_panels(self, force: bool = False) -> None: ...
+
+
+class LoadingFlow:
+    def __init__(
+        self, app: App[Any], host: LoadHost, settings: Settings, lease: ModelLease, live: LiveStats
+    ) -> None:
+        self.app = app
+        self.host = host
+        self.settings = settings
+        self.lease = lease
+        self.live = live
+        self.screen: LoadingScreen | None = None
+
+    def start(self) -> None:
+        """Open the loading screen and load the models in a thread worker."""
+        settings = self.settings
+        self.app.sub_title = "connecting…" if settings.server else "loading…"
+        self.screen = LoadingScreen(settings.target, settings.draft, settings.server)
+        self.app.push_screen(self.screen)
+        self.app.run_worker(
+            partial(load_models, settings, self.app.post_message),
+            name="load models",
+            group="engine",
+            thread=True,
+            exclusive=True,
+            exit_on_error=False,
+        )
+
+    def progressed(self, message: LoadProgressed) -> None:
+        if self.screen is not None:
+            self.screen.show_progress(message.progress)
+        if message.progress.stage == "notice":  # worth reading after the loading screen has closed
+            self.app.notify(message.progress.message, timeout=12)
+
+    def loaded(self, loaded: LoadedEngine) -> None:
+        """Close the loading screen and anything opened over it meanwhile (help, say), chat with
+        the models, and give back what was typed meanwhile."""
+        screen, self.screen = self.screen, None
+        typed = ""
+        if screen is not None:
+            typed = screen.typed
+            while screen in self.app.screen_stack:
+                self.app.pop_screen()
+        self.use(loaded)
+        if typed.strip():
+            self.host.prompt.give_back(typed)
+        self.host.prompt.focus()
+
+    def use(self, loaded: LoadedEngine) -> None:
+        """The chat runs on ``loaded`` from now on (loaded here, or given to the app)."""
+        host, app = self.host, self.app
+        host.target_name, host.draft_name = loaded.target_name, loaded.draft_name
+        host.conversation.target, host.conversation.draft = loaded.target_name, loaded.draft_name
+        chosen, note = bridge.make_controls(self.settings, loaded.engine.available_drafters)
+        self.lease.use(loaded.engine, chosen, loaded.target_name, loaded.draft_name)
+        if note:
+            app.notify(note, severity="warning")
+        app.sub_title = attached(loaded, host.capabilities, self.live)
+        for line in loaded.notes:
+            app.notify(line, severity="warning", timeout=12)
+        self.lease.changed()
+        host.refresh_panels(force=True)
+
+    def failed(self, message: LoadFailed) -> None:
+        app = self.app
+        app.sub_title = "could not attach to the server" if self.settings.server else "models failed to load"
+        screen = self.screen
+        if screen is not None:
+            while app.screen is not screen and screen in app.screen_stack:
+                app.pop_screen()
+            screen.show_error(message.error, message.exit_code)
+        else:
+            app.notify(message.error, severity="error", timeout=30)
+
+
+LEGEND_NOTES = {
+    "inferred": "colours inferred from the server's counters",
+    "none": "this server reports no provenance: tokens uncoloured",
+}
+
+
+def attached(loaded: LoadedEngine, caps: Capabilities, live: LiveStats) -> str:
+    """The app's subtitle once the models are in: the pair and the device, or the server (whose
+    tokens are then measured as they arrive, the legend saying what its colours are worth)."""
+    if caps.kind != "local":
+        live.by_arrival = True  # a server times no rounds
+        live.set_display(note=LEGEND_NOTES.get(caps.provenance, ""))
+        return f"server {loaded.target_name}"
+    draft = f"draft {loaded.draft_name}" if loaded.draft_name else "no draft model"
+    return " · ".join(p for p in (f"target {loaded.target_name}", draft, loaded.device) if p)
