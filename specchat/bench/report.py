@@ -24,6 +24,7 @@ from specchat.bench.runner import Method, RunRecord, fastest
 from specchat.engine.events import RoundEvent
 from specchat.engine.gamma import positions_tested
 from specchat.engine.metrics import StreamStats, expected_tokens_per_round
+from specchat.engine.registry import is_model
 
 ALL = "all"
 
@@ -110,7 +111,7 @@ def predict(
         drafted = sum(e.drafted for e in rows)
         alpha[source] = sum(e.accepted for e in rows) / tested if tested else 0.0
         measured_c = sum(e.draft_ms for e in rows) / drafted / step if drafted else 0.0
-        c[source] = costs.c if (not in_situ and source == "model" and costs.c is not None) else measured_c
+        c[source] = costs.c if (not in_situ and is_model(source) and costs.c is not None) else measured_c
     widths: dict[int, list[float]] = {}
     for e in log:
         widths.setdefault(e.drafted, []).append(e.verify_ms)
@@ -223,7 +224,7 @@ def event_costs(records: Sequence[RunRecord]) -> dict[str, object]:
     step_ms = plain_step_ms(records)
     if not step_ms:
         return {}
-    fixed = [r for r in records if r.drafter == "model" and r.schedule == "fixed" and r.kind == "specchat"]
+    fixed = [r for r in records if is_model(r.drafter) and r.schedule == "fixed" and r.kind == "specchat"]
     log = round_events(fixed)
     drafted = sum(e.drafted for e in log)
     by_gamma: dict[int, list[RoundEvent]] = {}

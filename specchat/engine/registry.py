@@ -223,5 +223,10 @@ def proposes(name: str) -> bool:
     return spec is None or spec.drafts
 
 
+def plain_drafter() -> str:
+    """The name of the entry that drafts nothing: a plain-decoding reference run asks for it."""
+    return next(spec.name for spec in drafters() if spec.kind == "none")
+
+
 def drafters_needing_model() -> tuple[str, ...]:
     return tuple(spec.name for spec in drafters() if spec.needs_draft_model)

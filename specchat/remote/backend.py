@@ -17,6 +17,7 @@ from typing import Any
 from specchat.backend import Capabilities, Controls, Figure, GammaControl, Message
 from specchat.engine.events import UNKNOWN_ID, Event, RoundEvent, StopReason, SummaryEvent
 from specchat.engine.metrics import StreamStats
+from specchat.engine.registry import proposes
 from specchat.errors import SpecchatError
 from specchat.remote.client import DEFAULT_TIMEOUT, ServerClient, api_key_from_env
 from specchat.remote.errors import ServerError
@@ -146,7 +147,7 @@ class RemoteBackend:
         kind = self.info.kind
         if kind == "llama-server":
             body["timings_per_token"] = True  # running draft_n / draft_n_accepted in every chunk
-            body["speculative.n_max"] = 0 if controls.drafter == "none" else controls.gamma
+            body["speculative.n_max"] = 0 if not proposes(controls.drafter) else controls.gamma
             body["speculative.n_min"] = 0
         elif kind == "vllm":
             # Continuous usage stats count every chunk's tokens exactly: one chunk is one step.

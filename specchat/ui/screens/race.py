@@ -28,6 +28,7 @@ from textual.widgets import Footer, Input, Static
 
 from specchat.config import data_dir
 from specchat.engine.race import RACE_TOKENS, WARM_UP_TOKENS, LaneName, RaceCancelled, RaceResult, run_race
+from specchat.engine.registry import proposes
 from specchat.errors import SpecchatError
 from specchat.presenters.race_text import (
     LANE_TITLES,
@@ -200,7 +201,7 @@ class RaceScreen(Screen[None]):
         if lease is None or controls is None or engine is None:
             self.notify("The race needs the local models, loaded.", severity="warning")
             return
-        if controls.drafter == "none":
+        if not proposes(controls.drafter):
             self.notify(
                 "The drafter is none: both lanes would be plain decoding. F5 picks a drafter.",
                 severity="warning",

@@ -27,6 +27,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from specchat.config import data_dir
+from specchat.engine.registry import proposes
 from specchat.engine.selftest import (
     GREEDY_PROMPTS,
     SELFTEST_PROMPT,
@@ -161,7 +162,7 @@ class SelfTestScreen(Screen[None]):
         if lease is None or controls is None or engine is None:
             self.notify("The self-test needs the local models, loaded.", severity="warning")
             return
-        if controls.drafter == "none":
+        if not proposes(controls.drafter):
             self.error = "the drafter is none: nothing is drafted, so there is nothing to test (F5 picks one)"
             self.draw()
             return

@@ -18,6 +18,7 @@ from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from specchat.engine.events import Event
+from specchat.engine.registry import plain_drafter
 from specchat.ui.state.lease import JobEnded, ModelLease, run_job
 from specchat.ui.state.theory_tracker import (
     ADVISOR_GAMMAS,
@@ -157,7 +158,7 @@ class TheoryPanel(Horizontal):
         engine = self.lease.engine
         if engine is None or controls is None or self.lease.local is None:
             return
-        plain = replace(controls, drafter="none", schedule="fixed", max_new_tokens=PROBE_TOKENS)
+        plain = replace(controls, drafter=plain_drafter(), schedule="fixed", max_new_tokens=PROBE_TOKENS)
         # False while a reply or a race uses the models: the next tick tries again.
         self.probing = run_job(
             self, self.lease, "the plain probe", self._probe_job(engine, plain), name="plain probe"
