@@ -80,24 +80,41 @@ def our_log_probs(model: Any, prompt: list[int], reply: list[int]) -> Any:
     return torch.log_softmax(logits, dim=-1)
 
 
-def their_log_probs(data: dict[str, Any]) -> list[dict[int, float]]:
-    """llama.cpp's reported log-probabilities per reply position: token id → log-probability."""
-    rows = data.get("completion_probabilities") or []
-    return [{int(c["id"]): float(c["logprob"]) for c in row.get("top_logprobs", [])} for row in rows]
+def their_log_probs(data: dict[str, Any]) -> dict[int, dict[int, float]]:
+    """llama-server's top log-probabilities by reply position (token id → log-probability), for
+    the positions it reports alone.
+
+    The server sends one probability row per piece of text, and a token whose bytes end inside a
+    UTF-8 character waits for the next: those tokens share one row (it names the last token, and
+    its bytes are the whole group's), and a group still open at the end gets no row. So a row is
+    placed by its token id, and kept only when its bytes are that one token's own.
+    """
+    tokens = [int(t) for t in data.get("tokens") or []]
+    placed: dict[int, dict[int, float]] = {}
+    position = 0
+    for row in data.get("completion_probabilities") or []:
+        while position < len(tokens) and tokens[position] != row.get("id"):
+            position += 1
+        top = {int(c["id"]): c for c in row.get("top_logprobs", [])}
+        own = top.get(row.get("id", -1))
+        if position < len(tokens) and own is not None and own.get("bytes") == row.get("bytes"):
+            placed[position] = {token: float(c["logprob"]) for token, c in top.items()}
+        position += 1
+    return placed
 
 
 def compare(
-    prompt: str, ours: list[int], theirs: list[int], mine: Any, other: list[dict[int, float]],
+    prompt: str, ours: list[int], theirs: list[int], mine: Any, other: dict[int, dict[int, float]],
     rates: tuple[float, float],
 ) -> Comparison:  # fmt: skip
     at = first_difference(ours, theirs)
     agreed = [
         abs(float(mine[j, token]) - other[j][token])
         for j, token in enumerate(ours[: len(ours) if at is None else at])
-        if j < len(other) and token in other[j]
+        if token in other.get(j, {})
     ]
     disagreement = max(agreed, default=0.0)
-    if at is None or at >= len(ours) or at >= len(theirs) or at >= len(other):
+    if at is None or at >= len(ours) or at >= len(theirs) or at not in other:
         return Comparison(prompt, ours, theirs, *rates, at, disagreement=disagreement)
     mine_gap = float(mine[at, ours[at]] - mine[at, theirs[at]])
     their_gap = other[at][theirs[at]] - other[at][ours[at]] if ours[at] in other[at] else None

@@ -164,35 +164,13 @@ def llama_cpp_bin() -> Path | None:
     return None
 
 
-def rows_by_position(data: dict[str, Any]) -> dict[int, dict[int, float]]:
-    """llama-server's top log-probabilities by reply position, for the positions it reports alone.
-
-    The server sends one probability row per piece of text, and a token whose bytes end inside
-    a UTF-8 character waits for the next: those tokens share one row (it names the last token,
-    and its bytes are the whole group's), and a group still open at the end gets no row. Byte
-    tokens are common in these fixtures' random replies, so a row is placed by its token id
-    and kept only when its bytes are that one token's own.
-    """
-    tokens = [int(t) for t in data["tokens"]]
-    placed: dict[int, dict[int, float]] = {}
-    position = 0
-    for row in data.get("completion_probabilities") or []:
-        while position < len(tokens) and tokens[position] != row["id"]:
-            position += 1
-        top = {int(c["id"]): c for c in row["top_logprobs"]}
-        if position < len(tokens) and row["id"] in top and top[row["id"]]["bytes"] == row["bytes"]:
-            placed[position] = {token: float(c["logprob"]) for token, c in top.items()}
-        position += 1
-    return placed
-
-
 @pytest.mark.parametrize("name", [n for n in PEER_FILES if any(e["file"] == n for e in ENTRIES)])
 def test_llama_server_gives_the_same_log_probabilities_and_greedy_tokens(name: str) -> None:
     binary = llama_cpp_bin()
     if binary is None:
         pytest.skip("no llama.cpp build (set SPECCHAT_LLAMA_CPP to its bin folder)")
     from specchat.bench.llamacpp_peer import LlamaServer
-    from specchat.bench.peer_text import first_difference, our_log_probs
+    from specchat.bench.peer_text import first_difference, our_log_probs, their_log_probs
 
     prompt = IDS[0, :12].tolist()
     with tempfile.TemporaryDirectory() as scratch:
@@ -203,7 +181,7 @@ def test_llama_server_gives_the_same_log_probabilities_and_greedy_tokens(name: s
         finally:
             server.close()
     theirs = [int(t) for t in data["tokens"]]
-    rows = rows_by_position(data)
+    rows = their_log_probs(data)
     native = packed(name)
     output = native(torch.tensor([prompt]), None, logits_to_keep=1)
     ours, cache = [int(output.logits[0, -1].argmax())], output.cache
