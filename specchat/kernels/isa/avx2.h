@@ -5,6 +5,8 @@
 #pragma once
 #include <immintrin.h>
 
+#include <cstdint>
+
 namespace isa {
 
 constexpr const char* NAME = "avx2";
@@ -19,7 +21,7 @@ inline F16 f_zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
 inline F16 f_set1(float x) { return {_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
 inline F16 f_load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
 inline void f_store(float* p, F16 a) { _mm256_storeu_ps(p, a.lo); _mm256_storeu_ps(p + 8, a.hi); }
-inline F16 f_half(const at::Half* p) {
+inline F16 f_half(const uint16_t* p) {
   const __m128i* h = reinterpret_cast<const __m128i*>(p);
   return {_mm256_cvtph_ps(_mm_loadu_si128(h)), _mm256_cvtph_ps(_mm_loadu_si128(h + 1))};
 }

@@ -3,6 +3,8 @@
 #pragma once
 #include <immintrin.h>
 
+#include <cstdint>
+
 namespace isa {
 
 constexpr const char* NAME = "avx512";
@@ -17,7 +19,7 @@ inline F16 f_zero() { return {_mm512_setzero_ps()}; }
 inline F16 f_set1(float x) { return {_mm512_set1_ps(x)}; }
 inline F16 f_load(const float* p) { return {_mm512_loadu_ps(p)}; }
 inline void f_store(float* p, F16 a) { _mm512_storeu_ps(p, a.v); }
-inline F16 f_half(const at::Half* p) { return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))}; }
+inline F16 f_half(const uint16_t* p) { return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))}; }
 inline F16 f_u8(const uint8_t* p) {
   return {_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))))};
 }

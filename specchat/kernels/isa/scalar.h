@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/half.h"
+
 namespace isa {
 
 constexpr const char* NAME = "scalar";
@@ -29,7 +31,7 @@ inline F16 f_zero() { return f_each([](int) { return 0.f; }); }
 inline F16 f_set1(float x) { return f_each([x](int) { return x; }); }
 inline F16 f_load(const float* p) { return f_each([p](int i) { return p[i]; }); }
 inline void f_store(float* p, F16 a) { for (int i = 0; i < 16; ++i) p[i] = a.v[i]; }
-inline F16 f_half(const at::Half* p) { return f_each([p](int i) { return static_cast<float>(p[i]); }); }
+inline F16 f_half(const uint16_t* p) { return f_each([p](int i) { return half_to_float(p[i]); }); }
 inline F16 f_u8(const uint8_t* p) { return f_each([p](int i) { return static_cast<float>(p[i]); }); }
 inline F16 f_i8(const int8_t* p) { return f_each([p](int i) { return static_cast<float>(p[i]); }); }
 inline F16 f_from_i(I16 a) { return f_each([&a](int i) { return static_cast<float>(a.v[i]); }); }

@@ -1,0 +1,204 @@
+// The Llama / Qwen2 decoder on packed matrices, free of torch: RMSNorm, rotary attention with
+// grouped K/V heads, SwiGLU MLP. Every per-row computation depends on its own row only, in a fixed
+// order, so a pass over L new positions produces bit for bit what L one-position passes produce.
+// qgemm.cpp binds it to torch; the test driver runs it on plain arrays.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "core/kernels.h"
+
+namespace {
+
+struct LayerWeights {
+  const float* attn_norm;
+  const float* ffn_norm;
+  const Matrix *q, *k, *v, *o, *gate, *up, *down;  // q, k, v share K; so do gate and up
+};
+
+struct Decoder {
+  std::vector<LayerWeights> layers;
+  const Matrix* embed;
+  const Matrix* head;
+  const float* norm;      // [hidden]
+  const float* inv_freq;  // [head_dim / 2]
+  int64_t heads, kv_heads, head_dim, hidden;  // head_dim and hidden multiples of 16
+  double eps, rope_scale;
+
+  void rms_norm(const float* x, const float* w, float* out, int64_t M) const {
+    for (int64_t m = 0; m < M; ++m) {
+      const float* r = x + m * hidden;
+      const float inv = 1.f / std::sqrt(dot(r, r, hidden) / static_cast<float>(hidden) + static_cast<float>(eps));
+      const F16 vinv = f_set1(inv);
+      for (int64_t i = 0; i < hidden; i += 16)
+        f_store(out + m * hidden + i, f_mul(f_load(w + i), f_mul(f_load(r + i), vinv)));
+    }
+  }
+
+  // cos and sin of every rotary frequency at `pos` (computed once per position, shared by heads and layers).
+  void rope_table(int64_t pos, float* cos_out, float* sin_out) const {
+    const float* f = inv_freq;
+    for (int64_t i = 0; i < head_dim / 2; ++i) {
+      const float angle = static_cast<float>(pos) * f[i];
+      cos_out[i] = std::cos(angle) * static_cast<float>(rope_scale);
+      sin_out[i] = std::sin(angle) * static_cast<float>(rope_scale);
+    }
+  }
+
+  // Rotates one head vector in place (rotate-half convention).
+  void rope(float* v, const float* c, const float* s) const {
+    const int64_t half = head_dim / 2;
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = v[i], b = v[i + half];
+      v[i] = a * c[i] - b * s[i];
+      v[i + half] = b * c[i] + a * s[i];
+    }
+  }
+
+  // o = Σ_p (w[p]·scale)·v_p over `seen` value rows, accumulated in order. Head widths of 4 or 8
+  // registers keep the sum in registers (a store and reload per position otherwise sets the pace);
+  // the multiply-adds are the same, in the same order, so the result is the same either way.
+  void weigh_values(const float* w, float scale, const float* v, int64_t seen, float* o) const {
+    switch (head_dim) {
+      case 64: weigh_in_registers<4>(w, scale, v, seen, o); return;
+      case 128: weigh_in_registers<8>(w, scale, v, seen, o); return;
+      default:
+        std::fill(o, o + head_dim, 0.f);
+        for (int64_t p = 0; p < seen; ++p) axpy(w[p] * scale, v + p * head_dim, o, head_dim);
+    }
+  }
+
+  template <int NV>
+  static void weigh_in_registers(const float* w, float scale, const float* v, int64_t seen, float* o) {
+    F16 acc[NV];
+    for (int j = 0; j < NV; ++j) acc[j] = f_zero();
+    for (int64_t p = 0; p < seen; ++p) {
+      const F16 vw = f_set1(w[p] * scale);
+      for (int j = 0; j < NV; ++j) acc[j] = f_fmadd(vw, f_load(v + p * NV * 16 + j * 16), acc[j]);
+    }
+    for (int j = 0; j < NV; ++j) f_store(o + j * 16, acc[j]);
+  }
+
+  // scores[p] = exp(scores[p] - peak) for p < seen; returns their sum, over 16 lanes in a fixed
+  // order. `scores` holds whole vectors; lanes past `seen` add nothing to the sum.
+  static float exponentiate(float* scores, int64_t seen, float peak) {
+    const F16 vpeak = f_set1(peak);
+    F16 sums = f_zero();
+    for (int64_t p = 0; p < seen; p += 16) {
+      const int64_t lanes = std::min<int64_t>(16, seen - p);
+      std::fill(scores + p + lanes, scores + p + 16, peak);  // any finite value: its lane is dropped
+      f_store(scores + p, exp16(f_sub(f_load(scores + p), vpeak)));
+      std::fill(scores + p + lanes, scores + p + 16, 0.f);
+      sums = f_add(sums, f_load(scores + p));
+    }
+    return f_sum(sums);
+  }
+
+  // out[m, h*d:(h+1)*d] = softmax(q·Kᵀ/√d) V over positions 0..past+m, one (row, head) at a time.
+  void attend(const float* q, int64_t q_ld, const float* keys, const float* values, int64_t capacity, int64_t past,
+              int64_t M, float* out) const {
+    const int64_t groups = heads / kv_heads;
+    const float scale = 1.f / std::sqrt(static_cast<float>(head_dim));
+    parallel_for(0, M * heads, 1, [&](int64_t t0, int64_t t1) {
+      std::vector<float> scores((past + M + 15) / 16 * 16);  // whole vectors
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t m = t / heads, h = t % heads, kvh = h / groups, seen = past + m + 1;
+        const float* qv = q + m * q_ld + h * head_dim;
+        const float* kh = keys + kvh * capacity * head_dim;
+        const float* vh = values + kvh * capacity * head_dim;
+        float peak = -INFINITY;
+        for (int64_t p = 0; p < seen; ++p) {
+          scores[p] = dot(qv, kh + p * head_dim, head_dim) * scale;
+          peak = std::max(peak, scores[p]);
+        }
+        const float total = exponentiate(scores.data(), seen, peak);
+        float* o = out + m * heads * head_dim + h * head_dim;
+        weigh_values(scores.data(), 1.f / total, vh, seen, o);
+      }
+    });
+  }
+
+  // h[m, :hidden] += o[m, :hidden] (the residual stream; o's rows, ld apart, are padded to whole channel blocks).
+  void add_rows(const float* o, int64_t ld, float* h, int64_t M) const {
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t i = 0; i < hidden; ++i) h[m * hidden + i] += o[m * ld + i];
+  }
+
+  // Channel blocks of logits forward() writes per row: the head's first `head_rows` (> 0) rows, or all.
+  int64_t logit_blocks(int64_t head_rows) const {
+    const int64_t rows = head_rows > 0 ? std::min(head_rows, head->N) : head->N;
+    return (rows + 15) / 16;
+  }
+
+  // The logits after the new ids [M] into logits [n_logits, logit_blocks(head_rows) * 16] (the last
+  // n_logits rows' logits; the first head rows only where head_rows > 0, the same values as a full
+  // pass's). keys[l] and values[l]: layer l's [kv_heads, capacity, head_dim], holding `past`
+  // positions, written for the new ones (past + M <= capacity).
+  void forward(const int64_t* id, int64_t M, float* const* keys, float* const* values, int64_t capacity,
+               int64_t past, int64_t n_logits, int64_t head_rows, float* logits) const {
+    const int64_t qd = heads * head_dim;
+    std::vector<float> h(M * hidden), x(M * hidden), attn(M * qd);
+    for (int64_t m = 0; m < M; ++m) dequantize_row(*embed, id[m], h.data() + m * hidden);
+    std::vector<float> cos_table(M * head_dim / 2), sin_table(M * head_dim / 2);
+    for (int64_t m = 0; m < M; ++m)
+      rope_table(past + m, cos_table.data() + m * head_dim / 2, sin_table.data() + m * head_dim / 2);
+    for (size_t li = 0; li < layers.size(); ++li) {
+      const LayerWeights& L = layers[li];
+      rms_norm(h.data(), L.attn_norm, x.data(), M);
+      const std::vector<int64_t> qkv_blocks = group_blocks({L.q, L.k, L.v});
+      const int64_t q_ld = qkv_blocks[0] * 16, k_ld = qkv_blocks[1] * 16, v_ld = qkv_blocks[2] * 16;
+      std::vector<float> qs(M * q_ld), ks(M * k_ld), vs(M * v_ld);
+      float* qp = qs.data();
+      float* kp = ks.data();
+      float* vp = vs.data();
+      run_group({L.q, L.k, L.v}, x.data(), M, qkv_blocks, {qp, kp, vp});
+      float* K = keys[li];
+      float* V = values[li];
+      for (int64_t m = 0; m < M; ++m) {
+        const int64_t pos = past + m;
+        const float* c = cos_table.data() + m * head_dim / 2;
+        const float* sn = sin_table.data() + m * head_dim / 2;
+        for (int64_t hd = 0; hd < heads; ++hd) rope(qp + m * q_ld + hd * head_dim, c, sn);
+        for (int64_t hd = 0; hd < kv_heads; ++hd) {
+          float* kr = kp + m * k_ld + hd * head_dim;
+          rope(kr, c, sn);
+          std::copy(kr, kr + head_dim, K + (hd * capacity + pos) * head_dim);
+          const float* vr = vp + m * v_ld + hd * head_dim;
+          std::copy(vr, vr + head_dim, V + (hd * capacity + pos) * head_dim);
+        }
+      }
+      attend(qp, q_ld, K, V, capacity, past, M, attn.data());
+      add_matrix(*L.o, attn.data(), h.data(), M);
+      rms_norm(h.data(), L.ffn_norm, x.data(), M);
+      const std::vector<int64_t> gu_blocks = group_blocks({L.gate, L.up});
+      const int64_t inter = L.gate->N, g_ld = gu_blocks[0] * 16, u_ld = gu_blocks[1] * 16;
+      std::vector<float> gate(M * g_ld), up(M * u_ld), act(M * inter);
+      run_group({L.gate, L.up}, x.data(), M, gu_blocks, {gate.data(), up.data()});
+      const F16 one = f_set1(1.f);
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t i = 0; i < inter; i += 16) {
+          const F16 g = f_load(gate.data() + m * g_ld + i);
+          const F16 u = f_load(up.data() + m * u_ld + i);
+          const F16 silu = f_div(g, f_add(one, exp16(f_sub(f_zero(), g))));
+          f_store(act.data() + m * inter + i, f_mul(silu, u));
+        }
+      add_matrix(*L.down, act.data(), h.data(), M);
+    }
+    const int64_t first = M - n_logits;
+    rms_norm(h.data() + first * hidden, norm, x.data(), n_logits);
+    const std::vector<int64_t> blocks{logit_blocks(head_rows)};
+    run_group({head}, x.data(), n_logits, blocks, {logits});
+  }
+
+  // h += in·Wᵀ (the residual stream through one matrix).
+  void add_matrix(const Matrix& w, const float* in, float* h, int64_t M) const {
+    const std::vector<int64_t> blocks = group_blocks({&w});
+    std::vector<float> out(M * blocks[0] * 16);
+    run_group({&w}, in, M, blocks, {out.data()});
+    add_rows(out.data(), blocks[0] * 16, h, M);
+  }
+};
+
+}  // namespace

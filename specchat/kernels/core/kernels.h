@@ -1,0 +1,404 @@
+// The packed matrices' kernels, free of torch: activations quantized per row, the q4/q6/q8 block
+// kernels, the vector helpers the decoder shares, and run_group, which spreads channel blocks over
+// threads through the `parallel_for` its includer defines (ATen's pool in qgemm.cpp, the test
+// driver's own loop). See qgemm.cpp for the packed layout and why every row is exact.
+//
+// Everything here has internal linkage: each variant's library (and each driver) holds its own
+// copy, so several variants loaded in one process never see each other's symbols.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "core/isa.h"
+
+namespace {
+
+using namespace isa;
+
+// Runs fn(begin', end') over pieces of [begin, end) of at least `grain`, possibly in parallel;
+// defined by the includer.
+template <typename Fn>
+void parallel_for(int64_t begin, int64_t end, int64_t grain, const Fn& fn);
+
+using namespace isa;
+
+// One row of activations quantized to int8 per block of `block` inputs (symmetric, scale amax/127),
+// with the sum of each 16-input group (the integer corrections for the weights' offsets).
+struct QuantRows {
+  std::vector<int8_t> q;
+  std::vector<float> scale;    // [M][K/block]
+  std::vector<int32_t> sum16;  // [M][K/16]
+  std::vector<float> sum32;    // [M][K/32] the sum of each 32-input group, as the q4 kernel uses it
+  int K, block;
+};
+
+void quantize_row(const float* row, int64_t K, int block, int8_t* qrow, float* scale, int32_t* sum16) {
+  for (int64_t b = 0; b < K / block; ++b) {
+    const float* xb = row + b * block;
+    F16 amax = f_zero();
+    for (int i = 0; i < block; i += 16) amax = f_max(amax, f_abs(f_load(xb + i)));
+    const float peak = f_peak(amax);
+    const F16 inv = f_set1(peak > 0.f ? 127.f / peak : 0.f);
+    scale[b] = peak / 127.f;
+    for (int i = 0; i < block; i += 16)  // rounds to nearest even
+      sum16[(b * block + i) / 16] = quantize16(f_mul(f_load(xb + i), inv), qrow + b * block + i);
+  }
+}
+
+QuantRows quantize_rows(const float* x, int64_t M, int64_t K, int block) {
+  QuantRows out{std::vector<int8_t>(M * K), std::vector<float>(M * (K / block)),
+                std::vector<int32_t>(M * (K / 16)), std::vector<float>(M * (K / 32)), static_cast<int>(K), block};
+  parallel_for(0, M, 1, [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; ++m) {
+      int32_t* s16 = out.sum16.data() + m * (K / 16);
+      quantize_row(x + m * K, K, block, out.q.data() + m * K, out.scale.data() + m * (K / block), s16);
+      for (int64_t g = 0; g < K / 32; ++g) out.sum32[m * (K / 32) + g] = static_cast<float>(s16[2 * g] + s16[2 * g + 1]);
+    }
+  });
+  return out;
+}
+
+// Asks for the weights 32 groups ahead of `group` (8 KiB; past a channel block's end that is the
+// next block, which the same thread computes next), into L2 rather than L1: the hardware
+// prefetcher alone leaves the memory bus idle part of the time, and hints into L1 evict the
+// activations and cost more than they save when a pass computes one row.
+inline void prefetch_ahead(const uint8_t* group) {
+  for (int line = 0; line < 256; line += 64) __builtin_prefetch(group + 8192 + line, 0, 2);
+}
+
+// Each row's exact int32 dot products over one group, in interleaved accumulators: two per row
+// when there are few rows, so that consecutive multiply-adds do not wait on each other. Integer
+// sums are exact in any order, so the result does not depend on how they are split.
+template <int R>
+struct RowSums {
+  static constexpr int CHAINS = R <= TWO_CHAINS_UP_TO ? 2 : 1;
+  I16 acc[CHAINS][R];
+
+  RowSums() {
+    for (int c = 0; c < CHAINS; ++c)
+      for (int r = 0; r < R; ++r) acc[c][r] = i_zero();
+  }
+  // Two quads of weights below 64 (q4, q6).
+  void add2(int chain, int r, const Bytes& w1, const int8_t* x1, const Bytes& w2, const int8_t* x2) {
+    acc[chain % CHAINS][r] = dot8(acc[chain % CHAINS][r], w1, x1, w2, x2);
+  }
+  // Weights of any size (q8).
+  void add_wide(int chain, int r, const Bytes& w, const int8_t* x) {
+    acc[chain % CHAINS][r] = dot4_wide(acc[chain % CHAINS][r], w, x);
+  }
+  I16 total(int r) const { return CHAINS == 2 ? i_add(acc[0][r], acc[CHAINS - 1][r]) : acc[0][r]; }
+};
+
+// y = Σ_s xscale_s · part_s + bias for R rows of one channel block, where `group_parts(s, part)`
+// accumulates super-block s's groups into part[0..R): the order every kernel scales in.
+template <int R, typename GroupParts>
+void scale_and_store(int64_t supers, const float* xscale, int64_t nb, float* y, int64_t ldy, const float* bias,
+                     GroupParts&& group_parts) {
+  F16 total[R];
+  for (int r = 0; r < R; ++r) total[r] = f_zero();
+  for (int64_t s = 0; s < supers; ++s) {
+    F16 part[R];
+    for (int r = 0; r < R; ++r) part[r] = f_zero();
+    group_parts(s, part);
+    for (int r = 0; r < R; ++r) {
+      const float xs = xscale[r * supers + s];  // the input was quantized per super-block
+      total[r] = f_fmadd(f_set1(xs), part[r], total[r]);
+    }
+  }
+  const F16 b = bias ? f_load(bias + nb * 16) : f_zero();
+  for (int r = 0; r < R; ++r) f_store(y + r * ldy + nb * 16, f_add(total[r], b));
+}
+
+struct Q4Weights {
+  const uint8_t* q; const uint8_t* sc; const uint8_t* mn; const uint16_t* d; const uint16_t* dm;
+};
+
+// Rows [m0, m0+R) of one channel block of a q4 matrix.
+template <int R>
+void q4_block(const Q4Weights& w, int64_t nb, int64_t K, int S, const QuantRows& x, int64_t m0, float* y,
+              int64_t ldy, const float* bias) {
+  const int64_t groups = K / 32, supers = K / S, per_super = S / 32;
+  const uint8_t* q = w.q + nb * groups * 256;
+  const uint8_t* sc = w.sc + nb * groups * 16;
+  const uint8_t* mn = w.mn + nb * groups * 16;
+  const uint16_t* d = w.d + nb * supers * 16;
+  const uint16_t* dm = w.dm + nb * supers * 16;
+  const int8_t* xq = x.q.data() + m0 * K;
+  const float* xsum = x.sum32.data() + m0 * groups;
+  scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias, [&](int64_t s, F16* part) {
+    const F16 dv = f_half(d + s * 16), dmv = f_half(dm + s * 16);
+    for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
+      const uint8_t* qg = q + g * 256;
+      prefetch_ahead(qg);
+      RowSums<R> sums;
+      for (int j = 0; j < 4; ++j) {
+        const Bytes v = b_load(qg + 64 * j);
+        const Bytes lo = b_bits<0>(v, 0x0F), hi = b_bits<4>(v, 0x0F);
+        for (int r = 0; r < R; ++r) {
+          const int8_t* xr = xq + r * K + g * 32;
+          sums.add2(j, r, lo, xr + 4 * j, hi, xr + 4 * (j + 4));
+        }
+      }
+      const F16 scale = f_mul(dv, f_u8(sc + g * 16));
+      const F16 minimum = f_mul(dmv, f_u8(mn + g * 16));
+      for (int r = 0; r < R; ++r) {
+        part[r] = f_fmadd(scale, f_from_i(sums.total(r)), part[r]);
+        part[r] = f_fnmadd(minimum, f_set1(xsum[r * groups + g]), part[r]);
+      }
+    }
+  });
+}
+
+struct Q8Weights {
+  const uint8_t* q; const int8_t* sc; const uint16_t* d; int offset;
+};
+
+template <int R>
+void q8_block(const Q8Weights& w, int64_t nb, int64_t K, int S, const QuantRows& x, int64_t m0, float* y,
+              int64_t ldy, const float* bias) {
+  const int64_t groups = K / 16, supers = K / S, per_super = S / 16;
+  const uint8_t* q = w.q + nb * groups * 256;
+  const int8_t* sc = w.sc + nb * groups * 16;
+  const uint16_t* d = w.d + nb * supers * 16;
+  const int8_t* xq = x.q.data() + m0 * K;
+  const int32_t* xsum = x.sum16.data() + m0 * groups;
+  scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias, [&](int64_t s, F16* part) {
+    const F16 dv = f_half(d + s * 16);
+    for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
+      const uint8_t* qg = q + g * 256;
+      prefetch_ahead(qg);
+      RowSums<R> sums;
+      for (int j = 0; j < 4; ++j) {
+        const Bytes v = b_load(qg + 64 * j);
+        for (int r = 0; r < R; ++r) sums.add_wide(j, r, v, xq + r * K + g * 16 + 4 * j);
+      }
+      const F16 scale = f_mul(dv, f_i8(sc + g * 16));
+      for (int r = 0; r < R; ++r) {
+        const I16 sum = i_sub(sums.total(r), w.offset * xsum[r * groups + g]);
+        part[r] = f_fmadd(scale, f_from_i(sum), part[r]);
+      }
+    }
+  });
+}
+
+struct Q6Weights {
+  const uint8_t* q; const uint8_t* qh; const int8_t* sc; const uint16_t* d; int offset;
+};
+
+// Rows [m0, m0+R) of one channel block of a q6 matrix. Each group of 32 inputs is two of q8_block's
+// groups of 16, taken in the same order through the same float operations, so a q6 matrix gives
+// bit for bit what its values give through q8_block while streaming 6.5 bits a weight, not 8.5.
+template <int R>
+void q6_block(const Q6Weights& w, int64_t nb, int64_t K, int S, const QuantRows& x, int64_t m0, float* y,
+              int64_t ldy, const float* bias) {
+  const int64_t groups = K / 32, supers = K / S, per_super = S / 32, groups16 = K / 16;
+  const uint8_t* q = w.q + nb * groups * 256;
+  const uint8_t* qh = w.qh + nb * groups * 128;
+  const int8_t* sc = w.sc + nb * groups16 * 16;
+  const uint16_t* d = w.d + nb * supers * 16;
+  const int8_t* xq = x.q.data() + m0 * K;
+  const int32_t* xsum = x.sum16.data() + m0 * groups16;
+  scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias, [&](int64_t s, F16* part) {
+    const F16 dv = f_half(d + s * 16);
+    for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
+      const uint8_t* qg = q + g * 256;
+      const uint8_t* hg = qh + g * 128;
+      prefetch_ahead(qg);
+      __builtin_prefetch(hg + 4096, 0, 2);  // as far ahead as qg's
+      __builtin_prefetch(hg + 4096 + 64, 0, 2);
+      Bytes w6[2][4];  // [half][quad]: a_j, then b_j
+      for (int j = 0; j < 4; ++j) {
+        const Bytes whole = b_load(qg + 64 * j), nibbles = b_load(hg + 64 * (j / 2));
+        w6[0][j] = b_bits<0>(whole, 0x3F);
+        const Bytes lower = j % 2 == 0 ? b_bits<0>(nibbles, 0x0F) : b_bits<4>(nibbles, 0x0F);
+        w6[1][j] = b_or(lower, b_bits<2>(whole, 0x30));  // b_j's top bits from bits 6-7 down to 4-5
+      }
+      for (int half = 0; half < 2; ++half) {
+        const int64_t g16 = 2 * g + half;
+        RowSums<R> sums;
+        for (int j = 0; j < 4; j += 2)
+          for (int r = 0; r < R; ++r) {
+            const int8_t* xr = xq + r * K + g16 * 16 + 4 * j;
+            sums.add2(j / 2, r, w6[half][j], xr, w6[half][j + 1], xr + 4);
+          }
+        const F16 scale = f_mul(dv, f_i8(sc + g16 * 16));
+        for (int r = 0; r < R; ++r) {
+          const I16 sum = i_sub(sums.total(r), w.offset * xsum[r * groups16 + g16]);
+          part[r] = f_fmadd(scale, f_from_i(sum), part[r]);
+        }
+      }
+    }
+  });
+}
+
+template <typename Fn>
+void for_rows(int64_t M, Fn&& fn) {
+  for (int64_t m0 = 0; m0 < M; m0 += ROW_TILE) fn(m0, std::min<int64_t>(ROW_TILE, M - m0));
+}
+
+// Rows are computed in tiles of up to ROW_TILE; a row's operations do not depend on its tile.
+#define SPECCHAT_ROWS(KERNEL, n, ...)                           \
+  switch (n) {                                                 \
+    case 1: KERNEL<1>(__VA_ARGS__); break;                      \
+    case 2: KERNEL<2>(__VA_ARGS__); break;                      \
+    case 3: KERNEL<3>(__VA_ARGS__); break;                      \
+    case 4: KERNEL<std::min(4, ROW_TILE)>(__VA_ARGS__); break;  \
+    case 5: KERNEL<std::min(5, ROW_TILE)>(__VA_ARGS__); break;  \
+    case 6: KERNEL<std::min(6, ROW_TILE)>(__VA_ARGS__); break;  \
+    case 7: KERNEL<std::min(7, ROW_TILE)>(__VA_ARGS__); break;  \
+    default: KERNEL<ROW_TILE>(__VA_ARGS__); break;              \
+  }
+
+// exp(x) for 16 floats: 2^(x·log2 e), with a degree-6 polynomial for the fraction (about 2 ulp).
+inline F16 exp16(F16 x) {
+  x = f_max(f_min(x, f_set1(88.3762626647949f)), f_set1(-87.3365478515625f));
+  const F16 t = f_mul(x, f_set1(1.44269504088896341f));
+  const F16 n = f_round(t);
+  const F16 f = f_sub(t, n);  // in [-0.5, 0.5]
+  F16 p = f_set1(1.535336188319500e-4f);
+  p = f_fmadd(p, f, f_set1(1.339887440266574e-3f));
+  p = f_fmadd(p, f, f_set1(9.618437357674640e-3f));
+  p = f_fmadd(p, f, f_set1(5.550332471162809e-2f));
+  p = f_fmadd(p, f, f_set1(2.402264791363012e-1f));
+  p = f_fmadd(p, f, f_set1(6.931472028550421e-1f));
+  p = f_fmadd(p, f, f_set1(1.0f));
+  return f_scale2(p, n);
+}
+
+// Σ a[i]·b[i] over n (a multiple of 16) in a fixed order.
+inline float dot(const float* a, const float* b, int64_t n) {
+  F16 acc = f_zero();
+  for (int64_t i = 0; i < n; i += 16) acc = f_fmadd(f_load(a + i), f_load(b + i), acc);
+  return f_sum(acc);
+}
+
+// y += w·x over n (a multiple of 16).
+inline void axpy(float w, const float* x, float* y, int64_t n) {
+  const F16 vw = f_set1(w);
+  for (int64_t i = 0; i < n; i += 16) f_store(y + i, f_fmadd(vw, f_load(x + i), f_load(y + i)));
+}
+// ---------------------------------------------------------------------------------- matrices
+// One quantized weight matrix [N, K]: pointers to its packed arrays (N padded to whole channel
+// blocks of 16); sc is unsigned for q4, signed for q6 and q8.
+struct Matrix {
+  int kind;  // 4, 6 or 8
+  const uint8_t* q;
+  const uint8_t* sc;
+  const uint8_t* mn;  // q4 only
+  const uint16_t* d;  // fp16
+  const uint16_t* dm; // q4 only
+  const uint8_t* qh;  // q6 only
+  int64_t S, offset, N, K, blocks;
+  const float* bias;  // [blocks * 16] or null
+
+  const int8_t* signed_sc() const { return reinterpret_cast<const int8_t*>(sc); }
+
+  // Rows [0, M) of channel block nb into y (leading dimension ldy).
+  void run_block(int64_t nb, const QuantRows& x, int64_t M, float* y, int64_t ldy) const {
+    const int block_size = static_cast<int>(S);
+    for_rows(M, [&](int64_t m0, int64_t rows) {
+      if (kind == 4) {
+        const Q4Weights w{q, sc, mn, d, dm};
+        SPECCHAT_ROWS(q4_block, rows, w, nb, K, block_size, x, m0, y, ldy, bias)
+      } else if (kind == 6) {
+        const Q6Weights w{q, qh, signed_sc(), d, static_cast<int>(offset)};
+        SPECCHAT_ROWS(q6_block, rows, w, nb, K, block_size, x, m0, y, ldy, bias)
+      } else {
+        const Q8Weights w{q, signed_sc(), d, static_cast<int>(offset)};
+        SPECCHAT_ROWS(q8_block, rows, w, nb, K, block_size, x, m0, y, ldy, bias)
+      }
+    });
+  }
+};
+
+// How many channel blocks run_group computes of each matrix: all, or the first `max_blocks` (> 0):
+// a draft's head over its most frequent ids, whose other rows are not even read.
+inline std::vector<int64_t> group_blocks(const std::vector<const Matrix*>& mats, int64_t max_blocks = 0) {
+  std::vector<int64_t> blocks;
+  for (const Matrix* m : mats) blocks.push_back(max_blocks > 0 ? std::min(max_blocks, m->blocks) : m->blocks);
+  return blocks;
+}
+
+// Several matrices reading the same input x [M, K] (q/k/v, gate/up; they must share K), in one
+// parallel region; matrix i writes outs[i] [M, blocks[i] * 16].
+inline void run_group(const std::vector<const Matrix*>& mats, const float* x, int64_t M,
+                      const std::vector<int64_t>& blocks, const std::vector<float*>& outs) {
+  const int64_t K = mats[0]->K;
+  std::vector<QuantRows> inputs;  // one quantization per distinct super-block size
+  std::vector<int> input_of(mats.size());
+  std::vector<int64_t> sizes;
+  for (size_t i = 0; i < mats.size(); ++i) {
+    auto found = std::find(sizes.begin(), sizes.end(), mats[i]->S);
+    if (found == sizes.end()) {
+      sizes.push_back(mats[i]->S);
+      inputs.push_back(quantize_rows(x, M, K, static_cast<int>(mats[i]->S)));
+      input_of[i] = static_cast<int>(inputs.size() - 1);
+    } else {
+      input_of[i] = static_cast<int>(found - sizes.begin());
+    }
+  }
+  std::vector<int64_t> first_block{0};
+  for (int64_t b : blocks) first_block.push_back(first_block.back() + b);
+  parallel_for(0, first_block.back(), 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const size_t i = std::upper_bound(first_block.begin(), first_block.end(), b) - first_block.begin() - 1;
+      mats[i]->run_block(b - first_block[i], inputs[input_of[i]], M, outs[i], blocks[i] * 16);
+    }
+  });
+}
+
+// One row of the matrix, dequantized (embedding lookups read the token's row).
+inline void dequantize_row(const Matrix& m, int64_t row, float* out) {
+  const int64_t nb = row / 16, c = row % 16;
+  if (m.kind == 4) {
+    const int64_t groups = m.K / 32, per_super = m.S / 32;
+    const uint8_t* q = m.q + nb * groups * 256;
+    const uint8_t* sc = m.sc + nb * groups * 16;
+    const uint8_t* mn = m.mn + nb * groups * 16;
+    const uint16_t* d = m.d + nb * (m.K / m.S) * 16;
+    const uint16_t* dm = m.dm + nb * (m.K / m.S) * 16;
+    for (int64_t g = 0; g < groups; ++g) {
+      const float scale = half_to_float(d[(g / per_super) * 16 + c]) * sc[g * 16 + c];
+      const float minimum = half_to_float(dm[(g / per_super) * 16 + c]) * mn[g * 16 + c];
+      for (int j = 0; j < 8; ++j)
+        for (int t = 0; t < 4; ++t) {
+          const uint8_t byte = q[g * 256 + 64 * (j % 4) + 4 * c + t];
+          const int value = j < 4 ? (byte & 0x0F) : (byte >> 4);
+          out[g * 32 + 4 * j + t] = scale * value - minimum;
+        }
+    }
+  } else if (m.kind == 6) {
+    const int64_t groups = m.K / 32, per_super = m.S / 16;
+    const uint8_t* q = m.q + nb * groups * 256;
+    const uint8_t* qh = m.qh + nb * groups * 128;
+    const int8_t* sc = m.signed_sc() + nb * groups * 32;
+    const uint16_t* d = m.d + nb * (m.K / m.S) * 16;
+    for (int64_t g16 = 0; g16 < 2 * groups; ++g16) {
+      const int64_t g = g16 / 2;
+      const float scale = half_to_float(d[(g16 / per_super) * 16 + c]) * sc[g16 * 16 + c];
+      for (int j = 0; j < 4; ++j)
+        for (int t = 0; t < 4; ++t) {
+          const uint8_t whole = q[g * 256 + 64 * j + 4 * c + t];
+          const uint8_t nibbles = qh[g * 128 + 64 * (j / 2) + 4 * c + t];
+          const int low = (nibbles >> (4 * (j % 2))) & 0x0F;
+          const int value = g16 % 2 == 0 ? (whole & 0x3F) : ((whole >> 6) << 4) | low;
+          out[g16 * 16 + 4 * j + t] = scale * (value - m.offset);
+        }
+    }
+  } else {
+    const int64_t groups = m.K / 16, per_super = m.S / 16;
+    const uint8_t* q = m.q + nb * groups * 256;
+    const int8_t* sc = m.signed_sc() + nb * groups * 16;
+    const uint16_t* d = m.d + nb * (m.K / m.S) * 16;
+    for (int64_t g = 0; g < groups; ++g) {
+      const float scale = half_to_float(d[(g / per_super) * 16 + c]) * sc[g * 16 + c];
+      for (int j = 0; j < 4; ++j)
+        for (int t = 0; t < 4; ++t)
+          out[g * 16 + 4 * j + t] = scale * (static_cast<int>(q[g * 256 + 64 * j + 4 * c + t]) - m.offset);
+    }
+  }
+}
+
+}  // namespace
