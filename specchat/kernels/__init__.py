@@ -1,15 +1,16 @@
 """specchat's own CPU kernels: linear layers on GGUF-quantized weights (see qgemm.cpp).
 
-One C++ source, built once per instruction set (a *variant*: avx512, avx2 or scalar; see
-qgemm.cpp and isa/) on first use, with the compiler PyTorch extensions use, into the cache
-folder; later starts check the built library against what was recorded at build time and load it
-in milliseconds, from a read-only folder too (see library.py). A damaged library is rebuilt where
-its folder can be written. Every variant computes the same bits from the same packed weights.
+One C++ source (qgemm.cpp, the torch binding of the torch-free core/), built once per instruction
+set (a *variant*: avx512, avx2, neon or scalar; see isa/) on first use, with the compiler PyTorch
+extensions use, into the cache folder; later starts check the built library against what was
+recorded at build time and load it in milliseconds, from a read-only folder too (see library.py).
+A damaged library is rebuilt where its folder can be written. Every variant computes the same
+bits from the same packed weights.
 
 :func:`load` runs the best variant this CPU can execute, or the one ``$SPECCHAT_CPU_ISA`` names.
-Where none can be loaded or built (no compiler, a CPU without AVX2, a damaged library in a
-read-only folder), it raises :class:`KernelsUnavailable` with the reason, and callers fall back
-to the stock int8 path.
+Where none can be loaded or built (no compiler, a CPU without AVX2 or ARM's dot product, a
+damaged library in a read-only folder), it raises :class:`KernelsUnavailable` with the reason, and
+callers fall back to the stock int8 path.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +40,22 @@ __all__ = [
 SOURCE = Path(__file__).with_name("qgemm.cpp")
 ISA_ENV = "SPECCHAT_CPU_ISA"
 KERNELS_ENV = "SPECCHAT_KERNELS_DIR"
-COMMON_FLAGS = ("-O3", "-fopenmp", "-ffp-contract=off")
+X86 = ("x86_64", "AMD64")
+ARM64 = ("aarch64", "arm64")
+
+
+def common_flags(system: str = sys.platform) -> tuple[str, ...]:
+    """Compiler flags of every variant. Apple's clang has no -fopenmp; nothing needs it there, as
+    the kernels' threads come from ATen's pool (OpenMP is only how torch's Linux builds run it)."""
+    openmp = () if system == "darwin" else ("-fopenmp",)
+    return ("-O3", *openmp, "-ffp-contract=off")
+
+
+def link_flags(system: str = sys.platform) -> tuple[str, ...]:
+    return () if system == "darwin" else ("-fopenmp",)
+
+
+COMMON_FLAGS = common_flags()
 
 
 @dataclass(frozen=True)
@@ -47,8 +64,10 @@ class Variant:
 
     name: str
     cpu_flags: tuple[str, ...]
-    """Flags of /proc/cpuinfo the CPU must list (none: any x86-64 or other Linux CPU)."""
+    """Flags of /proc/cpuinfo the CPU must list (none: any CPU)."""
     isa_flags: tuple[str, ...]
+    machines: tuple[str, ...] = ()
+    """The values of platform.machine() it runs on (none: any)."""
     auto: bool = True
     """Whether :func:`load` picks it unasked where no better variant runs."""
 
@@ -59,18 +78,21 @@ class Variant:
 
     @property
     def library(self) -> Library:
-        return Library(f"specchat_qgemm_{self.name}", SOURCE, self.cflags, ("-fopenmp",))
+        return Library(f"specchat_qgemm_{self.name}", SOURCE, self.cflags, link_flags())
 
 
 AVX512 = Variant(
     "avx512",
     ("avx512f", "avx512bw", "avx512vl", "avx512_vnni", "f16c", "fma"),
     ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mf16c", "-mfma"),
+    X86,
 )
-AVX2 = Variant("avx2", ("avx2", "fma", "f16c"), ("-mavx2", "-mfma", "-mf16c"))
+AVX2 = Variant("avx2", ("avx2", "fma", "f16c"), ("-mavx2", "-mfma", "-mf16c"), X86)
+# ARM64 with the dot-product instructions (Linux lists them as asimddp; every Apple arm64 CPU has them).
+NEON = Variant("neon", ("asimddp",), ("-march=armv8.2-a+dotprod",), ARM64)
 # Slower than the fbgemm int8 fallback on real models: a reference, run only when asked for.
 SCALAR = Variant("scalar", (), (), auto=False)
-VARIANTS = (AVX512, AVX2, SCALAR)
+VARIANTS = (AVX512, AVX2, NEON, SCALAR)
 """Fastest first."""
 
 REQUIRED_CPU_FLAGS = AVX512.cpu_flags
@@ -80,10 +102,11 @@ FLAGS = list(AVX512.cflags)
 
 def _cpu_flags() -> set[str] | str:
     """The CPU's feature flags, or why they cannot be known."""
+    if platform.system() == "Darwin" and platform.machine() in ARM64:
+        return {"asimddp"}  # every Apple arm64 CPU has the dot product
     if platform.system() != "Linux":
-        return f"they are built for Linux (this is {platform.system()} {platform.machine()})"
-    if platform.machine() not in ("x86_64", "AMD64"):
-        return set()  # no x86 flags: only the scalar variant can run
+        where = f"{platform.system()} {platform.machine()}"
+        return f"they are built for Linux and for macOS on arm64 (this is {where})"
     try:
         return set(Path("/proc/cpuinfo").read_text().split())
     except OSError as err:
@@ -95,8 +118,9 @@ def missing_for(candidate: Variant) -> str | None:
     flags = _cpu_flags()
     if isinstance(flags, str):
         return flags
-    if candidate.cpu_flags and platform.machine() not in ("x86_64", "AMD64"):
-        return f"it needs an x86-64 CPU (this is {platform.machine()})"
+    if candidate.machines and platform.machine() not in candidate.machines:
+        kind = "an x86-64" if candidate.machines == X86 else "an ARM64"
+        return f"it needs {kind} CPU (this is {platform.machine()})"
     missing = [flag for flag in candidate.cpu_flags if flag not in flags]
     return f"this CPU lacks {', '.join(missing)}" if missing else None
 
@@ -136,7 +160,7 @@ def cpu_supports() -> str | None:
 
 
 def variant() -> str:
-    """The name of the variant this process runs (or would load): avx512, avx2 or scalar."""
+    """The name of the variant this process runs (or would load): avx512, avx2, neon or scalar."""
     return choose_variant().name
 
 
@@ -152,7 +176,7 @@ def build_dir(chosen: Variant | None = None) -> Path:
     from specchat.models.cache import cache_dir
 
     chosen = chosen or choose_variant()
-    headers = sorted(SOURCE.parent.glob("isa/*.h"))
+    headers = sorted((*SOURCE.parent.glob("isa/*.h"), *SOURCE.parent.glob("core/*.h")))
     parts = (
         *(path.read_bytes() for path in (SOURCE, *headers)),
         str(SOURCE.resolve()).encode(),

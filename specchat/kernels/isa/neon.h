@@ -1,0 +1,175 @@
+// The kernels' vector operations on ARM64 NEON with the dot-product extension (armv8.2-a+dotprod):
+// a channel block's 16 lanes are four 128-bit quarters (channels 0-3, 4-7, 8-11, 12-15), so the
+// packed layout is the same as on x86. Each lane goes through the same IEEE operations as
+// isa/scalar.h describes, so the results are the scalar build's bit for bit; where a NEON
+// instruction differs from x86 at the edges (min/max of NaN or signed zeros, out-of-range
+// conversions) the x86 meaning is spelled out with compares and selects.
+#pragma once
+#include <arm_neon.h>
+
+#include <cstdint>
+#include <cstring>
+
+#if !defined(__ARM_FEATURE_DOTPROD)
+#error "isa/neon.h needs the dot-product extension (-march=armv8.2-a+dotprod)"
+#endif
+
+namespace isa {
+
+constexpr const char* NAME = "neon";
+constexpr int ROW_TILE = 4;          // 32 registers: 4 per row's sums, the weights and a broadcast
+constexpr int TWO_CHAINS_UP_TO = 2;
+
+struct F16 { float32x4_t v[4]; };
+struct I16 { int32x4_t v[4]; };
+struct Bytes { uint8x16_t v[4]; };
+
+#define SPECCHAT_NEON_EACH(OUT, EXPR) \
+  OUT out;                            \
+  for (int k = 0; k < 4; ++k) out.v[k] = EXPR; \
+  return out;
+
+inline F16 f_zero() { SPECCHAT_NEON_EACH(F16, vdupq_n_f32(0.f)) }
+inline F16 f_set1(float x) { SPECCHAT_NEON_EACH(F16, vdupq_n_f32(x)) }
+inline F16 f_load(const float* p) { SPECCHAT_NEON_EACH(F16, vld1q_f32(p + 4 * k)) }
+inline void f_store(float* p, F16 a) {
+  for (int k = 0; k < 4; ++k) vst1q_f32(p + 4 * k, a.v[k]);
+}
+inline F16 f_half(const uint16_t* p) { SPECCHAT_NEON_EACH(F16, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p + 4 * k)))) }
+inline F16 f_u8(const uint8_t* p) {
+  const uint8x16_t b = vld1q_u8(p);
+  const uint16x8_t lo = vmovl_u8(vget_low_u8(b)), hi = vmovl_u8(vget_high_u8(b));
+  return {{vcvtq_f32_u32(vmovl_u16(vget_low_u16(lo))), vcvtq_f32_u32(vmovl_u16(vget_high_u16(lo))),
+           vcvtq_f32_u32(vmovl_u16(vget_low_u16(hi))), vcvtq_f32_u32(vmovl_u16(vget_high_u16(hi)))}};
+}
+inline F16 f_i8(const int8_t* p) {
+  const int8x16_t b = vld1q_s8(p);
+  const int16x8_t lo = vmovl_s8(vget_low_s8(b)), hi = vmovl_s8(vget_high_s8(b));
+  return {{vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), vcvtq_f32_s32(vmovl_s16(vget_high_s16(lo))),
+           vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), vcvtq_f32_s32(vmovl_s16(vget_high_s16(hi)))}};
+}
+inline F16 f_from_i(I16 a) { SPECCHAT_NEON_EACH(F16, vcvtq_f32_s32(a.v[k])) }
+inline F16 f_add(F16 a, F16 b) { SPECCHAT_NEON_EACH(F16, vaddq_f32(a.v[k], b.v[k])) }
+inline F16 f_sub(F16 a, F16 b) { SPECCHAT_NEON_EACH(F16, vsubq_f32(a.v[k], b.v[k])) }
+inline F16 f_mul(F16 a, F16 b) { SPECCHAT_NEON_EACH(F16, vmulq_f32(a.v[k], b.v[k])) }
+inline F16 f_div(F16 a, F16 b) { SPECCHAT_NEON_EACH(F16, vdivq_f32(a.v[k], b.v[k])) }
+// x86's min and max (the second operand unless the first is smaller / larger), not NEON's fmin and
+// fmax, which return NaN for a NaN and order -0 below +0.
+inline float32x4_t min4(float32x4_t a, float32x4_t b) { return vbslq_f32(vcltq_f32(a, b), a, b); }
+inline float32x4_t max4(float32x4_t a, float32x4_t b) { return vbslq_f32(vcgtq_f32(a, b), a, b); }
+inline F16 f_min(F16 a, F16 b) { SPECCHAT_NEON_EACH(F16, min4(a.v[k], b.v[k])) }
+inline F16 f_max(F16 a, F16 b) { SPECCHAT_NEON_EACH(F16, max4(a.v[k], b.v[k])) }
+inline F16 f_abs(F16 a) { SPECCHAT_NEON_EACH(F16, vabsq_f32(a.v[k])) }
+inline F16 f_fmadd(F16 a, F16 b, F16 c) { SPECCHAT_NEON_EACH(F16, vfmaq_f32(c.v[k], a.v[k], b.v[k])) }
+inline F16 f_fnmadd(F16 a, F16 b, F16 c) { SPECCHAT_NEON_EACH(F16, vfmsq_f32(c.v[k], a.v[k], b.v[k])) }
+inline F16 f_round(F16 a) { SPECCHAT_NEON_EACH(F16, vrndnq_f32(a.v[k])) }  // ties to even
+
+// 2^k for whole k in [-126, 127], from its exponent bits.
+inline float32x4_t power_of_two(int32x4_t k) {
+  return vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(k, vdupq_n_s32(127)), 23));
+}
+// p·2^n in two exact-then-rounded steps (see isa/scalar.h).
+inline float32x4_t scale2(float32x4_t p, float32x4_t n) {
+  const int32x4_t whole = vcvtq_s32_f32(n), first = vshrq_n_s32(whole, 1);  // truncates, as scalar's cast
+  return vmulq_f32(vmulq_f32(p, power_of_two(first)), power_of_two(vsubq_s32(whole, first)));
+}
+inline F16 f_scale2(F16 p, F16 n) { SPECCHAT_NEON_EACH(F16, scale2(p.v[k], n.v[k])) }
+#undef SPECCHAT_NEON_EACH
+
+// The same fold as isa/scalar.h's: lanes i and i+8, then i and i+4, then (0+2) + (1+3).
+inline float f_sum(F16 a) {
+  const float32x4_t four = vaddq_f32(vaddq_f32(a.v[0], a.v[2]), vaddq_f32(a.v[1], a.v[3]));
+  const float32x2_t two = vadd_f32(vget_low_f32(four), vget_high_f32(four));
+  return vget_lane_f32(two, 0) + vget_lane_f32(two, 1);
+}
+// The order of AVX2's fold, with x86's max.
+inline float f_peak(F16 a) {
+  const float32x4_t four = max4(max4(a.v[0], a.v[2]), max4(a.v[1], a.v[3]));
+  const float32x2_t lo = vget_low_f32(four), hi = vget_high_f32(four);
+  const float32x2_t two = vbsl_f32(vcgt_f32(lo, hi), lo, hi);
+  const float x = vget_lane_f32(two, 0), y = vget_lane_f32(two, 1);
+  return x > y ? x : y;
+}
+
+// As cvtps2dq: to nearest (ties to even); NaN and out-of-range values give INT32_MIN, where
+// NEON's conversion would saturate.
+inline int32x4_t to_int32(float32x4_t x) {
+  const float32x4_t r = vrndnq_f32(x);
+  const uint32x4_t in_range = vandq_u32(vcgeq_f32(r, vdupq_n_f32(-2147483648.f)), vcltq_f32(r, vdupq_n_f32(2147483648.f)));
+  return vbslq_s32(in_range, vcvtq_s32_f32(r), vdupq_n_s32(INT32_MIN));
+}
+
+inline int32_t quantize16(F16 scaled, int8_t* out) {
+  int32x4_t v[4];
+  for (int k = 0; k < 4; ++k) v[k] = to_int32(scaled.v[k]);
+  const int16x8_t lo = vcombine_s16(vqmovn_s32(v[0]), vqmovn_s32(v[1]));
+  const int16x8_t hi = vcombine_s16(vqmovn_s32(v[2]), vqmovn_s32(v[3]));
+  vst1q_s8(out, vcombine_s8(vqmovn_s16(lo), vqmovn_s16(hi)));  // saturating, as the scalar clamp
+  // wrapping int32 sums, as x86's: exact modulo 2^32 in any order
+  const uint32x4_t sum = vaddq_u32(vaddq_u32(vreinterpretq_u32_s32(v[0]), vreinterpretq_u32_s32(v[1])),
+                                   vaddq_u32(vreinterpretq_u32_s32(v[2]), vreinterpretq_u32_s32(v[3])));
+  return static_cast<int32_t>(vaddvq_u32(sum));
+}
+
+inline I16 i_zero() {
+  I16 out;
+  for (int k = 0; k < 4; ++k) out.v[k] = vdupq_n_s32(0);
+  return out;
+}
+inline I16 i_add(I16 a, I16 b) {
+  for (int k = 0; k < 4; ++k) a.v[k] = vaddq_s32(a.v[k], b.v[k]);
+  return a;
+}
+inline I16 i_sub(I16 a, int32_t b) {
+  for (int k = 0; k < 4; ++k) a.v[k] = vsubq_s32(a.v[k], vdupq_n_s32(b));
+  return a;
+}
+
+inline Bytes b_load(const uint8_t* p) {
+  Bytes out;
+  for (int k = 0; k < 4; ++k) out.v[k] = vld1q_u8(p + 16 * k);
+  return out;
+}
+inline Bytes b_or(Bytes a, Bytes b) {
+  for (int k = 0; k < 4; ++k) a.v[k] = vorrq_u8(a.v[k], b.v[k]);
+  return a;
+}
+template <int SHIFT>
+inline Bytes b_bits(Bytes a, uint8_t mask) {
+  const uint8x16_t m = vdupq_n_u8(mask);
+  for (int k = 0; k < 4; ++k) {
+    if constexpr (SHIFT == 0) a.v[k] = vandq_u8(a.v[k], m);
+    else a.v[k] = vandq_u8(vshrq_n_u8(a.v[k], SHIFT), m);
+  }
+  return a;
+}
+
+// The four inputs x[0..3] in every 32-bit lane.
+inline int8x16_t broadcast4(const int8_t* x) {
+  int32_t word;
+  std::memcpy(&word, x, sizeof word);
+  return vreinterpretq_s8_s32(vdupq_n_s32(word));
+}
+
+// acc[c] += Σ_t w[4c+t]·x[t] with sdot (signed by signed): weights below 128 read the same as
+// signed bytes, and dot4's callers guarantee weights below 64.
+inline I16 dot4(I16 acc, const Bytes& w, const int8_t* x) {
+  const int8x16_t xv = broadcast4(x);
+  for (int k = 0; k < 4; ++k) acc.v[k] = vdotq_s32(acc.v[k], vreinterpretq_s8_u8(w.v[k]), xv);
+  return acc;
+}
+inline I16 dot8(I16 acc, const Bytes& w1, const int8_t* x1, const Bytes& w2, const int8_t* x2) {
+  return dot4(dot4(acc, w1, x1), w2, x2);
+}
+// Weights up to 255 are not signed bytes: sdot takes w - 128 (the byte with its top bit flipped),
+// and 128·Σ_t x[t] is added back; both sums are exact in int32.
+inline I16 dot4_wide(I16 acc, const Bytes& w, const int8_t* x) {
+  const int8x16_t xv = broadcast4(x);
+  const int32x4_t back = vdupq_n_s32(128 * (x[0] + x[1] + x[2] + x[3]));
+  const uint8x16_t flip = vdupq_n_u8(0x80);
+  for (int k = 0; k < 4; ++k)
+    acc.v[k] = vaddq_s32(vdotq_s32(acc.v[k], vreinterpretq_s8_u8(veorq_u8(w.v[k], flip)), xv), back);
+  return acc;
+}
+
+}  // namespace isa
