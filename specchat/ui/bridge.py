@@ -7,8 +7,10 @@ It runs inside Textual thread workers (loading: :mod:`specchat.ui.model_loading`
 (:mod:`specchat.ui.state.lease`).
 A backend that can step (the local engine) is driven one round per call of its step API;
 :class:`StepGate` holds the worker between rounds in step mode.
-Heavy modules (torch, transformers, specchat.models, specchat.engine.session) are imported
-here lazily, inside the functions, so importing the UI stays light.
+Loading (or attaching to a server) goes through :func:`specchat.opening.open_backend`, as the
+CLI's and the bench's do. Heavy modules (torch, transformers, specchat.models,
+specchat.engine.session) are imported lazily, inside the functions, so importing the UI stays
+light.
 
 Token coalescing: the worker appends every event to an :class:`EventBuffer` and posts a
 wake-up message only when none is pending and the last was at least ``WAKE_INTERVAL`` ago;
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING
 from specchat import logs
 from specchat.backend import FIGURE_LABELS, Backend, Capabilities
 from specchat.engine.events import Event
+from specchat.engine.registry import drafters
 from specchat.errors import SpecchatError
 
 if TYPE_CHECKING:
@@ -101,33 +104,23 @@ class EventBuffer:
             return events
 
 
-def connect_server(settings: Settings) -> LoadedEngine:
-    """Attach to ``settings.server`` instead of loading models. Runs in a worker."""
-    from specchat.remote import connect
-
-    assert settings.server
-    backend = connect(settings.server, timeout=settings.server_timeout, verify=settings.server_verify_tls)
-    return LoadedEngine(backend, backend.label, None, "", tuple(backend.notes))
-
-
 def load_engine(settings: Settings, progress: Callable[[LoadProgress], None]) -> LoadedEngine:
-    """Load target (and draft) as the settings say and build the engine. Runs in a worker."""
-    if settings.server:
-        return connect_server(settings)
-    from specchat.engine.session import ChatEngine
-    from specchat.models import load_for_decoding
+    """Load target and draft (every drafter stays available), or attach to the server, as the
+    settings say (:func:`specchat.opening.open_backend`). Runs in a worker."""
+    from specchat.opening import open_backend
 
-    pair = load_for_decoding(
-        settings.target,
-        settings.draft or None,
-        device=settings.device,
-        dtype=settings.dtype,
-        quant=settings.quant,
-        cpu_path=settings.cpu_path,
-        progress=progress,
-    )
-    engine = ChatEngine(pair.target, pair.tokenizer, pair.draft)
-    return LoadedEngine(engine, pair.target_name, pair.draft_name, pair.label)
+    opened = open_backend(settings, progress, every_drafter=True)
+    return LoadedEngine(opened.backend, opened.target_name, opened.draft_name, opened.label, opened.notes)
+
+
+def fallback_drafter(available: Sequence[str]) -> str:
+    """The drafter to use when the asked one is not loaded: the registry's first available one
+    that drafts without a draft model, else its entry that drafts nothing."""
+    entries = drafters()
+    for spec in entries:
+        if spec.drafts and not spec.needs_draft_model and spec.name in available:
+            return spec.name
+    return next(spec.name for spec in entries if not spec.drafts)
 
 
 def make_controls(settings: Settings, available: Sequence[str]) -> tuple[Controls, str | None]:
@@ -135,26 +128,16 @@ def make_controls(settings: Settings, available: Sequence[str]) -> tuple[Control
 
     Returns the controls and a note for the user when a fallback happened.
     """
-    from specchat.engine.session import Controls
+    from specchat.opening import controls_from
 
     drafter = settings.drafter
     note = None
     if not available:
         pass  # a server: it chose its drafter when it started
     elif drafter not in available:
-        drafter = "ngram" if "ngram" in available else "none"
+        drafter = fallback_drafter(available)
         note = f"drafter {settings.drafter!r} is not available (no draft model loaded): using {drafter}."
-    controls = Controls(
-        gamma=settings.gamma,
-        schedule=settings.schedule,
-        drafter=drafter,
-        temperature=settings.temperature,
-        top_k=settings.top_k,
-        top_p=settings.top_p,
-        max_new_tokens=settings.max_new_tokens,
-        seed=settings.seed,
-    )
-    return controls, note
+    return controls_from(settings, drafter), note
 
 
 class StepGate:

@@ -1,0 +1,205 @@
+"""Opening a backend from settings: the one way chat, generate, race, selftest, the TUI's load
+worker and the bench turn a :class:`~specchat.config.Settings` into what the engine runs on.
+
+:func:`open_backend` attaches to ``settings.server`` when one is set, and otherwise loads the
+target (and the draft) on the CPU kernels ``settings.cpu_path`` chooses, reporting each stage
+through ``progress``. The drafter's need for a draft model is checked here, before anything
+loads, from the drafter registry (:mod:`specchat.engine.registry`).
+
+Pure Python at import time: torch, transformers and the HTTP client load inside the functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from specchat.engine.registry import drafter_spec
+from specchat.errors import InvalidSettingError
+
+if TYPE_CHECKING:
+    from specchat.backend import Backend
+    from specchat.config import Settings
+    from specchat.engine.session import ChatEngine, Controls
+    from specchat.models import LoadProgress
+
+Progress = Callable[["LoadProgress"], None]
+
+
+@dataclass(frozen=True)
+class OpenedBackend:
+    """A backend and what the front ends say about it."""
+
+    backend: Backend
+    target_name: str
+    draft_name: str | None
+    device: str = ""
+    """Where the models run ("cpu", "cuda:0"); empty for a server."""
+    kernels: str = ""
+    """The CPU path applied ("int8/dyn8+head32768", "none"); empty for a server."""
+    dtype: str | None = None
+    quant: str | None = None
+    notes: tuple[str, ...] = ()
+    """Lines to show the user once (what a server cannot report)."""
+    peer: tuple[Any, Any] | None = None
+    """The Hugging Face target and draft sharing the engine's layers, for the bench's peer rows
+    (only with ``hf_peer``; None where that peer cannot run on the chosen kernels)."""
+
+    @property
+    def label(self) -> str:
+        """Where and how it runs, for status lines: "cpu · int8/dyn8+head32768"."""
+        if not self.kernels or self.kernels == "none":
+            return self.device
+        return f"{self.device} · {self.kernels}"
+
+
+def draft_to_load(settings: Settings, *, every_drafter: bool = False) -> str | None:
+    """The draft model to load: the named one when the drafter needs it (or when any drafter may
+    be switched to later, ``every_drafter``). A drafter that needs one, with none named, is
+    refused here, before anything loads."""
+    needs_draft = drafter_spec(settings.drafter).needs_draft_model
+    if needs_draft and not settings.draft and not every_drafter:
+        raise InvalidSettingError(
+            f"--drafter {settings.drafter} needs a draft model: pass --draft, or use --drafter ngram."
+        )
+    return (settings.draft or None) if needs_draft or every_drafter else None
+
+
+def open_backend(
+    settings: Settings,
+    progress: Progress | None = None,
+    *,
+    every_drafter: bool = False,
+    hf_peer: bool = False,
+    lean: bool = True,
+) -> OpenedBackend:
+    """The backend ``settings`` describe: a server connection, or the local engine on its models.
+
+    ``every_drafter`` loads the named draft model whatever the drafter (the chat switches
+    drafters while it runs; the bench runs them all); otherwise a draft is loaded only for a
+    drafter that needs one. ``hf_peer`` (the bench) keeps the Hugging Face models beside the
+    engine where the kernels allow; ``lean`` False decodes with their stock forward.
+    """
+    if settings.server:
+        return connect_server(settings)
+    draft = draft_to_load(settings, every_drafter=every_drafter)
+    return load_local(settings, draft, progress, hf_peer=hf_peer, lean=lean)
+
+
+def load_local(
+    settings: Settings,
+    draft: str | None,
+    progress: Progress | None = None,
+    *,
+    hf_peer: bool = False,
+    lean: bool = True,
+) -> OpenedBackend:
+    """Load the target and ``draft`` as the settings say, and build the engine on them."""
+    if hf_peer or not lean:
+        return _load_with_peer(settings, draft, progress, lean=lean)
+    from specchat.engine.session import ChatEngine
+    from specchat.models import load_for_decoding
+
+    pair = load_for_decoding(
+        settings.target,
+        draft,
+        device=settings.device,
+        dtype=settings.dtype,
+        quant=settings.quant,
+        cpu_path=settings.cpu_path,
+        progress=progress,
+    )
+    return OpenedBackend(
+        ChatEngine(pair.target, pair.tokenizer, pair.draft),
+        pair.target_name,
+        pair.draft_name,
+        device=str(pair.device),
+        kernels=pair.kernels,
+        quant=settings.quant,
+    )
+
+
+def connect_server(settings: Settings) -> OpenedBackend:
+    """Probe ``settings.server`` and attach to it."""
+    from specchat.remote import connect
+
+    assert settings.server
+    backend = connect(settings.server, timeout=settings.server_timeout, verify=settings.server_verify_tls)
+    return OpenedBackend(backend, backend.label, None, notes=tuple(backend.notes))
+
+
+def _load_with_peer(
+    settings: Settings, draft: str | None, progress: Progress | None, *, lean: bool
+) -> OpenedBackend:
+    """The bench's loading: on specchat's own kernels the packed models, exactly as chat runs
+    them (Hugging Face's ``generate`` cannot run those, so no peer); elsewhere the float models
+    loaded once, both the engine and the Hugging Face peer running on the same prepared layers."""
+    from specchat.engine.session import ChatEngine
+    from specchat.models import load_for_decoding, load_pair
+    from specchat.models.cpu_quant import prepare_cpu_pair
+    from specchat.models.loader import choose_cpu_path
+
+    chosen = choose_cpu_path(settings.cpu_path, settings.device, settings.quant, progress)
+    if chosen is not None and chosen.native:
+        pair = load_for_decoding(settings.target, draft, cpu_path=str(chosen), progress=progress)
+        return OpenedBackend(
+            ChatEngine(pair.target, pair.tokenizer, pair.draft),
+            pair.target_name,
+            pair.draft_name,
+            device=str(pair.device),
+            kernels=pair.kernels,
+            dtype="float32",
+        )
+    target_lm, draft_lm = load_pair(
+        settings.target,
+        draft,
+        device=settings.device,
+        dtype=settings.dtype,
+        quant=settings.quant,
+        progress=progress,
+    )
+    if progress is not None:
+        from specchat.models import LoadProgress
+
+        progress(LoadProgress("CPU kernels", "kernels", 0, 1, "preparing CPU kernels…"))
+    cpu_path = str(chosen) if chosen is not None else settings.cpu_path
+    prepared = prepare_cpu_pair(target_lm.model, draft_lm.model if draft_lm else None, cpu_path, lean=lean)
+    # Prepared models (or their lean wrappers) offer the forward, config and device the engine uses.
+    engine = ChatEngine(prepared.target, target_lm.tokenizer, prepared.draft)  # type: ignore[arg-type]
+    return OpenedBackend(
+        engine,
+        target_lm.name,
+        draft_lm.name if draft_lm else None,
+        device=str(target_lm.device),
+        kernels=prepared.path + (" (lean forward)" if prepared.lean else ""),
+        dtype=str(target_lm.dtype).removeprefix("torch."),
+        quant=target_lm.quant,
+        peer=(prepared.hf_target, prepared.hf_draft),
+    )
+
+
+def local_engine(opened: OpenedBackend) -> ChatEngine:
+    """The local engine behind ``opened``, for what times and counts tokens itself (the race, the
+    self-test, the bench): a server is refused in one line."""
+    from specchat.engine.session import ChatEngine
+
+    if not isinstance(opened.backend, ChatEngine):
+        raise InvalidSettingError(f"{opened.target_name} is a server: this needs local models.")
+    return opened.backend
+
+
+def controls_from(settings: Settings, drafter: str | None = None) -> Controls:
+    """The decoding controls the settings give (``drafter`` overrides theirs)."""
+    from specchat.engine.session import Controls
+
+    return Controls(
+        gamma=settings.gamma,
+        schedule=settings.schedule,
+        drafter=drafter or settings.drafter,
+        temperature=settings.temperature,
+        top_k=settings.top_k,
+        top_p=settings.top_p,
+        max_new_tokens=settings.max_new_tokens,
+        seed=settings.seed,
+    )
