@@ -21,7 +21,7 @@ KIND_HELP: dict[TokenKind, str] = {
 LEGEND_LABELS: dict[TokenKind, str] = {**KIND_LABELS, "correction": "residual correction"}
 """The legend of `generate --format ansi`: with no help screen beside it, a correction says where
 it came from."""
-KIND_STYLES: dict[TokenKind, str] = {
+KIND_STYLES: dict[str, str] = {
     "accepted": "green",
     "correction": "bold red",
     "bonus": "bold cyan",

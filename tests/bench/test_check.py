@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from specchat.bench.check import check_methods, run_check
-from specchat.bench.cli import bench
+from specchat.bench.command import bench
 from specchat.bench.prompts import BenchPrompt, load_prompts
 from specchat.cli import main
 from specchat.engine.events import Event, TokenEvent

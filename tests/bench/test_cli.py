@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from specchat.bench.cli import bench
+from specchat.bench.command import bench
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from specchat.bench import BenchError
-from specchat.bench.cli import bench
+from specchat.bench.command import bench
 from specchat.bench.costs import Costs
 from specchat.bench.llamacpp_peer import (
     PLAIN_ROW,

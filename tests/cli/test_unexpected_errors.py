@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from specchat import cli, logs
+from specchat import logs, opening
+from specchat.cli import main
 
 
 @pytest.fixture(autouse=True)
@@ -17,19 +18,19 @@ def no_debug() -> None:
     logs.set_debug(False)
 
 
-def boom(settings: object) -> None:
+def boom(*args: object, **kwargs: object) -> None:
     raise RuntimeError("the disk controller said no\nsecond line of detail")
 
 
 def run(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(cli.main, list(args), catch_exceptions=False)
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
     return result.exit_code, result.stdout, result.stderr
 
 
 def test_an_unexpected_error_is_one_line_and_its_traceback_is_logged(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(cli, "load_engine", boom)
+    monkeypatch.setattr(opening, "open_backend", boom)
     code, out, err = run("generate", "hello", "--drafter", "ngram")
     log = tmp_path / "data" / "logs" / "specchat.log"
     assert code == 1 and out == ""
@@ -46,7 +47,7 @@ def test_an_unexpected_error_is_one_line_and_its_traceback_is_logged(
 def test_debug_also_prints_the_traceback(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, where: tuple[str, str]
 ) -> None:
-    monkeypatch.setattr(cli, "load_engine", boom)
+    monkeypatch.setattr(opening, "open_backend", boom)
     args = (
         [*where, "hello", "--drafter", "ngram"] if where[0] == "--debug" else ["generate", "hello", "--debug"]
     )
@@ -73,7 +74,7 @@ def test_an_unwritable_log_still_gives_the_line(monkeypatch: pytest.MonkeyPatch,
     blocker = tmp_path / "data-is-a-file"
     blocker.write_text("")
     monkeypatch.setenv("SPECCHAT_DATA_DIR", str(blocker))
-    monkeypatch.setattr(cli, "load_engine", boom)
+    monkeypatch.setattr(opening, "open_backend", boom)
     code, _, err = run("generate", "hello", "--drafter", "ngram")
     assert code == 1
     assert "RuntimeError: the disk controller said no (no log could be written" in err

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from specchat import cli
+from specchat import opening
+from specchat.cli import main
 
 from .conftest import AlreadySaved, assert_one_clear_line
 
@@ -201,14 +202,14 @@ def test_bad_input_is_one_line_and_loses_nothing(
         already_saved.config.write_bytes(data)
         already_saved.take()
     if case.before_loading:
-        monkeypatch.setattr(cli, "load_engine", _must_not_load)
+        monkeypatch.setattr(opening, "load_local", _must_not_load)
     monkeypatch.chdir(tmp_path)
     target, draft = tiny_folders
     models = ["--target", str(target), "--draft", str(draft), "--cpu-path", "none"]
     args = [case.command, *case.args]
     if case.command == "generate" and case.model_flags and "--target" not in case.args:
         args[1:1] = models  # before the case's own flags, which win
-    result = CliRunner().invoke(cli.main, args, input=case.stdin, catch_exceptions=False)
+    result = CliRunner().invoke(main, args, input=case.stdin, catch_exceptions=False)
     assert result.exit_code == case.status, result.stderr
     assert_one_clear_line(result.stderr, *case.words)
     if case.before_loading:
@@ -222,13 +223,13 @@ def test_deeply_nested_json_is_one_line(
 ) -> None:
     nested = tmp_path / "nested.json"
     nested.write_text("[" * 100_000)
-    result = CliRunner().invoke(cli.main, [command, *([flag] if flag else []), str(nested)])
+    result = CliRunner().invoke(main, [command, *([flag] if flag else []), str(nested)])
     assert result.exit_code == USER_ERROR, result.stderr
     assert_one_clear_line(result.stderr, "nests", "too deeply")
     already_saved.assert_untouched()
 
 
-def _must_not_load(settings: object) -> None:
+def _must_not_load(*args: object, **kwargs: object) -> None:
     raise AssertionError("models were loaded before the bad input was refused")
 
 

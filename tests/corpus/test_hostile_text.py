@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pytest
 from click.testing import CliRunner
 
-from specchat import cli
+from specchat.cli import main
 from tests.remote.server import Script, openai_stream
 from tests.remote.test_hostile_server import (
     AUTH,
@@ -137,7 +137,7 @@ def test_a_hostile_server_is_shown_safely_and_loses_nothing(
     monkeypatch.setenv("SPECCHAT_API_KEY", KEY)
     with HostileServer(case.script(), html=case.html, text_errors=case.text_errors) as fake:
         result = CliRunner().invoke(
-            cli.main, ["generate", "hi", "--server", fake.url, "--format", case.output_format]
+            main, ["generate", "hi", "--server", fake.url, "--format", case.output_format]
         )
     assert result.exit_code == case.status, result.output[-2000:]
     assert CONTROL_BYTES.search(result.stdout_bytes) is None, result.stdout_bytes[-500:]

@@ -147,12 +147,12 @@ async def test_a_bad_theme_file_is_skipped_with_a_warning(
 def test_chat_refuses_a_broken_theme_named_on_the_command_line(already_saved: AlreadySaved) -> None:
     from click.testing import CliRunner
 
-    from specchat import cli
+    from specchat.cli import main
 
     folder = already_saved.config.parent / "themes"
     folder.mkdir(exist_ok=True)
     (folder / "broken.toml").write_text(f'name = "broken"\nprimary = "notacolour"\n{GOOD_TOKENS}')
-    result = CliRunner().invoke(cli.main, ["chat", "--theme", "broken"], catch_exceptions=False)
+    result = CliRunner().invoke(main, ["chat", "--theme", "broken"], catch_exceptions=False)
     assert result.exit_code == 2
     assert result.stderr.strip().endswith("or a colour name.") and "notacolour" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from specchat import cli
+from specchat import opening
+from specchat.cli import main
 from specchat.engine.session import ChatEngine
 from specchat.models import LoadProgress
 from specchat.ui import bridge
@@ -36,7 +37,7 @@ LAST_LINE = {"ctrl+c": "specchat: interrupted.", "sigterm": "specchat: stopped b
 def generate(folders: tuple[Path, Path], *extra: str) -> tuple[int, str, str]:
     target, draft = folders
     args = ["generate", "hello there", "--target", str(target), "--draft", str(draft), "--cpu-path", "none"]
-    result = CliRunner().invoke(cli.main, [*args, "--max-new-tokens", "200", "--gamma", "1", *extra])
+    result = CliRunner().invoke(main, [*args, "--max-new-tokens", "200", "--gamma", "1", *extra])
     return result.exit_code, result.stdout, result.stderr
 
 
@@ -117,11 +118,11 @@ def test_generate_signal_while_loading_is_one_line(
 ) -> None:
     signum, status = SIGNALS[how]
 
-    def slow_load(settings: object) -> None:
+    def slow_load(*args: object, **kwargs: object) -> None:
         os.kill(os.getpid(), signum)
         time.sleep(5)
 
-    monkeypatch.setattr(cli, "load_engine", slow_load)
+    monkeypatch.setattr(opening, "open_backend", slow_load)
     started = time.monotonic()
     code, out, err = generate(tiny_folders)
     assert code == status and time.monotonic() - started < 4

@@ -122,13 +122,13 @@ def test_jsonl_format_keeps_the_raw_text_escaped_by_json() -> None:
 
 def test_printers_neutralise_a_local_models_text_too() -> None:
     """The local engine's path goes through the same printers: a token holding ESC is shown."""
-    from specchat import cli
+    from specchat.cli.generate_command import print_text
     from specchat.engine.events import UNKNOWN, TokenEvent
 
     tokens = [TokenEvent("target", 1, piece, 0, 0, UNKNOWN, None) for piece in HOSTILE_PIECES]
     runner = CliRunner()
     with runner.isolation() as (out, _err, _):
-        cli.print_text(iter(tokens))
+        print_text(iter(tokens))
         written = out.getvalue()
     assert CONTROL_BYTES.search(written) is None and b"^[[2J" in written
 

@@ -1,4 +1,4 @@
-"""`specchat bench`: the click command (main.add_command(bench) registers it)."""
+"""`specchat bench`: the click command (specchat.cli.group registers it)."""
 
 from __future__ import annotations
 
@@ -9,19 +9,28 @@ import platform
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from specchat.bench import BenchError
+from specchat.cli.options import LOADING_OPTIONS, loading_options, sampling_options, settings_from
 from specchat.engine.gamma import GAMMA_MAX
 from specchat.errors import SpecchatError
+from specchat.opening import local_engine
+
+if TYPE_CHECKING:
+    from specchat.config import Settings
+    from specchat.opening import OpenedBackend
 
 QUICK_GAMMAS = "1,2,3,4"
 FULL_GAMMAS = "1,2,3,4,5,6,8"
+# Sampling flags left unset take these, not the settings file's values: a benchmark's figures must
+# not depend on whose settings it ran under. The models and kernels do come from the settings, so
+# the bench times what `specchat chat` runs.
+BENCH_SAMPLING: dict[str, Any] = {"temperature": 0.0, "top_p": 1.0, "seed": 0}
 
 
 def _ints(text: str, what: str) -> list[int]:
@@ -32,6 +41,20 @@ def _ints(text: str, what: str) -> list[int]:
     if any(v < 1 or v > 16 for v in values):
         raise BenchError(f"{what} must be between 1 and 16 (got {text!r}).")
     return values
+
+
+def _check_budget(max_new_tokens: int | None) -> None:
+    """--max-new-tokens below 1 is a usage error, as click words it. The shared option is a plain
+    int (the settings check it for the other commands); the bench does not take it from them."""
+    if max_new_tokens is not None:
+        ctx = click.get_current_context()
+        param = next(p for p in ctx.command.params if p.name == "max_new_tokens")
+        click.IntRange(1).convert(max_new_tokens, param, ctx)
+
+
+def _budget(max_new_tokens: int | None, default: int) -> int:
+    """Tokens per reply: --max-new-tokens, else the run's default."""
+    return default if max_new_tokens is None else max_new_tokens
 
 
 def _own_args() -> list[str]:
@@ -50,8 +73,7 @@ def machine_load() -> dict[str, Any]:
 
 
 @click.command("bench")
-@click.option("--target", default=None, help="Target model (default: your settings, qwen-coder-1.5b).")
-@click.option("--draft", default=None, help="Draft model, or 'none' (default: your settings).")
+@loading_options
 @click.option("--quick", is_flag=True, help="One prompt per category, a short γ sweep, 64 new tokens.")
 @click.option(
     "--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write records + summary."
@@ -65,13 +87,7 @@ def machine_load() -> dict[str, Any]:
 @click.option(
     "--hf-extra", is_flag=True, help="Also run HF plain generate and HF assisted with its defaults."
 )
-@click.option(
-    "--max-new-tokens", type=click.IntRange(1), default=None, help="Tokens per reply (default 128; quick 64)."
-)
-@click.option("--temperature", type=float, default=0.0, show_default=True)
-@click.option("--top-k", type=int, default=None)
-@click.option("--top-p", type=float, default=1.0, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@sampling_options
 @click.option("--categories", default=None, help="Comma-separated subset, e.g. code,math.")
 @click.option("--per-category", type=int, default=None, help="At most this many prompts per category.")
 # Checked by click, before any model loads: a bad γ used to surface only after minutes of loading.
@@ -88,15 +104,6 @@ def machine_load() -> dict[str, Any]:
     default=4,
     show_default=True,
     help="γ of the n-gram drafter.",
-)
-@click.option("--device", default="auto", show_default=True)
-@click.option("--dtype", default="auto", show_default=True)
-@click.option("--quant", default=None, help="bitsandbytes quantization of the target: 4bit or 8bit.")
-@click.option(
-    "--cpu-path",
-    default="auto",
-    show_default=True,
-    help="CPU kernels for the linear layers (see specchat.models.cpu_quant): auto, none, or a mode name.",
 )
 @click.option("--no-lean", is_flag=True, help="Decode with the stock Hugging Face forward, not the lean one.")
 @click.option("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice).")
@@ -130,28 +137,26 @@ def machine_load() -> dict[str, Any]:
     "on the bench's prompts and the check's own (54; --quick: 6). Exit status 1 on any mismatch.",
 )
 @click.option(
-    "--server",
-    metavar="URL",
-    default=None,
-    help="Benchmark a speculative-decoding server instead (its own decoding, and drafting off where "
-    "it allows that per request); see README.",
-)
-@click.option(
     "--baseline-server", metavar="URL", default=None, help="With --server: the same model without drafting."
 )
 def bench(**options: Any) -> None:
     """Benchmark plain, speculative and Hugging Face assisted decoding side by side."""
-    server, baseline = options.pop("server"), options.pop("baseline_server")
+    _check_budget(options["max_new_tokens"])
+    baseline = options.pop("baseline_server")
     try:
+        settings = settings_from({name: options.pop(name) for name in LOADING_OPTIONS})
+        for name, value in BENCH_SAMPLING.items():
+            if options[name] is None:
+                options[name] = value
         check = options.pop("check")
-        if server or baseline:
+        if settings.server or baseline:
             if check:
                 raise SpecchatError("--check decodes with the local engine: it does not take --server.")
-            _bench_server(server, baseline, options)
+            _bench_server(settings, baseline, options)
         elif check:
-            _check(**options)
+            _check(settings, **options)
         else:
-            _bench(**options)
+            _bench(settings, **options)
     except SpecchatError as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(err.exit_code)
@@ -160,13 +165,13 @@ def bench(**options: Any) -> None:
         sys.exit(130)
 
 
-def _bench_server(server: str | None, baseline: str | None, options: dict[str, Any]) -> None:
+def _bench_server(settings: Settings, baseline: str | None, options: dict[str, Any]) -> None:
     """``bench --server``: prompts and sampling from the usual options; models options do not apply."""
     from specchat.backend import Controls
     from specchat.bench.prompts import load_prompts
-    from specchat.config import load_settings
     from specchat.remote.bench import bench_server
 
+    server = settings.server
     if not server:
         raise BenchError("--baseline-server needs --server (the speculative server to compare with it).")
     quick = options["quick"]
@@ -178,11 +183,10 @@ def _bench_server(server: str | None, baseline: str | None, options: dict[str, A
         temperature=options["temperature"],
         top_k=options["top_k"],
         top_p=options["top_p"],
-        max_new_tokens=options["max_new_tokens"] or (64 if quick else 128),
+        max_new_tokens=_budget(options["max_new_tokens"], 64 if quick else 128),
         seed=options["seed"],
     )
     controls.validate()
-    settings = load_settings()
     bench_server(
         server,
         baseline,
@@ -196,9 +200,8 @@ def _bench_server(server: str | None, baseline: str | None, options: dict[str, A
 
 
 def _bench(
+    settings: Settings,
     *,
-    target: str | None,
-    draft: str | None,
     quick: bool,
     json_path: Path | None,
     plot_path: Path | None,
@@ -215,10 +218,6 @@ def _bench(
     per_category: int | None,
     start_gamma: int,
     ngram_gamma: int,
-    device: str,
-    dtype: str,
-    quant: str | None,
-    cpu_path: str,
     no_lean: bool,
     threads: int | None,
     repeats: int,
@@ -233,15 +232,13 @@ def _bench(
     hf_sweep = (
         [] if no_hf else _ints(hf_gammas or ("2,3" if quick else ",".join(map(str, sweep))), "--hf-gammas")
     )
-    new_tokens = max_new_tokens or (64 if quick else 128)
-    if new_tokens < 1:
-        raise BenchError("--max-new-tokens must be 1 or more.")
+    new_tokens = _budget(max_new_tokens, 64 if quick else 128)
     wanted = [c.strip() for c in categories.split(",") if c.strip()] if categories else None
     prompts = load_prompts(quick=quick, only=wanted, per_category=per_category)
     _check_folders(json_path, plot_path)
     from specchat.models.cpu_quant import parse_cpu_path
 
-    parse_cpu_path(cpu_path)  # a typo fails before any model loads
+    parse_cpu_path(settings.cpu_path)  # a typo fails before any model loads
     from specchat.engine.sampling import SamplingParams
 
     SamplingParams(temperature, top_k, top_p)  # validates
@@ -252,8 +249,7 @@ def _bench(
         find_server(llama_cpp)
         if temperature != 0.0:
             raise BenchError("the llama.cpp rows decode greedily: leave --temperature at 0 with --llama-cpp.")
-        target_name, draft_name = _model_names(target, draft)
-        ggufs = (gguf_for(target_name), gguf_for(draft_name) if draft_name else None)
+        ggufs = (gguf_for(settings.target), gguf_for(settings.draft) if settings.draft else None)
 
     from rich.console import Console
 
@@ -261,18 +257,16 @@ def _bench(
     from specchat.bench.runner import BenchSettings, build_methods
 
     wants_hf = bool(hf_sweep) or (hf_extra and not no_hf)
-    loaded = _load_pair(
-        target, draft, device, dtype, quant, cpu_path, no_lean, threads, console, hf_peer=wants_hf
-    )
-    engine = loaded.engine
+    loaded = _open(settings, no_lean, threads, console, hf_note=wants_hf)
+    engine = local_engine(loaded)
     if loaded.peer is None:
         hf_sweep, hf_extra = [], False
-    if temperature > 0 and "+head" in loaded.path_used and hf_sweep:
+    if temperature > 0 and "+head" in loaded.kernels and hf_sweep:
         # transformers' speculative sampling needs the draft's logits over the whole vocabulary.
-        skipped = f"skipped with --cpu-path {loaded.path_used}"
+        skipped = f"skipped with --cpu-path {loaded.kernels}"
         console.print(f"note: HF assisted sampling needs the draft's full head; {skipped}")
         hf_sweep = []
-    settings = BenchSettings(new_tokens, temperature, top_k, top_p, seed)
+    bench_settings = BenchSettings(new_tokens, temperature, top_k, top_p, seed)
     methods = build_methods(
         sweep,
         start_gamma=start_gamma,
@@ -296,7 +290,7 @@ def _bench(
             loaded=loaded,
             prompts=prompts,
             methods=methods,
-            settings=settings,
+            settings=bench_settings,
             probe_ids=probe_ids,
             sweep=sweep,
             hf_sweep=hf_sweep,
@@ -313,7 +307,7 @@ def _bench(
 def _start_llama_cpp(
     folder: Path,
     ggufs: tuple[Path, Path | None],
-    loaded: _Loaded,
+    loaded: OpenedBackend,
     draft_max: int,
     longest: int,
     console: Any,
@@ -334,7 +328,7 @@ def _start_llama_cpp(
             threads=torch.get_num_threads(),
             context=context,
             draft_max=draft_max,
-            stop_ids=loaded.engine.stop_ids,
+            stop_ids=local_engine(loaded).stop_ids,
             log_dir=log_dir,
         )
 
@@ -342,7 +336,7 @@ def _start_llama_cpp(
 def _run_and_report(
     *,
     engine: Any,
-    loaded: _Loaded,
+    loaded: OpenedBackend,
     prompts: Any,
     methods: Any,
     settings: Any,
@@ -421,7 +415,7 @@ def _run_and_report(
         "device": loaded.device,
         "dtype": loaded.dtype,
         "quant": loaded.quant,
-        "cpu_path": loaded.path_used,
+        "cpu_path": loaded.kernels,
         "settings": {
             "max_new_tokens": settings.max_new_tokens,
             "temperature": settings.temperature,
@@ -445,7 +439,7 @@ def _run_and_report(
         from specchat.bench.plot import write_plot
 
         pair_name = f"{loaded.target_name} + {loaded.draft_name or 'no draft'}"
-        title = f"{pair_name} · {meta['device']} · {loaded.path_used}"
+        title = f"{pair_name} · {meta['device']} · {loaded.kernels}"
         write_plot(plot_path, records, methods, costs, title=title)
         out.print(f"wrote {plot_path}", highlight=False)
 
@@ -470,136 +464,42 @@ def _check_folders(*paths: Path | None) -> None:
             raise BenchError(f"folder {path.parent} does not exist (for {path.name}).")
 
 
-@dataclass
-class _Loaded:
-    engine: Any
-    target_name: str
-    draft_name: str | None
-    device: str
-    dtype: str
-    quant: str | None
-    path_used: str
-    peer: tuple[Any, Any] | None
-    """The Hugging Face models for its peer rows (None: that peer cannot run on these kernels)."""
-
-
-def _model_names(target: str | None, draft: str | None) -> tuple[str, str | None]:
-    """The target and draft the user asked for, else their settings' (draft None: no draft)."""
-    from specchat.config import load_settings
-
-    settings_file = load_settings()
-    target_name = target or settings_file.target
-    draft_name = draft if draft is not None else settings_file.draft
-    if draft_name is not None and draft_name.lower() == "none":
-        draft_name = None
-    return target_name, draft_name
-
-
-def _load_pair(
-    target: str | None,
-    draft: str | None,
-    device: str,
-    dtype: str,
-    quant: str | None,
-    cpu_path: str,
-    no_lean: bool,
-    threads: int | None,
-    console: Any,
-    *,
-    hf_peer: bool = True,
-) -> _Loaded:
-    """Load the pair as ``chat`` and ``generate`` load it, and build the engine every run uses.
+def _open(
+    settings: Settings, no_lean: bool, threads: int | None, console: Any, *, hf_note: bool
+) -> OpenedBackend:
+    """Open the pair as ``chat`` and ``generate`` open it (:func:`specchat.opening.open_backend`),
+    with the Hugging Face models kept for the peer rows where the kernels allow.
 
     On specchat's own kernels that is the packed cache (the GGUF's own blocks for the target), so
     the bench times exactly the default; Hugging Face's ``generate`` cannot run those kernels, so
-    its peer is left out there (``hf_peer`` False). Elsewhere the float models are loaded once and
-    both the engine and the Hugging Face peer run on the same prepared layers.
+    its peer is left out there (said when ``hf_note``). Elsewhere the float models are loaded once
+    and both the engine and the Hugging Face peer run on the same prepared layers.
     """
     import torch
     from transformers.utils import logging as hf_logging
 
-    from specchat.models.loader import choose_cpu_path
+    from specchat.opening import open_backend
 
-    target_name, draft_name = _model_names(target, draft)
     hf_logging.set_verbosity_error()  # transformers' notices would break the progress bar
     if threads is not None:
         if threads < 1:
             raise BenchError("--threads must be 1 or more.")
         torch.set_num_threads(threads)
     with console.status("loading models…") as status:
-
-        def progress(p: Any) -> None:
-            status.update(p.message)
-
-        chosen = choose_cpu_path(cpu_path, device, quant, progress)
-        if chosen is not None and chosen.native:
-            return _load_native(target_name, draft_name, str(chosen), progress, console, hf_peer)
-        return _load_float(
-            target_name, draft_name, device, dtype, quant, str(chosen or cpu_path), no_lean, status
+        loaded = open_backend(
+            settings, lambda p: status.update(p.message), every_drafter=True, hf_peer=True, lean=not no_lean
         )
-
-
-def _load_native(
-    target: str, draft: str | None, cpu_path: str, progress: Any, console: Any, hf_peer: bool
-) -> _Loaded:
-    from specchat.engine.session import ChatEngine
-    from specchat.models.loader import load_for_decoding
-
-    pair = load_for_decoding(target, draft, cpu_path=cpu_path, progress=progress)
-    if hf_peer:
+    if loaded.peer is None and hf_note:
         console.print(
-            f"note: Hugging Face generate cannot run specchat's kernels ({cpu_path}); its rows are "
+            f"note: Hugging Face generate cannot run specchat's kernels ({loaded.kernels}); its rows are "
             "left out. --cpu-path int8/dyn8+head32768 runs both on the same fbgemm layers."
         )
-    return _Loaded(
-        engine=ChatEngine(pair.target, pair.tokenizer, pair.draft),
-        target_name=pair.target_name,
-        draft_name=pair.draft_name,
-        device=str(pair.device),
-        dtype="float32",
-        quant=None,
-        path_used=pair.kernels,
-        peer=None,
-    )
-
-
-def _load_float(
-    target: str,
-    draft: str | None,
-    device: str,
-    dtype: str,
-    quant: str | None,
-    cpu_path: str,
-    no_lean: bool,
-    status: Any,
-) -> _Loaded:
-    from specchat.engine.session import ChatEngine
-    from specchat.models import load_pair
-    from specchat.models.cpu_quant import prepare_cpu_pair
-
-    target_lm, draft_lm = load_pair(
-        target, draft, device=device, dtype=dtype, quant=quant, progress=lambda p: status.update(p.message)
-    )
-    status.update("preparing CPU kernels…")
-    pair = prepare_cpu_pair(target_lm.model, draft_lm.model if draft_lm else None, cpu_path, lean=not no_lean)
-    # Prepared models (or their lean wrappers) offer the forward, config and device the engine uses.
-    engine = ChatEngine(pair.target, target_lm.tokenizer, pair.draft)  # type: ignore[arg-type]
-    return _Loaded(
-        engine=engine,
-        target_name=target_lm.name,
-        draft_name=draft_lm.name if draft_lm else None,
-        device=str(target_lm.device),
-        dtype=str(target_lm.dtype).removeprefix("torch."),
-        quant=target_lm.quant,
-        path_used=pair.path + (" (lean forward)" if pair.lean else ""),
-        peer=(pair.hf_target, pair.hf_draft),
-    )
+    return loaded
 
 
 def _check(
+    settings: Settings,
     *,
-    target: str | None,
-    draft: str | None,
     quick: bool,
     json_path: Path | None,
     plot_path: Path | None,
@@ -608,10 +508,6 @@ def _check(
     categories: str | None,
     per_category: int | None,
     start_gamma: int,
-    device: str,
-    dtype: str,
-    quant: str | None,
-    cpu_path: str,
     no_lean: bool,
     threads: int | None,
     **timing_only: Any,
@@ -627,29 +523,26 @@ def _check(
         raise BenchError("--check measures no speed, so there is nothing to plot: drop --plot.")
     if timing_only.get("llama_cpp") is not None:
         raise BenchError("--check checks specchat's own configurations: drop --llama-cpp.")
-    new_tokens = max_new_tokens or 48
-    if new_tokens < 1:
-        raise BenchError("--max-new-tokens must be 1 or more.")
+    new_tokens = _budget(max_new_tokens, 48)
     check_gamma(start_gamma)
     wanted = [c.strip() for c in categories.split(",") if c.strip()] if categories else None
     prompts = load_prompts(quick=quick, only=wanted, per_category=per_category, check=True)
     _check_folders(json_path)
-    parse_cpu_path(cpu_path)
+    parse_cpu_path(settings.cpu_path)
 
     from rich.console import Console
 
     from specchat.bench.check import check_methods, run_check
 
     console = Console(stderr=True)
-    loaded = _load_pair(
-        target, draft, device, dtype, quant, cpu_path, no_lean, threads, console, hf_peer=False
-    )
-    methods = check_methods(loaded.engine, start_gamma)
+    loaded = _open(settings, no_lean, threads, console, hf_note=False)
+    engine = local_engine(loaded)
+    methods = check_methods(engine, start_gamma)
     started = time.perf_counter()
     with _progress_bar(console) as bar:
         task = bar.add_task("checking", total=len(prompts) * (len(methods) + 1))
         result = run_check(
-            loaded.engine,
+            engine,
             prompts,
             methods,
             new_tokens,
@@ -661,7 +554,7 @@ def _check(
         click.echo(line)
     click.echo(
         f"target {loaded.target_name}, draft {loaded.draft_name or 'none'}, "
-        f"CPU path {loaded.path_used}{_kernels_named(loaded.path_used)}, γ {start_gamma}; {elapsed:.0f} s"
+        f"CPU path {loaded.kernels}{_kernels_named(loaded.kernels)}, γ {start_gamma}; {elapsed:.0f} s"
     )
     if json_path is not None:
         import torch
@@ -671,7 +564,7 @@ def _check(
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
             "target": loaded.target_name,
             "draft": loaded.draft_name,
-            "cpu_path": loaded.path_used,
+            "cpu_path": loaded.kernels,
             "gamma": start_gamma,
             "torch": torch.__version__,
             "elapsed_s": round(elapsed, 1),

@@ -1,0 +1,69 @@
+"""Opening a command's backend with its progress on stderr: a bar on a terminal, lines off one."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from specchat import opening
+from specchat.untrusted import masked, visible
+
+if TYPE_CHECKING:
+    from specchat.config import Settings
+
+
+def open_for_command(settings: Settings) -> opening.OpenedBackend:
+    """The backend :func:`specchat.opening.open_backend` opens for these settings, saying on stderr
+    what loads, or which server it attached to and what that cannot report."""
+    if settings.server:
+        click.echo(f"specchat: connecting to {settings.server}…", err=True)
+        opened = opening.open_backend(settings)
+        click.echo(f"specchat: attached to {opened.target_name}.", err=True)
+        for note in opened.notes:
+            click.echo(f"specchat: note: {visible(masked(note))}", err=True)
+        return opened
+    with LoadProgressPrinter() as progress:
+        return opening.open_backend(settings, progress)
+
+
+class LoadProgressPrinter:
+    """Shows assembling / converting / loading progress on stderr (a bar on a terminal)."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console = Console(stderr=True)
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+            disable=not self.console.is_terminal,
+        )
+        self.task: Any = None
+        self.last_step = ""
+
+    def __enter__(self) -> LoadProgressPrinter:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def __call__(self, event: Any) -> None:
+        if event.stage == "notice":  # worth keeping (a damaged cache rebuilt): above the bar, every one
+            self.console.print(f"specchat: {event.message}", markup=False, highlight=False, soft_wrap=True)
+            return
+        if not self.console.is_terminal:  # a log, not a bar: one line per stage of each model
+            step = f"{event.model}:{event.stage}"
+            if step != self.last_step:
+                click.echo(f"specchat: {event.message}", err=True)
+            self.last_step = step
+            return
+        if self.task is None:
+            self.task = self.progress.add_task(event.message, total=event.total)
+        self.progress.update(self.task, description=event.message, completed=event.done, total=event.total)

@@ -1,0 +1,104 @@
+"""Every front end builds its backend through specchat.opening.open_backend, and the bench's model
+options are the shared ones."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from specchat import opening
+from specchat.bench.command import bench
+from specchat.cli import main
+from specchat.cli.options import LOADING_OPTIONS, SAMPLING_OPTIONS, model_options
+from specchat.config import Settings
+from specchat.errors import SpecchatError
+from specchat.ui import bridge
+
+
+class Opened(SpecchatError):
+    """Raised by the stand-in for open_backend: the command got as far as opening its backend."""
+
+
+def record_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Settings, dict[str, Any]]]:
+    calls: list[tuple[Settings, dict[str, Any]]] = []
+
+    def fake_open(settings: Settings, progress: Any = None, **kwargs: Any) -> opening.OpenedBackend:
+        calls.append((settings, kwargs))
+        raise Opened("open_backend was called")
+
+    monkeypatch.setattr(opening, "open_backend", fake_open)
+    return calls
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["generate", "hello", "--drafter", "ngram", "--target", "some-target"],
+        ["race", "hello", "--drafter", "ngram", "--target", "some-target"],
+        ["selftest", "--drafter", "ngram", "--target", "some-target"],
+        ["generate", "hello", "--server", "http://127.0.0.1:9"],
+    ],
+)
+def test_the_cli_commands_open_their_backend_through_open_backend(
+    monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    calls = record_calls(monkeypatch)
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and "open_backend was called" in result.stderr, result.stderr
+    [(settings, _)] = calls
+    assert settings.target == "some-target" or settings.server == "http://127.0.0.1:9"
+
+
+def test_the_tui_bridge_opens_through_open_backend(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[dict[str, Any]] = []
+    engine = object()
+
+    def fake_open(settings: Settings, progress: Any = None, **kwargs: Any) -> opening.OpenedBackend:
+        calls.append(kwargs)
+        return opening.OpenedBackend(engine, "t", "d", device="cpu", kernels="int8/dyn8", notes=("n",))  # type: ignore[arg-type]
+
+    monkeypatch.setattr(opening, "open_backend", fake_open)
+    loaded = bridge.load_engine(Settings(), lambda event: None)
+    assert calls == [{"every_drafter": True}]
+    assert loaded == bridge.LoadedEngine(engine, "t", "d", "cpu · int8/dyn8", ("n",))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("extra", [[], ["--check"]])
+def test_the_bench_opens_through_open_backend(monkeypatch: pytest.MonkeyPatch, extra: list[str]) -> None:
+    calls = record_calls(monkeypatch)
+    result = CliRunner().invoke(bench, ["--quick", "--target", "some-target", "--draft", "none", *extra])
+    assert result.exit_code == 2 and "open_backend was called" in result.stderr, result.stderr
+    [(settings, kwargs)] = calls
+    assert settings.target == "some-target" and settings.draft is None
+    assert kwargs["hf_peer"] is True and kwargs["every_drafter"] is True
+
+
+def _described(command: click.Command, names: tuple[str, ...]) -> list[tuple[Any, ...]]:
+    return sorted(
+        (str(p.name), tuple(p.opts), repr(p.type), repr(p.default), getattr(p, "help", None))
+        for p in command.params
+        if p.name in names
+    )
+
+
+def test_the_bench_takes_the_shared_model_options() -> None:
+    @click.command()
+    @model_options
+    def reference(**options: Any) -> None: ...
+
+    names = LOADING_OPTIONS + SAMPLING_OPTIONS
+    assert _described(bench, names) == _described(reference, names)
+    assert {p.name for p in bench.params} >= set(names)
+
+
+@pytest.mark.parametrize(
+    ("available", "expected"), [(["ngram", "none"], "ngram"), (["none"], "none"), (["model"], "none")]
+)
+def test_the_drafter_fallback_comes_from_the_registry(available: list[str], expected: str) -> None:
+    controls, note = bridge.make_controls(Settings(drafter="hybrid"), available)
+    assert controls.drafter == expected and note is not None and expected in note
