@@ -65,7 +65,20 @@ def dependencies(module: str, path: Path, known: set[str]) -> set[str]:
             # ``from pkg import mod`` depends on pkg.mod where that is a module.
             targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
         found.update(t for t in targets if t in known and t != module)
-    return found
+    return found | _parent_packages(found, module, known)
+
+
+def _parent_packages(targets: set[str], module: str, known: set[str]) -> set[str]:
+    """Importing ``a.b.c`` first runs ``a`` and ``a.b``: those count too, except the importer's
+    own parents, which Python has already run by the time the importer runs."""
+    own = {module.rsplit(".", n)[0] for n in range(1, module.count(".") + 1)}
+    parents: set[str] = set()
+    for target in targets:
+        for n in range(1, target.count(".") + 1):
+            parent = target.rsplit(".", n)[0]
+            if parent in known and parent not in own and parent != module:
+                parents.add(parent)
+    return parents
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -144,3 +157,11 @@ def test_the_walk_finds_a_circle_and_skips_type_only_imports() -> None:
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import x\ndef f():\n    import y\n"
     )
     assert [n.names[0].name for n in _runtime_imports(tree) if isinstance(n, ast.Import)] == ["y"]
+
+
+def test_importing_a_submodule_counts_its_package() -> None:
+    """``bench.command`` importing ``cli.options`` ran ``cli/__init__``, which imported the bench
+    command back half-built: the walk must see that edge."""
+    known = {"p", "p.cli", "p.cli.options", "p.bench", "p.bench.command"}
+    assert _parent_packages({"p.cli.options"}, "p.bench.command", known) == {"p.cli"}
+    assert _parent_packages({"p.cli.options"}, "p.cli.group", known) == set()

@@ -1,7 +1,8 @@
 """The `specchat` command: chat (default), generate, replay, race, selftest, models, bench.
 
-One module per command (``*_command.py``; the bench's is :mod:`specchat.bench.command`), the
-group in :mod:`specchat.cli.group`, the options they share in :mod:`specchat.cli.options`.
+One module per command (``*_command.py``, the bench's too: :mod:`specchat.bench` holds what it
+runs and never imports the CLI), the group in :mod:`specchat.cli.group`, the options they share
+in :mod:`specchat.cli.options`.
 Every command opens its backend through :func:`specchat.opening.open_backend`.
 
 Heavy imports (torch, transformers, textual) happen inside the commands, so `specchat --help`

@@ -77,19 +77,15 @@ def main(ctx: click.Context, server: str | None) -> None:
 
 
 def _register_commands() -> None:
+    from specchat.cli.bench_command import bench
     from specchat.cli.generate_command import generate
     from specchat.cli.models_command import models
     from specchat.cli.race_command import race
     from specchat.cli.replay_command import replay
     from specchat.cli.selftest_command import selftest
 
-    for command in (chat, generate, replay, race, selftest, models):
+    for command in (chat, generate, replay, race, selftest, models, bench):
         main.add_command(command)
-    try:
-        from specchat.bench.command import bench
-    except ImportError:  # the bench ships with specchat; missing only in a broken install
-        return
-    main.add_command(bench)
 
 
 _register_commands()

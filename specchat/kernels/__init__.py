@@ -173,7 +173,7 @@ def build_dir(chosen: Variant | None = None) -> Path:
     """
     import torch
 
-    from specchat.models.cache import cache_dir
+    from specchat.cache_root import cache_dir
 
     chosen = chosen or choose_variant()
     headers = sorted((*SOURCE.parent.glob("isa/*.h"), *SOURCE.parent.glob("core/*.h")))

@@ -11,7 +11,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from specchat.models.cache import cache_dir
-from specchat.models.listing import list_models
 from specchat.models.records import DecodingPair, LoadedModel, LoadProgress, ModelInfo, ProgressCallback
 from specchat.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET, PACKAGED
 
@@ -19,6 +18,7 @@ if TYPE_CHECKING:
     from specchat.models.compat import check_tokenizers_compatible
     from specchat.models.device import resolve_device, resolve_dtype
     from specchat.models.hf_loading import load_model
+    from specchat.models.listing import list_models
     from specchat.models.loader import load_for_decoding, load_pair
 
 _HEAVY = {
@@ -28,6 +28,9 @@ _HEAVY = {
     "resolve_device": "specchat.models.device",
     "resolve_dtype": "specchat.models.device",
     "check_tokenizers_compatible": "specchat.models.compat",
+    # Not heavy, but listing reads the packed cache's format, and the packing code (kernels.native)
+    # imports this package: loading it on first use keeps that from being a circle.
+    "list_models": "specchat.models.listing",
 }
 
 __all__ = [

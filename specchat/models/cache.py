@@ -15,11 +15,11 @@ import errno
 import os
 from pathlib import Path
 
-import platformdirs
-
+# Re-exported: the model cache's callers know them from here.
+from specchat.cache_root import CACHE_ENV as CACHE_ENV
+from specchat.cache_root import cache_dir as cache_dir
 from specchat.errors import ModelLoadError
 
-CACHE_ENV = "SPECCHAT_CACHE_DIR"
 PARTIAL = ".partial-"
 """Marks a temporary beside an entry: ``.<entry>.partial-<random>``."""
 LOCKS = ".locks"
@@ -31,14 +31,6 @@ _FULL = {errno.ENOSPC, errno.EDQUOT}
 
 class CacheError(ModelLoadError):
     """The cache folder cannot be written (a file in the way, read-only, full)."""
-
-
-def cache_dir() -> Path:
-    """The cache root: $SPECCHAT_CACHE_DIR if set (tests point it at tmp dirs), else the platform's."""
-    override = os.environ.get(CACHE_ENV)
-    if override:
-        return Path(override).expanduser()
-    return Path(platformdirs.user_cache_dir("specchat"))
 
 
 def public_mode(mode: int) -> int:

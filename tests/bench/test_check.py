@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from specchat.bench.check import check_methods, run_check
-from specchat.bench.command import bench
 from specchat.bench.prompts import BenchPrompt, load_prompts
 from specchat.cli import main
+from specchat.cli.bench_command import bench
 from specchat.engine.events import Event, TokenEvent
 from specchat.engine.gamma import SCHEDULES
 from specchat.engine.session import ChatEngine

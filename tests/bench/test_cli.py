@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from specchat.bench.command import bench
+from specchat.cli.bench_command import bench
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ import pytest
 from click.testing import CliRunner
 
 from specchat.bench import BenchError
-from specchat.bench.command import bench
 from specchat.bench.costs import Costs
 from specchat.bench.llamacpp_peer import (
     PLAIN_ROW,
@@ -32,6 +31,7 @@ from specchat.bench.plot import write_plot
 from specchat.bench.prompts import BenchPrompt
 from specchat.bench.report import all_groups, headline, render_tables, summarize, to_json
 from specchat.bench.runner import BenchSettings, Method, RunRecord, build_methods, run_bench
+from specchat.cli.bench_command import bench
 from specchat.engine.session import ChatEngine
 
 DATA = Path(__file__).parent / "data"

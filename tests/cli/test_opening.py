@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from specchat import opening
-from specchat.bench.command import bench
 from specchat.cli import main
+from specchat.cli.bench_command import bench
 from specchat.cli.options import LOADING_OPTIONS, SAMPLING_OPTIONS, model_options
 from specchat.config import Settings
 from specchat.errors import SpecchatError

@@ -1,4 +1,4 @@
-"""`specchat bench`: the click command (specchat.cli.group registers it)."""
+"""`specchat bench`: the click command; what it runs lives in :mod:`specchat.bench`."""
 
 from __future__ import annotations
 
