@@ -53,7 +53,7 @@ _OPTIONS: dict[str, Callable[[Any], Any]] = {
         "--cpu-path",
         help="CPU kernels (default auto): auto runs specchat's own kernels where this CPU can, "
         "on AVX-512 or AVX2 (gguf/q4+head32768: the target on its GGUF blocks, a 4-bit draft; "
-        "SPECCHAT_CPU_ISA=avx512|avx2|scalar forces a variant), fbgemm's int8 on "
+        "SPECCHAT_CPU_ISA=avx512|avx2|neon|scalar forces a variant), fbgemm's int8 on "
         "other CPUs (int8/dyn8+head32768) and none on a GPU or with --quant; none is stock "
         "fp32; or TARGET/DRAFT[+headN].",
     ),

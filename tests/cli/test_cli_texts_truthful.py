@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import platform
 from pathlib import Path
 
 import pytest
@@ -86,7 +87,12 @@ def test_cpu_path_help_describes_the_auto_of_today() -> None:
     ("isa", "expected"),
     [
         ("scalar", "CPU kernels: scalar, forced by SPECCHAT_CPU_ISA"),
-        ("neon", "CPU kernels: none (SPECCHAT_CPU_ISA=neon: unknown"),
+        ("bogus", "CPU kernels: none (SPECCHAT_CPU_ISA=bogus: unknown; use one of avx512, avx2, neon"),
+        pytest.param(
+            "neon",
+            "CPU kernels: none (SPECCHAT_CPU_ISA=neon: it needs an ARM64 CPU",
+            marks=pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 wording"),
+        ),
     ],
 )
 def test_models_says_which_kernel_variant_runs(

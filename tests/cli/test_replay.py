@@ -98,7 +98,12 @@ def test_replay_opens_the_app_with_no_engine_at_the_chosen_speed(
     seen: dict[str, Any] = {}
 
     def fake_run(self: SpecchatApp, *args: Any, **kwargs: Any) -> None:
-        seen.update(replay=self.replay_only, speed=self.replay_speed, engine=self.engine, given=self._given)
+        seen.update(
+            replay=self.replay_only,
+            speed=self.talk_screens.replay_speed,
+            engine=self.engine,
+            given=self._given,
+        )
 
     monkeypatch.setattr(SpecchatApp, "run", fake_run)
     path = tmp_path / "old.json"
