@@ -214,7 +214,25 @@ def native_model(packed: PackedModel, config: Any, generation_config: Any = None
         prefix = f"layers.{i}"
         mats = [mat(f"{prefix}.{p}") for p in PROJECTIONS]
         model.add_layer(packed.tensors[f"{prefix}.attn_norm"], packed.tensors[f"{prefix}.ffn_norm"], *mats)
+    _set_family_options(model, packed)
     return NativeCausalLM(model, s, config, generation_config)
+
+
+def _set_family_options(model: Any, packed: PackedModel) -> None:
+    """What the family computes beyond a Llama layer, told to the C++ decoder (nothing for a Llama)."""
+    options = packed.options
+    if options.activation not in ("silu", "gelu_tanh"):
+        raise ValueError(f"the kernels have no {options.activation!r} activation")
+    local_freq = packed.tensors.get("inv_freq_local")
+    if not options.is_llama or local_freq is not None:
+        gelu = options.activation == "gelu_tanh"
+        model.set_options(options.embed_scale, options.attn_scale, gelu, local_freq, options.rope_scale_local)
+    for i in range(packed.shape.layers):
+        norms = [packed.tensors.get(f"layers.{i}.{name}") for name in EXTRA_NORMS]
+        window = options.windows[i] if options.windows else 0
+        local = bool(options.local_rope[i]) if options.local_rope else False
+        if window or local or any(norm is not None for norm in norms):
+            model.set_layer_extras(i, *norms, window, local)
 
 
 def _rope_inverse_frequencies(shape: Shape) -> torch.Tensor:

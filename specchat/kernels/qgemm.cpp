@@ -119,16 +119,25 @@ torch::Tensor qmat_forward(const QMat& m, const torch::Tensor& x_in) {
 }
 
 // ---------------------------------------------------------------------------------- the model
-// The tensors of a Llama / Qwen2 decoder, and the core decoder that reads them (core/decoder.h).
+// The tensors of a decoder, and the core decoder that reads them (core/decoder.h).
 struct Layer {
   torch::Tensor attn_norm, ffn_norm;
   std::shared_ptr<QMat> q, k, v, o, gate, up, down;
+  torch::Tensor q_norm, k_norm, post_attn_norm, post_ffn_norm;  // undefined where the family has none
 };
+
+// A float32 copy that lives as long as the model, or nullptr for a norm the family does not have.
+const float* keep(c10::optional<torch::Tensor> given, torch::Tensor& slot, int64_t width) {
+  if (!given.has_value()) return nullptr;
+  slot = given->to(torch::kFloat32).contiguous();
+  TORCH_CHECK(slot.numel() == width, "a norm of ", slot.numel(), " weights where ", width, " are needed");
+  return slot.data_ptr<float>();
+}
 
 struct Model {
   std::vector<Layer> layers;
   std::shared_ptr<QMat> embed, head;
-  torch::Tensor norm, inv_freq;
+  torch::Tensor norm, inv_freq, inv_freq_local;
   Decoder decoder;
 
   Model(int64_t heads, int64_t kv_heads, int64_t head_dim, double eps, torch::Tensor inv_freq, double rope_scale,
@@ -150,6 +159,31 @@ struct Model {
     const Layer& L = layers.back();
     decoder.layers.push_back(LayerWeights{L.attn_norm.data_ptr<float>(), L.ffn_norm.data_ptr<float>(), &q->view,
                                           &k->view, &v->view, &o->view, &gate->view, &up->view, &down->view});
+  }
+
+  // What a family computes beyond a Llama decoder (specchat.kernels.native.DecoderOptions).
+  void set_options(double embed_scale, double attn_scale, bool gelu, c10::optional<torch::Tensor> inv_freq_local,
+                   double rope_scale_local) {
+    decoder.embed_scale = static_cast<float>(embed_scale);
+    decoder.attn_scale = static_cast<float>(attn_scale);
+    decoder.gelu = gelu;
+    decoder.inv_freq_local = keep(inv_freq_local, this->inv_freq_local, decoder.head_dim / 2);
+    decoder.rope_scale_local = rope_scale_local;
+  }
+
+  // Layer `index`'s extra norms, window and rotary choice (families beyond a Llama layer).
+  void set_layer_extras(int64_t index, c10::optional<torch::Tensor> q_norm, c10::optional<torch::Tensor> k_norm,
+                        c10::optional<torch::Tensor> post_attn_norm, c10::optional<torch::Tensor> post_ffn_norm,
+                        int64_t window, bool local_rope) {
+    TORCH_CHECK(index >= 0 && index < static_cast<int64_t>(layers.size()), "no layer ", index);
+    Layer& L = layers[index];
+    LayerWeights& W = decoder.layers[index];
+    W.q_norm = keep(q_norm, L.q_norm, decoder.head_dim);
+    W.k_norm = keep(k_norm, L.k_norm, decoder.head_dim);
+    W.post_attn_norm = keep(post_attn_norm, L.post_attn_norm, decoder.hidden);
+    W.post_ffn_norm = keep(post_ffn_norm, L.post_ffn_norm, decoder.hidden);
+    W.window = window;
+    W.local_rope = local_rope;
   }
 
   // Logits [n_logits, vocab] after the new `ids`; keys/values: per layer [kv_heads, capacity, head_dim],
@@ -195,6 +229,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(py::init<int64_t, int64_t, int64_t, double, torch::Tensor, double, std::shared_ptr<QMat>,
                     std::shared_ptr<QMat>, torch::Tensor>())
       .def("add_layer", &Model::add_layer)
+      .def("set_options", &Model::set_options, py::arg("embed_scale"), py::arg("attn_scale"), py::arg("gelu"),
+           py::arg("inv_freq_local"), py::arg("rope_scale_local"))
+      .def("set_layer_extras", &Model::set_layer_extras, py::arg("index"), py::arg("q_norm"), py::arg("k_norm"),
+           py::arg("post_attn_norm"), py::arg("post_ffn_norm"), py::arg("window"), py::arg("local_rope"))
       .def("forward", &Model::forward, py::arg("ids"), py::arg("keys"), py::arg("values"), py::arg("past"),
            py::arg("n_logits"), py::arg("head_rows") = 0, py::call_guard<py::gil_scoped_release>());
 }

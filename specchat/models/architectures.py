@@ -94,7 +94,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
     Architecture("llama", qk_permuted_in_gguf=True),
     Architecture("mistral", qk_permuted_in_gguf=True),
     Architecture("qwen2"),
-    Architecture("qwen3", qk_norm=True, missing=("q/k norms",)),
+    Architecture("qwen3", qk_norm=True),
     Architecture(
         "gemma3",
         hf_model_types=("gemma3_text",),
@@ -104,7 +104,6 @@ ARCHITECTURES: tuple[Architecture, ...] = (
         qk_norm=True,
         sliding_window=True,
         embedding_scale=True,
-        missing=("GeGLU", "post-norms", "q/k norms", "sliding-window layers", "embedding scale"),
     ),
     Architecture(
         "gemma2",
@@ -114,7 +113,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
         sliding_window=True,
         embedding_scale=True,
         logit_softcap=True,
-        missing=("GeGLU", "post-norms", "sliding-window layers", "embedding scale", "logit soft-capping"),
+        missing=("attention and final logit soft-capping",),
     ),
     Architecture("phi3", fused_qkv=True),
 )

@@ -76,11 +76,11 @@ def relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
 
 
 def test_every_family_is_one_entry_with_its_reason() -> None:
-    assert set(FAST_NAMES) == {"llama", "mistral", "qwen2", "phi3"}
+    assert set(FAST_NAMES) == {"llama", "mistral", "qwen2", "qwen3", "gemma3", "phi3"}
     assert len(BY_MODEL_TYPE) == sum(len(a.model_types) for a in ARCHITECTURES)  # no type in two entries
     assert fast_path_problem("llama") is None
-    assert "q/k norms" in (fast_path_problem("qwen3") or "")
-    assert "sliding-window" in (fast_path_problem("gemma3_text") or "")
+    assert fast_path_problem("gemma3_text") is None
+    assert "soft-capping" in (fast_path_problem("gemma2") or "")
     assert "not 'mamba'" in (fast_path_problem("mamba") or "")
 
 
@@ -123,7 +123,7 @@ def test_llama3_scaling_runs_on_the_kernels_from_a_gguf(tmp_path: Path) -> None:
     assert relative_error(got, expected) < 0.03  # an F32 file is requantized to q8
 
 
-@pytest.mark.parametrize(("architecture", "named"), [("qwen3", "q/k norms"), ("gemma3", "GeGLU")])
+@pytest.mark.parametrize(("architecture", "named"), [("gemma2", "soft-capping"), ("mamba", "mamba")])
 def test_a_family_the_decoders_cannot_run_yet_is_refused_by_name(
     architecture: str, named: str, tmp_path: Path
 ) -> None:

@@ -1,5 +1,7 @@
-// The Llama / Qwen2 decoder on packed matrices, free of torch: RMSNorm, rotary attention with
-// grouped K/V heads, SwiGLU MLP. Every per-row computation depends on its own row only, in a fixed
+// The decoder on packed matrices, free of torch: RMSNorm, rotary attention with grouped K/V heads,
+// a gated MLP; with the branches the families of specchat/models/architectures.py add to a Llama
+// layer (q/k norms, norms on each block's output, GeGLU, an embedding scale, windowed layers with
+// their own rotary frequencies). Every per-row computation depends on its own row only, in a fixed
 // order, so a pass over L new positions produces bit for bit what L one-position passes produce.
 // qgemm.cpp binds it to torch; the test driver runs it on plain arrays.
 #pragma once
@@ -16,6 +18,12 @@ struct LayerWeights {
   const float* attn_norm;
   const float* ffn_norm;
   const Matrix *q, *k, *v, *o, *gate, *up, *down;  // q, k, v share K; so do gate and up
+  const float* q_norm = nullptr;          // [head_dim]: each q head normalized before the rotation
+  const float* k_norm = nullptr;          // [head_dim]: each k head
+  const float* post_attn_norm = nullptr;  // [hidden]: the attention's output, before the residual sum
+  const float* post_ffn_norm = nullptr;   // [hidden]: the MLP's output, likewise
+  int64_t window = 0;                     // attends to the latest `window` positions (0: all of them)
+  bool local_rope = false;                // rotates with the decoder's local frequencies
 };
 
 struct Decoder {
@@ -26,24 +34,36 @@ struct Decoder {
   const float* inv_freq;  // [head_dim / 2]
   int64_t heads, kv_heads, head_dim, hidden;  // head_dim and hidden multiples of 16
   double eps, rope_scale;
+  const float* inv_freq_local = nullptr;  // [head_dim / 2]: the local layers' frequencies
+  double rope_scale_local = 1.0;
+  float embed_scale = 1.f;  // embeddings are multiplied by it (Gemma: √hidden)
+  float attn_scale = 0.f;   // attention logits are multiplied by it (0: 1/√head_dim)
+  bool gelu = false;        // the MLP's gate goes through GELU (tanh form), not SiLU
 
-  void rms_norm(const float* x, const float* w, float* out, int64_t M) const {
+  // out = w · x/rms(x), row by row over `width` entries (a multiple of 16), rows ld apart.
+  void rms_norm(const float* x, const float* w, float* out, int64_t M, int64_t width, int64_t ld) const {
     for (int64_t m = 0; m < M; ++m) {
-      const float* r = x + m * hidden;
-      const float inv = 1.f / std::sqrt(dot(r, r, hidden) / static_cast<float>(hidden) + static_cast<float>(eps));
+      const float* r = x + m * ld;
+      const float inv = 1.f / std::sqrt(dot(r, r, width) / static_cast<float>(width) + static_cast<float>(eps));
       const F16 vinv = f_set1(inv);
-      for (int64_t i = 0; i < hidden; i += 16)
-        f_store(out + m * hidden + i, f_mul(f_load(w + i), f_mul(f_load(r + i), vinv)));
+      for (int64_t i = 0; i < width; i += 16)
+        f_store(out + m * ld + i, f_mul(f_load(w + i), f_mul(f_load(r + i), vinv)));
     }
   }
 
-  // cos and sin of every rotary frequency at `pos` (computed once per position, shared by heads and layers).
-  void rope_table(int64_t pos, float* cos_out, float* sin_out) const {
-    const float* f = inv_freq;
+  void rms_norm(const float* x, const float* w, float* out, int64_t M) const { rms_norm(x, w, out, M, hidden, hidden); }
+
+  // Each of `count` head vectors of every row normalized in place (q/k norms).
+  void norm_heads(float* x, int64_t ld, int64_t count, const float* w, int64_t M) const {
+    for (int64_t m = 0; m < M; ++m) rms_norm(x + m * ld, w, x + m * ld, count, head_dim, head_dim);
+  }
+
+  // cos and sin of every rotary frequency `f` at `pos` (computed once per position, shared by heads and layers).
+  void rope_table(const float* f, double scale, int64_t pos, float* cos_out, float* sin_out) const {
     for (int64_t i = 0; i < head_dim / 2; ++i) {
       const float angle = static_cast<float>(pos) * f[i];
-      cos_out[i] = std::cos(angle) * static_cast<float>(rope_scale);
-      sin_out[i] = std::sin(angle) * static_cast<float>(rope_scale);
+      cos_out[i] = std::cos(angle) * static_cast<float>(scale);
+      sin_out[i] = std::sin(angle) * static_cast<float>(scale);
     }
   }
 
@@ -96,18 +116,21 @@ struct Decoder {
     return f_sum(sums);
   }
 
-  // out[m, h*d:(h+1)*d] = softmax(q·Kᵀ/√d) V over positions 0..past+m, one (row, head) at a time.
+  // out[m, h*d:(h+1)*d] = softmax(q·Kᵀ·scale) V over the positions row m sees (0..past+m, or the
+  // latest `window` of them), one (row, head) at a time.
   void attend(const float* q, int64_t q_ld, const float* keys, const float* values, int64_t capacity, int64_t past,
-              int64_t M, float* out) const {
+              int64_t M, int64_t window, float* out) const {
     const int64_t groups = heads / kv_heads;
-    const float scale = 1.f / std::sqrt(static_cast<float>(head_dim));
+    const float scale = attn_scale > 0.f ? attn_scale : 1.f / std::sqrt(static_cast<float>(head_dim));
     parallel_for(0, M * heads, 1, [&](int64_t t0, int64_t t1) {
       std::vector<float> scores((past + M + 15) / 16 * 16);  // whole vectors
       for (int64_t t = t0; t < t1; ++t) {
-        const int64_t m = t / heads, h = t % heads, kvh = h / groups, seen = past + m + 1;
+        const int64_t m = t / heads, h = t % heads, kvh = h / groups;
+        const int64_t first = window > 0 ? std::max<int64_t>(0, past + m + 1 - window) : 0;
+        const int64_t seen = past + m + 1 - first;
         const float* qv = q + m * q_ld + h * head_dim;
-        const float* kh = keys + kvh * capacity * head_dim;
-        const float* vh = values + kvh * capacity * head_dim;
+        const float* kh = keys + (kvh * capacity + first) * head_dim;
+        const float* vh = values + (kvh * capacity + first) * head_dim;
         float peak = -INFINITY;
         for (int64_t p = 0; p < seen; ++p) {
           scores[p] = dot(qv, kh + p * head_dim, head_dim) * scale;
@@ -141,11 +164,25 @@ struct Decoder {
     const int64_t qd = heads * head_dim;
     std::vector<float> h(M * hidden), x(M * hidden), attn(M * qd);
     for (int64_t m = 0; m < M; ++m) dequantize_row(*embed, id[m], h.data() + m * hidden);
-    std::vector<float> cos_table(M * head_dim / 2), sin_table(M * head_dim / 2);
+    if (embed_scale != 1.f) {
+      const F16 scale = f_set1(embed_scale);
+      for (int64_t i = 0; i < M * hidden; i += 16) f_store(h.data() + i, f_mul(f_load(h.data() + i), scale));
+    }
+    const int64_t half = head_dim / 2;
+    std::vector<float> cos_global(M * half), sin_global(M * half), cos_local, sin_local;
     for (int64_t m = 0; m < M; ++m)
-      rope_table(past + m, cos_table.data() + m * head_dim / 2, sin_table.data() + m * head_dim / 2);
+      rope_table(inv_freq, rope_scale, past + m, cos_global.data() + m * half, sin_global.data() + m * half);
+    if (inv_freq_local != nullptr) {
+      cos_local.resize(M * half);
+      sin_local.resize(M * half);
+      for (int64_t m = 0; m < M; ++m)
+        rope_table(inv_freq_local, rope_scale_local, past + m, cos_local.data() + m * half, sin_local.data() + m * half);
+    }
     for (size_t li = 0; li < layers.size(); ++li) {
       const LayerWeights& L = layers[li];
+      const bool local = L.local_rope && inv_freq_local != nullptr;
+      const float* cos_table = local ? cos_local.data() : cos_global.data();
+      const float* sin_table = local ? sin_local.data() : sin_global.data();
       rms_norm(h.data(), L.attn_norm, x.data(), M);
       const std::vector<int64_t> qkv_blocks = group_blocks({L.q, L.k, L.v});
       const int64_t q_ld = qkv_blocks[0] * 16, k_ld = qkv_blocks[1] * 16, v_ld = qkv_blocks[2] * 16;
@@ -154,12 +191,14 @@ struct Decoder {
       float* kp = ks.data();
       float* vp = vs.data();
       run_group({L.q, L.k, L.v}, x.data(), M, qkv_blocks, {qp, kp, vp});
+      if (L.q_norm != nullptr) norm_heads(qp, q_ld, heads, L.q_norm, M);
+      if (L.k_norm != nullptr) norm_heads(kp, k_ld, kv_heads, L.k_norm, M);
       float* K = keys[li];
       float* V = values[li];
       for (int64_t m = 0; m < M; ++m) {
         const int64_t pos = past + m;
-        const float* c = cos_table.data() + m * head_dim / 2;
-        const float* sn = sin_table.data() + m * head_dim / 2;
+        const float* c = cos_table + m * half;
+        const float* sn = sin_table + m * half;
         for (int64_t hd = 0; hd < heads; ++hd) rope(qp + m * q_ld + hd * head_dim, c, sn);
         for (int64_t hd = 0; hd < kv_heads; ++hd) {
           float* kr = kp + m * k_ld + hd * head_dim;
@@ -169,22 +208,20 @@ struct Decoder {
           std::copy(vr, vr + head_dim, V + (hd * capacity + pos) * head_dim);
         }
       }
-      attend(qp, q_ld, K, V, capacity, past, M, attn.data());
-      add_matrix(*L.o, attn.data(), h.data(), M);
+      attend(qp, q_ld, K, V, capacity, past, M, L.window, attn.data());
+      add_matrix(*L.o, attn.data(), h.data(), M, L.post_attn_norm);
       rms_norm(h.data(), L.ffn_norm, x.data(), M);
       const std::vector<int64_t> gu_blocks = group_blocks({L.gate, L.up});
       const int64_t inter = L.gate->N, g_ld = gu_blocks[0] * 16, u_ld = gu_blocks[1] * 16;
       std::vector<float> gate(M * g_ld), up(M * u_ld), act(M * inter);
       run_group({L.gate, L.up}, x.data(), M, gu_blocks, {gate.data(), up.data()});
-      const F16 one = f_set1(1.f);
       for (int64_t m = 0; m < M; ++m)
         for (int64_t i = 0; i < inter; i += 16) {
           const F16 g = f_load(gate.data() + m * g_ld + i);
           const F16 u = f_load(up.data() + m * u_ld + i);
-          const F16 silu = f_div(g, f_add(one, exp16(f_sub(f_zero(), g))));
-          f_store(act.data() + m * inter + i, f_mul(silu, u));
+          f_store(act.data() + m * inter + i, f_mul(gelu ? gelu16(g) : silu16(g), u));
         }
-      add_matrix(*L.down, act.data(), h.data(), M);
+      add_matrix(*L.down, act.data(), h.data(), M, L.post_ffn_norm);
     }
     const int64_t first = M - n_logits;
     rms_norm(h.data() + first * hidden, norm, x.data(), n_logits);
@@ -192,12 +229,25 @@ struct Decoder {
     run_group({head}, x.data(), n_logits, blocks, {logits});
   }
 
-  // h += in·Wᵀ (the residual stream through one matrix).
-  void add_matrix(const Matrix& w, const float* in, float* h, int64_t M) const {
+  // h += in·Wᵀ (the residual stream through one matrix), the product normalized first by `post`
+  // where the family has a norm on the block's output.
+  void add_matrix(const Matrix& w, const float* in, float* h, int64_t M, const float* post = nullptr) const {
     const std::vector<int64_t> blocks = group_blocks({&w});
-    std::vector<float> out(M * blocks[0] * 16);
+    const int64_t ld = blocks[0] * 16;
+    std::vector<float> out(M * ld);
     run_group({&w}, in, M, blocks, {out.data()});
-    add_rows(out.data(), blocks[0] * 16, h, M);
+    if (post != nullptr) rms_norm(out.data(), post, out.data(), M, hidden, ld);
+    add_rows(out.data(), ld, h, M);
+  }
+
+  static F16 silu16(F16 g) { return f_div(g, f_add(f_set1(1.f), exp16(f_sub(f_zero(), g)))); }
+
+  // GELU, tanh form: g/2·(1 + tanh(√(2/π)·(g + 0.044715·g³))), with tanh(y) = 1 − 2/(exp(2y) + 1).
+  static F16 gelu16(F16 g) {
+    const F16 cube = f_mul(f_mul(g, g), g);
+    const F16 y = f_mul(f_set1(0.7978845608028654f), f_fmadd(f_set1(0.044715f), cube, g));
+    const F16 tanh = f_sub(f_set1(1.f), f_div(f_set1(2.f), f_add(exp16(f_add(y, y)), f_set1(1.f))));
+    return f_mul(f_mul(f_set1(0.5f), g), f_add(f_set1(1.f), tanh));
   }
 };
 
