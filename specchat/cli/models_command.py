@@ -64,14 +64,15 @@ def models(clear_name: str | None, verify_name: str | None, kinds: tuple[str, ..
 
 def _kernels_line() -> str:
     """Which of specchat's CPU kernel variants a start on this machine runs, or why none can."""
-    from specchat.kernels import ISA_ENV, cpu_supports, variant
-    from specchat.models.cpu_quant import FALLBACK_CPU_PATH
+    from specchat.kernels import ISA_ENV, cpu_supports, slow_reason, variant
 
     reason = cpu_supports()
     if reason is not None and os.environ.get(ISA_ENV):
         return f"CPU kernels: none ({reason}); a start refuses until {ISA_ENV} names one this CPU runs"
     if reason is not None:
-        return f"CPU kernels: none ({reason}); the CPU path falls back to {FALLBACK_CPU_PATH}"
+        return f"CPU kernels: none ({reason}); a start on a CPU path says what to do instead"
+    if slow_reason() is not None:
+        return f"CPU kernels: scalar ({slow_reason()}; about 10× slower than a fast variant)"
     forced = f", forced by {ISA_ENV}" if os.environ.get(ISA_ENV) else ""
     return f"CPU kernels: {variant()}{forced} (the instruction set the packed models run on)"
 

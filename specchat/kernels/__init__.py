@@ -34,6 +34,7 @@ __all__ = [
     "cpu_supports",
     "is_built",
     "load",
+    "slow_reason",
     "variant",
 ]
 
@@ -68,8 +69,9 @@ class Variant:
     isa_flags: tuple[str, ...]
     machines: tuple[str, ...] = ()
     """The values of platform.machine() it runs on (none: any)."""
-    auto: bool = True
-    """Whether :func:`load` picks it unasked where no better variant runs."""
+    fast: bool = True
+    """False for the portable reference: ``auto`` runs it only where no fast variant runs, and
+    says so (:func:`slow_reason`)."""
 
     @property
     def cflags(self) -> tuple[str, ...]:
@@ -90,8 +92,8 @@ AVX512 = Variant(
 AVX2 = Variant("avx2", ("avx2", "fma", "f16c"), ("-mavx2", "-mfma", "-mf16c"), X86)
 # ARM64 with the dot-product instructions (Linux lists them as asimddp; every Apple arm64 CPU has them).
 NEON = Variant("neon", ("asimddp",), ("-march=armv8.2-a+dotprod",), ARM64)
-# Slower than the fbgemm int8 fallback on real models: a reference, run only when asked for.
-SCALAR = Variant("scalar", (), (), auto=False)
+# Portable and exact, about 10× slower than avx2: the last resort, never picked silently.
+SCALAR = Variant("scalar", (), (), fast=False)
 VARIANTS = (AVX512, AVX2, NEON, SCALAR)
 """Fastest first."""
 
@@ -128,8 +130,9 @@ def missing_for(candidate: Variant) -> str | None:
 def choose_variant() -> Variant:
     """The variant :func:`load` runs: ``$SPECCHAT_CPU_ISA``'s, else the fastest this CPU runs.
 
+    The scalar build is the last resort where no fast one runs (:func:`slow_reason` says why).
     Raises :class:`KernelsUnavailable` where the one asked for is unknown or cannot run here, or
-    where no variant that is picked unasked can.
+    where no variant can (an operating system the builds are not made for).
     """
     asked = os.environ.get(ISA_ENV, "").strip().lower()
     if asked:
@@ -140,14 +143,21 @@ def choose_variant() -> Variant:
         if reason is not None:
             raise KernelsUnavailable(f"{ISA_ENV}={asked}: {reason}")
         return by_name[asked]
-    reasons = []
     for candidate in VARIANTS:
-        reason = missing_for(candidate)
-        if reason is None and candidate.auto:
+        if missing_for(candidate) is None:
             return candidate
-        reasons.append(reason)
-    first = next((r for r in reasons if r is not None), "no fast variant runs here")
-    raise KernelsUnavailable(f"{first} (set {ISA_ENV}=scalar for the slow portable build)")
+    raise KernelsUnavailable(missing_for(SCALAR) or "no variant runs here")
+
+
+def slow_reason() -> str | None:
+    """Why ``auto`` runs the slow scalar build: no fast variant for this CPU (None where a fast one
+    runs, or where $SPECCHAT_CPU_ISA chose the variant)."""
+    if os.environ.get(ISA_ENV, "").strip() or any(missing_for(v) is None for v in VARIANTS if v.fast):
+        return None
+    here = [v for v in VARIANTS if v.fast and platform.machine() in v.machines]
+    if not here:
+        return f"no fast build for {platform.machine()} CPUs"
+    return f"no {here[-1].name} build runs here: {missing_for(here[-1])}"  # the least demanding one
 
 
 def cpu_supports() -> str | None:

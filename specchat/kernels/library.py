@@ -18,6 +18,7 @@ import importlib.util
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -207,6 +208,14 @@ def _writable(folder: Path) -> bool:
 def _build(library: Library, folder: Path) -> ModuleType:
     from torch.utils import cpp_extension
 
+    compiler = cpp_extension.get_cxx_compiler()  # torch's choice: $CXX, else c++ (cl on Windows)
+    if shutil.which(compiler) is None:
+        raise KernelsUnavailable(
+            f"they are compiled on first use, and the C++ compiler {visible(clipped(compiler, 80))!r} "
+            "was not found: install one (Debian/Ubuntu: apt install g++; Fedora: dnf install gcc-c++; "
+            "macOS: xcode-select --install) or name it in CXX"
+        )
+    _put_ninja_on_path()
     try:
         folder.mkdir(parents=True, exist_ok=True)
         return cpp_extension.load(
@@ -220,6 +229,18 @@ def _build(library: Library, folder: Path) -> ModuleType:
     except (OSError, RuntimeError, ImportError) as err:
         reason = _first_line(str(err), type(err).__name__)
         raise KernelsUnavailable(f"building them failed ({reason})") from err
+
+
+def _put_ninja_on_path() -> None:
+    """torch runs ``ninja`` from PATH; the ninja wheel (a dependency) puts it beside the venv's
+    python, which is not on PATH when specchat is run as ``.venv/bin/specchat``."""
+    try:
+        import ninja
+    except ImportError:  # a system ninja, if any, is what torch finds
+        return
+    path = os.environ.get("PATH", "")
+    if ninja.BIN_DIR not in path.split(os.pathsep):
+        os.environ["PATH"] = os.pathsep.join([ninja.BIN_DIR, path]) if path else ninja.BIN_DIR
 
 
 def _first_line(text: str, default: str) -> str:

@@ -57,8 +57,10 @@ NATIVE_CPU_PATH = "gguf/q4+head32768"
 """The default where specchat's kernels run: the target on its GGUF blocks, a 4-bit draft with a
 32k head (the draft's numerics only move acceptance, never the output)."""
 FALLBACK_CPU_PATH = "int8/dyn8+head32768"
-"""Where they cannot run (no AVX-512 VNNI, no compiler): per-row int8 target on fbgemm, fbgemm int8
-draft with a 32k head."""
+"""What a user may ask for where specchat's kernels cannot be built (no compiler, Windows): per-row
+int8 target on fbgemm (x86-64 only), fbgemm int8 draft with a 32k head. Never taken unasked: it
+first writes an fp32 copy of the target (about 11 GB for the default pair) and peaks far above
+what the default path needs."""
 
 # fbgemm's fp16 GEMM and quantized tensors carry deprecation notices in torch 2.13; they are still
 # the fastest CPU kernels here (see the module doc). Say so once, not on every forward.
@@ -84,13 +86,6 @@ class CpuPath:
         return self.target in NATIVE_MODES
 
 
-def auto_cpu_path() -> str:
-    """The native path where its kernels can run on this CPU, the fbgemm int8 path otherwise."""
-    from specchat.kernels import cpu_supports
-
-    return NATIVE_CPU_PATH if cpu_supports() is None else FALLBACK_CPU_PATH
-
-
 def parse_cpu_path(text: str, device: torch.device | None = None) -> CpuPath:
     """``none``, ``auto`` or ``TARGET/DRAFT[+headN]``; InvalidSettingError otherwise."""
     value = text.strip().lower()
@@ -99,7 +94,7 @@ def parse_cpu_path(text: str, device: torch.device | None = None) -> CpuPath:
     if value == "auto":
         if device is not None and device.type != "cpu":
             return CpuPath()
-        return parse_cpu_path(auto_cpu_path())
+        return parse_cpu_path(NATIVE_CPU_PATH)
     target, _, draft = value.partition("/")
     draft = draft or "fp32"
     draft, _, head = draft.partition("+head")

@@ -108,11 +108,13 @@ def choose_cpu_path(
 ) -> CpuPath | None:
     """The CPU path to apply (None: GPUs and bitsandbytes models keep their layers).
 
-    A path on specchat's own kernels builds them first (once, into the cache); where they cannot
-    run, ``auto`` falls back to the fbgemm path with a note, and an explicit path fails saying why.
+    A path on specchat's own kernels builds them first (once, into the cache). ``auto`` always
+    takes them: the fastest variant this CPU runs, or the slow scalar one with a notice saying
+    why. Where no variant can be built or loaded (no compiler, an unsupported system) the start
+    fails in one line naming the fix; the fbgemm int8 path runs only when asked for by name.
     """
-    from specchat.kernels import ISA_ENV, KernelsUnavailable, cpu_supports, is_built, load, variant
-    from specchat.models.cpu_quant import FALLBACK_CPU_PATH, parse_cpu_path
+    from specchat.kernels import KernelsUnavailable, is_built, load, slow_reason, variant
+    from specchat.models.cpu_quant import parse_cpu_path
 
     parse_cpu_path(cpu_path)
     torch_device = resolve_device(device)
@@ -120,31 +122,34 @@ def choose_cpu_path(
         return None
     chosen = parse_cpu_path(cpu_path, torch_device)
     if not chosen.native:
-        reason = cpu_supports()
-        if reason is not None and os.environ.get(ISA_ENV):
-            # The user named an instruction set: running another one instead would mislead them.
-            raise InvalidSettingError(f"{reason}.")
-        if reason is not None and cpu_path.strip().lower() == "auto":
-            message = f"specchat's CPU kernels cannot run here ({reason}): using the slower {chosen}"
-            notice(progress, "CPU kernels", message)
         return chosen
     try:
         which = f"specchat's CPU kernels ({variant()})"  # the instruction set they run on
+        slow = slow_reason()
+        if slow is not None:
+            # A notice, not a progress step: it stays on screen, as the slowdown does.
+            notice(progress, "CPU kernels", f"{slow}: running the portable scalar kernels, about 10× slower")
         doing = f"loading {which}" if is_built() else f"building {which}, once"
         emit(progress, LoadProgress("CPU kernels", "kernels", 0, 1, doing))
         load(lambda message: notice(progress, "CPU kernels", message))
     except KernelsUnavailable as err:
-        if cpu_path.strip().lower() != "auto":
-            raise InvalidSettingError(
-                f"--cpu-path {cpu_path} needs specchat's CPU kernels, which cannot run here: {err}; "
-                f"use --cpu-path {FALLBACK_CPU_PATH}."
-            ) from err
-        # A notice, not a progress step: the int8 path is several times slower, and a progress
-        # line is gone from the screen the moment the next step replaces it.
-        message = f"specchat's CPU kernels cannot run here ({err}): using the slower {FALLBACK_CPU_PATH}"
-        notice(progress, "CPU kernels", message)
-        return parse_cpu_path(FALLBACK_CPU_PATH)
+        raise InvalidSettingError(kernels_unavailable_line(cpu_path, err)) from err
     return chosen
+
+
+def kernels_unavailable_line(cpu_path: str, err: Exception) -> str:
+    """One line: why the kernels cannot run, and what the user can do instead."""
+    from specchat.kernels import ISA_ENV
+    from specchat.models.cpu_quant import FALLBACK_CPU_PATH
+
+    if os.environ.get(ISA_ENV, "").strip():
+        return f"{err}."  # the user named an instruction set: running another would mislead them
+    asked = "" if cpu_path.strip().lower() == "auto" else f"--cpu-path {cpu_path} needs them: "
+    return (
+        f"specchat's CPU kernels cannot run here: {err}; {asked}--cpu-path {FALLBACK_CPU_PATH} runs "
+        "without them on x86-64 (slower, and it first writes an fp32 copy of the target, about "
+        "11 GB for the default pair)."
+    )
 
 
 def _load_native_pair(

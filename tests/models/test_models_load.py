@@ -99,9 +99,9 @@ def test_running_out_of_memory_gives_a_hint(
 
 @pytest.mark.parametrize("cpu_path", ["auto", "int8/dyn8+head32768"])
 def test_load_for_decoding_prepares_cpu_kernels(tiny_folders: tuple[Path, Path], cpu_path: str) -> None:
-    from specchat.models.cpu_quant import auto_cpu_path
+    from specchat.models.cpu_quant import NATIVE_CPU_PATH
 
-    expected = auto_cpu_path() if cpu_path == "auto" else cpu_path
+    expected = NATIVE_CPU_PATH if cpu_path == "auto" else cpu_path
     events: list[LoadProgress] = []
     pair = load_for_decoding(
         str(tiny_folders[0]), str(tiny_folders[1]), device="cpu", cpu_path=cpu_path, progress=events.append
