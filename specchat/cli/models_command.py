@@ -155,7 +155,7 @@ def _clear_cache(name: str, kinds: tuple[str, ...], yes: bool) -> int:
 
 
 def _verify_cache(name: str, kinds: tuple[str, ...]) -> int:
-    from specchat.models.store import EntryBusy, entry_lock
+    from specchat.models.cache_writes import EntryBusy, entry_lock
     from specchat.models.usage import LAYOUT_ONLY, NOT_CHECKED, clear, verifiable, verify
 
     damaged = 0

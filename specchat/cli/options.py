@@ -54,8 +54,8 @@ _OPTIONS: dict[str, Callable[[Any], Any]] = {
         help="CPU kernels (default auto): auto runs specchat's own kernels (gguf/q4+head32768: "
         "the target on its GGUF blocks, a 4-bit draft) on AVX-512, AVX2 or ARM64 NEON, the slow "
         "scalar build elsewhere (SPECCHAT_CPU_ISA=avx512|avx2|neon|scalar forces one), and none on "
-        "a GPU or under bitsandbytes quantization; none is stock fp32; int8/dyn8+head32768 is fbgemm's int8 (x86-64, "
-        "for a machine without a compiler); or TARGET/DRAFT[+headN].",
+        "a GPU or under bitsandbytes quantization; none is stock fp32; int8/dyn8+head32768 is "
+        "fbgemm's int8 (x86-64, for a machine without a compiler); or TARGET/DRAFT[+headN].",
     ),
     "device": click.option("--device", help="auto, cpu, cuda or cuda:N."),
     "dtype": click.option("--dtype", help="auto, float32, bfloat16 or float16."),

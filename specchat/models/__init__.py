@@ -11,8 +11,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from specchat.models.cache import cache_dir
+from specchat.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET, PACKAGED
 from specchat.models.records import DecodingPair, LoadedModel, LoadProgress, ModelInfo, ProgressCallback
-from specchat.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET, PACKAGED
 
 if TYPE_CHECKING:
     from specchat.models.compat import check_tokenizers_compatible

@@ -13,9 +13,9 @@ from typing import IO
 
 from specchat.errors import ModelLoadError, ModelNotFoundError
 from specchat.models.cache import MISSING, cache_write_error, gguf_dir
+from specchat.models.cache_writes import entry_lock, staged
+from specchat.models.catalog import PackagedModel
 from specchat.models.records import LoadProgress, ProgressCallback, Waiter, emit, notice
-from specchat.models.registry import PackagedModel
-from specchat.models.store import entry_lock, staged
 
 BLOCK = 8 << 20  # 8 MiB: large enough to stream at disk speed, small enough to report progress often
 

@@ -23,11 +23,11 @@ import torch
 
 from specchat.errors import ModelLoadError, SpecchatError
 from specchat.models.cache import CONVERTED_MARKER, MISSING, cache_write_error, converted_dir
+from specchat.models.cache_writes import staged
 from specchat.models.errors_util import as_load_error, memory_guard, one_line, quiet_library_bars
 from specchat.models.gguf_check import check_gguf
 from specchat.models.manifest import quick_problem, record_files, safetensors_problem
 from specchat.models.records import LoadProgress, ProgressCallback, emit
-from specchat.models.store import staged
 
 CPU = torch.device("cpu")
 T = TypeVar("T")

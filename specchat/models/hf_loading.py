@@ -20,6 +20,8 @@ import torch
 from specchat.errors import ModelLoadError, ModelNotFoundError
 from specchat.models.assemble import packaged_gguf
 from specchat.models.cache import CONVERTED_MARKER, MISSING, CacheError
+from specchat.models.cache_writes import entry_lock, set_doing, sweep_partials
+from specchat.models.catalog import PACKAGED, PackagedModel
 from specchat.models.convert import convert, converted_folder, converted_problem, file_key, sync_eos_ids
 from specchat.models.device import resolve_device, resolve_dtype
 from specchat.models.errors_util import as_load_error, memory_guard, quiet_library_bars
@@ -34,10 +36,8 @@ from specchat.models.records import (
     emit,
     notice,
 )
-from specchat.models.registry import PACKAGED, PackagedModel
 from specchat.models.resolve import Resolved, resolve_spec
 from specchat.models.rows import compute_rows_alone
-from specchat.models.store import entry_lock, set_doing, sweep_partials
 
 if TYPE_CHECKING:
     # Types only: transformers' modeling code costs seconds to import, and the packed CPU path

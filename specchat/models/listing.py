@@ -8,9 +8,9 @@ from pathlib import Path
 
 from specchat.models.assemble import is_installed
 from specchat.models.cache import CONVERTED_MARKER, converted_dir, is_converted
+from specchat.models.catalog import PACKAGED, PackagedModel
 from specchat.models.packed import FORMAT_VERSION, is_packed, packed_dir
 from specchat.models.records import ModelInfo
-from specchat.models.registry import PACKAGED, PackagedModel
 
 
 def list_models() -> list[ModelInfo]:

@@ -5,7 +5,7 @@ made); any other model is loaded once in float and quantized. The folder holds t
 (safetensors, memory-mapped on load, so a warm start reads only what decoding touches), the
 config, the generation config and the tokenizer, and a record of every file written (checked
 cheaply at every start, every byte by `specchat models --verify`). Writes follow the cache's
-rules (specchat.models.store): one writer per entry, staged and renamed into place, so a killed
+rules (specchat.models.cache_writes): one writer per entry, staged and renamed into place, so a killed
 or interrupted packing never leaves a folder that passes for a finished one.
 """
 
@@ -23,9 +23,9 @@ from typing import Any
 
 from specchat.models.architectures import exact_context
 from specchat.models.cache import CONVERTED_MARKER, MISSING, cache_dir, cache_write_error, human_bytes
+from specchat.models.cache_writes import entry_lock, set_doing, staged
 from specchat.models.manifest import quick_problem, record_files
 from specchat.models.records import LoadProgress, ProgressCallback, Waiter, emit, notice
-from specchat.models.store import entry_lock, set_doing, staged
 
 WEIGHTS = "weights.safetensors"
 FORMAT_VERSION = 3

@@ -14,7 +14,7 @@ from typing import Literal
 
 from specchat.errors import ModelLoadError, ModelNotFoundError
 from specchat.models.cache import converted_dir, is_converted
-from specchat.models.registry import PACKAGED, PackagedModel
+from specchat.models.catalog import PACKAGED, PackagedModel
 
 Kind = Literal["packaged", "folder", "gguf", "cached", "hub"]
 

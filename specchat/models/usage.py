@@ -17,9 +17,9 @@ from pathlib import Path
 
 from specchat.models.assemble import sha256_file
 from specchat.models.cache import CONVERTED_MARKER, PARTIAL, CacheError, cache_dir, kind_dirs
+from specchat.models.cache_writes import EntryBusy, disk_size, entry_lock, partial_entry, remove
+from specchat.models.catalog import PACKAGED
 from specchat.models.manifest import full_problem, safetensors_problem
-from specchat.models.registry import PACKAGED
-from specchat.models.store import EntryBusy, disk_size, entry_lock, partial_entry, remove
 
 UNFINISHED = "(unfinished)"
 """The owner shown for temporaries: a run was interrupted, or one is writing them right now."""

@@ -11,7 +11,7 @@ The API key comes only from the environment (``SPECCHAT_API_KEY``) and is never 
 Torch-free: front ends import it freely.
 """
 
-from specchat.remote.backend import RemoteBackend, connect
-from specchat.remote.errors import ServerError
+from specchat.remote.server_backend import RemoteBackend, connect
+from specchat.remote.server_errors import ServerError
 
 __all__ = ["RemoteBackend", "ServerError", "connect"]

@@ -23,7 +23,7 @@ from typing import Any
 from specchat.backend import Controls
 from specchat.bench.prompts import BenchPrompt
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
-from specchat.remote.backend import RemoteBackend
+from specchat.remote.server_backend import RemoteBackend
 
 
 @dataclass
@@ -159,7 +159,7 @@ def bench_server(
     echo: Callable[[str], None],
 ) -> None:
     """The whole ``bench --server`` command: connect, run, print the table, write the JSON."""
-    from specchat.remote.backend import connect
+    from specchat.remote.server_backend import connect
 
     backend = connect(server, timeout=timeout, verify=verify)
     baseline = connect(baseline_server, timeout=timeout, verify=verify) if baseline_server else None

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from specchat.remote.errors import ServerError
+from specchat.remote.server_errors import ServerError
 from specchat.untrusted import remember_secret, server_text
 
 API_KEY_ENV = "SPECCHAT_API_KEY"

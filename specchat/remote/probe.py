@@ -15,7 +15,7 @@ from typing import Any, Literal
 from prometheus_client.parser import text_string_to_metric_families
 
 from specchat.remote.client import ServerClient
-from specchat.remote.errors import ServerError
+from specchat.remote.server_errors import ServerError
 from specchat.untrusted import server_text
 
 ServerKind = Literal["llama-server", "vllm", "openai"]

@@ -43,6 +43,7 @@ from specchat.ui.live import LiveStats
 from specchat.ui.loading_flow import LoadingFlow
 from specchat.ui.quitting import SignalQuit, run_in_terminal, save_after_crash
 from specchat.ui.reply import ActiveReply, Replies
+from specchat.ui.saved_conversations import Conversation, ConversationError, ConversationStore
 from specchat.ui.screens.help import HelpScreen
 from specchat.ui.screens.main import MainScreen
 from specchat.ui.state.autosave import AutoSave
@@ -51,7 +52,6 @@ from specchat.ui.state.lease import ModelLease
 from specchat.ui.state.preferences import Preferences
 from specchat.ui.state.theory_tracker import TheoryTracker
 from specchat.ui.step_keys import StepKeys
-from specchat.ui.store import Conversation, ConversationError, ConversationStore
 from specchat.ui.talk_screens import TalkScreens
 from specchat.ui.theming import AppThemes
 from specchat.ui.toasts import PlainToasts

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from textual.css.query import NoMatches
 
 from specchat.config import data_dir
+from specchat.ui.saved_conversations import Conversation, ConversationError, Turn
 from specchat.ui.screens.conversations import ConversationsScreen
 from specchat.ui.screens.replay import ReplayScreen
 from specchat.ui.screens.system_prompt import SystemPromptScreen
 from specchat.ui.state.autosave import AutoSave
-from specchat.ui.store import Conversation, ConversationError, Turn
 from specchat.ui.widgets.prompt import PromptInput
 from specchat.ui.widgets.transcript import SystemNote, UserMessage
 

@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from specchat.ui.bridge import LoadedEngine
     from specchat.ui.live import LiveStats
     from specchat.ui.messages import LoadFailed, LoadProgressed
+    from specchat.ui.saved_conversations import Conversation
     from specchat.ui.state.lease import ModelLease
-    from specchat.ui.store import Conversation
     from specchat.ui.widgets.prompt import PromptInput
 
 

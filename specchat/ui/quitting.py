@@ -18,7 +18,7 @@ from textual.app import App
 from specchat import logs
 from specchat.ui.driver import QuitDeadline, tolerant_driver
 from specchat.ui.reply import Replies
-from specchat.ui.store import Conversation, ConversationStore
+from specchat.ui.saved_conversations import Conversation, ConversationStore
 
 
 class SignalQuit:

@@ -20,7 +20,7 @@ from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.ui import bridge
 from specchat.ui.live import LiveStats, StepView
 from specchat.ui.messages import ReplyClosed, ReplyEvents, ReplyPaused
-from specchat.ui.store import Conversation, Turn
+from specchat.ui.saved_conversations import Conversation, Turn
 from specchat.ui.widgets.transcript import AssistantMessage, Notice, UserMessage
 
 if TYPE_CHECKING:

@@ -13,8 +13,8 @@ from specchat.ui.state.lease import ModelLease
 
 if TYPE_CHECKING:
     from specchat.backend import Controls
+    from specchat.ui.saved_conversations import Conversation
     from specchat.ui.state.theory_tracker import TheoryTracker
-    from specchat.ui.store import Conversation
 
 POLL_S = 0.5
 """Seconds between the tracker's looks at the live statistics (a timer, never per token)."""

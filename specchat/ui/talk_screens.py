@@ -14,18 +14,18 @@ from textual.css.query import NoMatches
 
 from specchat.ui import talk
 from specchat.ui.keys import display_key
-from specchat.ui.screens.race import RaceScreen
+from specchat.ui.screens.race_screen import RaceScreen
 from specchat.ui.screens.replay import ReplayScreen
-from specchat.ui.screens.selftest import SelfTestScreen
+from specchat.ui.screens.selftest_screen import SelfTestScreen
 from specchat.ui.widgets.theory import TheoryPanel
 
 if TYPE_CHECKING:
     from textual.app import App
 
+    from specchat.ui.saved_conversations import Conversation
     from specchat.ui.screens.main import MainScreen
     from specchat.ui.state.lease import ModelLease
     from specchat.ui.state.theory_tracker import TheoryTracker
-    from specchat.ui.store import Conversation
     from specchat.ui.themes import TokenPalette
 
 

@@ -290,7 +290,7 @@ LIVE_BUILD = default_build()
 )
 def test_live_peer_on_the_packaged_pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from specchat.models.assemble import is_installed
-    from specchat.models.registry import PACKAGED
+    from specchat.models.catalog import PACKAGED
 
     if not all(is_installed(PACKAGED[n]) for n in ("qwen-coder-1.5b", "qwen-coder-0.5b")):
         pytest.skip("the packaged pair is not installed")

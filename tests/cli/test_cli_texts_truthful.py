@@ -15,9 +15,9 @@ from specchat.engine.gamma import GAMMA_MAX, HeuristicGamma
 from specchat.engine.registry import DRAFT_STOP_BELOW
 from specchat.models import assemble
 from specchat.models.cache import CONVERTED_MARKER
+from specchat.models.catalog import PACKAGED
 from specchat.models.cpu_quant import FALLBACK_CPU_PATH, NATIVE_CPU_PATH
 from specchat.models.packed import FORMAT_VERSION, PackRecipe, packed_folder
-from specchat.models.registry import PACKAGED
 
 
 def help_text(command: str = "generate") -> str:

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from textual.widgets import OptionList
 
-from specchat.ui import store as store_module
+from specchat.ui import saved_conversations as store_module
+from specchat.ui.saved_conversations import ConversationError, ConversationStore
 from specchat.ui.screens.conversations import ConversationsScreen
-from specchat.ui.store import ConversationError, ConversationStore
-from specchat.ui.testing import PausingEngine
+from specchat.ui.scripted_engines import PausingEngine
 
 from .conftest import (
     SAVED_CONVERSATION,

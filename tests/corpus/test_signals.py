@@ -26,7 +26,7 @@ from specchat.engine.session import ChatEngine
 from specchat.models import LoadProgress
 from specchat.ui import bridge
 from specchat.ui.app import SpecchatApp
-from specchat.ui.testing import PausingEngine
+from specchat.ui.scripted_engines import PausingEngine
 
 from .conftest import TERMINAL, AlreadySaved, make_app, wait_for
 

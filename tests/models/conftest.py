@@ -11,7 +11,7 @@ import pytest
 from gguf import GGMLQuantizationType
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
-from specchat.models.registry import Chunk, PackagedModel
+from specchat.models.catalog import Chunk, PackagedModel
 from specchat.testing import TinyPair, make_tiny_pair, save_tiny_pair
 
 
@@ -147,7 +147,7 @@ def tiny_packaged(tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     It goes through exactly the path the real pair takes (assemble, verify, convert, load), in
     well under a second, so damage to every stage can be tried in CI.
     """
-    from specchat.models import assemble, registry
+    from specchat.models import assemble, catalog
 
     whole = tiny_gguf.read_bytes()
     cuts = [0, len(whole) // 3, 2 * len(whole) // 3, len(whole)]
@@ -168,5 +168,5 @@ def tiny_packaged(tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
         pip_hint="pip install tiny-packaged",
         description="the tiny test model, packaged",
     )
-    monkeypatch.setitem(registry.PACKAGED, model.name, model)
+    monkeypatch.setitem(catalog.PACKAGED, model.name, model)
     return model

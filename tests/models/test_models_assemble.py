@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from specchat.errors import ModelLoadError, ModelNotFoundError
-from specchat.models import assemble, store
+from specchat.models import assemble
+from specchat.models import cache_writes as store
 from specchat.models.assemble import chunk_paths, packaged_gguf
 from specchat.models.cache import gguf_dir
+from specchat.models.catalog import PACKAGED, Chunk, PackagedModel
 from specchat.models.records import LoadProgress
-from specchat.models.registry import PACKAGED, Chunk, PackagedModel
 
 
 def fake_model(

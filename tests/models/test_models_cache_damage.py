@@ -15,8 +15,8 @@ import torch
 
 from specchat.models import load_model
 from specchat.models.cache import CONVERTED_MARKER, converted_dir, gguf_dir
+from specchat.models.catalog import PackagedModel
 from specchat.models.records import LoadProgress
-from specchat.models.registry import PackagedModel
 
 IDS = torch.tensor([[1, 5, 9, 20, 7, 3]])
 

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from specchat.cli import main
 from specchat.models import assemble
 from specchat.models.cache import converted_dir, gguf_dir
-from specchat.models.registry import PackagedModel
+from specchat.models.catalog import PackagedModel
 
 FIX = "set SPECCHAT_CACHE_DIR to a folder specchat can write to"
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from specchat.models import load_model, store
+from specchat.models import cache_writes as store
+from specchat.models import load_model
 from specchat.models.cache import CONVERTED_MARKER, converted_dir
 from specchat.models.records import LoadProgress
 

@@ -8,7 +8,7 @@ import pytest
 
 from specchat.models import assemble, list_models
 from specchat.models.cache import CONVERTED_MARKER, converted_dir
-from specchat.models.registry import PACKAGED
+from specchat.models.catalog import PACKAGED
 
 
 def test_packaged_models_are_listed_in_order(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from specchat.models import load_pair
 from specchat.models.assemble import is_installed
-from specchat.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET, PACKAGED
+from specchat.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET, PACKAGED
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ import pytest
 
 from specchat.errors import ModelLoadError, ModelNotFoundError
 from specchat.models.cache import CONVERTED_MARKER, converted_dir
-from specchat.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET, PACKAGED
+from specchat.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET, PACKAGED
 from specchat.models.resolve import resolve_spec
 
 

@@ -16,7 +16,7 @@ from click.testing import CliRunner, Result
 
 from specchat.cli import main
 from specchat.remote.client import ServerClient, _parse_sse_line
-from specchat.remote.errors import ServerError
+from specchat.remote.server_errors import ServerError
 from tests.remote.server import FakeServer, Script, openai_stream
 
 KEY = "sk-live-0123456789abcdef"

@@ -15,8 +15,8 @@ import pytest
 from specchat.config import Settings
 from specchat.engine.events import TokenEvent
 from specchat.ui.app import SpecchatApp
+from specchat.ui.saved_conversations import ConversationStore
 from specchat.ui.screens.replay import ReplayScreen
-from specchat.ui.store import ConversationStore
 from specchat.ui.widgets.inspector import InspectorPanel
 from specchat.ui.widgets.transcript import AssistantMessage, Notice, UserMessage
 from tests.remote.server import FakeServer, Script, openai_stream

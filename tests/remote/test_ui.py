@@ -14,8 +14,8 @@ from textual.pilot import Pilot
 from specchat.config import Settings
 from specchat.engine.events import TokenEvent
 from specchat.ui.app import SpecchatApp
+from specchat.ui.saved_conversations import fmt
 from specchat.ui.screens.loading import LoadingScreen
-from specchat.ui.store import fmt
 from specchat.ui.widgets.panels import Legend, SidePanel, StatsBody
 from specchat.ui.widgets.prompt import PromptInput
 from specchat.ui.widgets.transcript import Notice

@@ -9,8 +9,8 @@ import pytest
 
 from specchat.engine.events import SummaryEvent
 from specchat.engine.metrics import RollingAlpha, StreamStats
-from specchat.ui.store import fmt
-from specchat.ui.testing import PausingEngine
+from specchat.ui.saved_conversations import fmt
+from specchat.ui.scripted_engines import PausingEngine
 from specchat.ui.widgets.panels import SidePanel
 from specchat.ui.widgets.prompt import PromptInput
 from specchat.ui.widgets.transcript import AssistantMessage, ReplyText

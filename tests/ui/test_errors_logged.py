@@ -12,7 +12,7 @@ from specchat import logs
 from specchat.ui import bridge
 from specchat.ui.app import SpecchatApp
 from specchat.ui.screens.loading import LoadingScreen
-from specchat.ui.testing import PausingEngine
+from specchat.ui.scripted_engines import PausingEngine
 
 from .conftest import SIZE, make_app, send, settings, wait_for, wait_paused
 

@@ -8,7 +8,7 @@ from rich.console import Console
 
 from specchat.engine.events import UNKNOWN, DraftTrace, RoundEvent, TokenEvent
 from specchat.ui.live import Inspected
-from specchat.ui.testing import PausingEngine
+from specchat.ui.scripted_engines import PausingEngine
 from specchat.ui.themes import TokenPalette
 from specchat.ui.widgets.inspector import InspectorPanel, prob
 

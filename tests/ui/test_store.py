@@ -9,7 +9,13 @@ import pytest
 
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.ui.live import LiveStats
-from specchat.ui.store import Conversation, ConversationError, ConversationStore, Turn, to_markdown
+from specchat.ui.saved_conversations import (
+    Conversation,
+    ConversationError,
+    ConversationStore,
+    Turn,
+    to_markdown,
+)
 
 
 def reply() -> Turn:

@@ -18,9 +18,9 @@ from specchat.config import data_dir
 from specchat.engine.events import Event
 from specchat.engine.race import RaceResult
 from specchat.presenters.race_text import finish_lines
-from specchat.ui.screens.race import Lane, RaceScreen
-from specchat.ui.screens.selftest import SelfTestScreen
-from specchat.ui.testing import DRAFT_MS_PER_TOKEN, VERIFY_MS, PausingEngine
+from specchat.ui.screens.race_screen import Lane, RaceScreen
+from specchat.ui.screens.selftest_screen import SelfTestScreen
+from specchat.ui.scripted_engines import DRAFT_MS_PER_TOKEN, VERIFY_MS, PausingEngine
 from specchat.ui.widgets.prompt import PromptInput
 from specchat.ui.widgets.theory import TheoryPanel
 
@@ -151,7 +151,7 @@ async def test_selftest_screen_checks_greedy_equality_then_samples_both_ways(eng
 async def test_switching_mode_mid_run_stops_then_switches(
     engine: PausingEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from specchat.ui.screens import selftest as screen_module
+    from specchat.ui.screens import selftest_screen as screen_module
 
     def slow_greedy(*args: Any, cancel: Any = None, **kwargs: Any) -> Iterator[Any]:
         cancel.wait(30)  # a real pair decoding its first prompt: the user presses T meanwhile

@@ -16,7 +16,7 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from specchat.ui.store import ConversationError, ConversationStore, SavedInfo, fmt
+from specchat.ui.saved_conversations import ConversationError, ConversationStore, SavedInfo, fmt
 
 
 class ConversationsScreen(ModalScreen[tuple[str, str] | None]):

@@ -26,7 +26,7 @@ from textual.widgets import Footer, Header
 
 from specchat.engine.events import Event, RoundEvent, TokenEvent
 from specchat.ui.live import Inspected, LiveStats, replay
-from specchat.ui.store import Conversation
+from specchat.ui.saved_conversations import Conversation
 from specchat.ui.themes import TokenPalette
 from specchat.ui.widgets.inspector import InspectorPanel
 from specchat.ui.widgets.panels import CompactFigures, Legend, LivePanel, SidePanel

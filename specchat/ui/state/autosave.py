@@ -6,7 +6,7 @@ from typing import Protocol
 
 from textual.notifications import SeverityLevel
 
-from specchat.ui.store import Conversation, ConversationStore
+from specchat.ui.saved_conversations import Conversation, ConversationStore
 
 
 class Notify(Protocol):

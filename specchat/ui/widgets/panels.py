@@ -24,7 +24,7 @@ from specchat.engine.events import TOKEN_KINDS
 from specchat.presenters.kind_labels import KIND_LABELS
 from specchat.ui.keys import display_key
 from specchat.ui.live import ROLLING_WINDOW, ControlsView, LiveStats
-from specchat.ui.store import fmt
+from specchat.ui.saved_conversations import fmt
 from specchat.ui.themes import REJECTED, TokenPalette
 
 SPARK = "▁▂▃▄▅▆▇█"

@@ -25,7 +25,7 @@ from textual.widget import Widget
 from textual.widgets import Markdown, Static
 
 from specchat.engine.events import Event, RoundEvent, SummaryEvent, TokenEvent
-from specchat.ui.store import reply_figures
+from specchat.ui.saved_conversations import reply_figures
 from specchat.ui.themes import REJECTED, TokenPalette
 from specchat.untrusted import visible
 

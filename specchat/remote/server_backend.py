@@ -20,9 +20,9 @@ from specchat.engine.metrics import StreamStats
 from specchat.engine.registry import proposes
 from specchat.errors import SpecchatError
 from specchat.remote.client import DEFAULT_TIMEOUT, ServerClient, api_key_from_env
-from specchat.remote.errors import ServerError
 from specchat.remote.probe import ServerInfo, SpecCounters, probe, read_vllm_counters
 from specchat.remote.rounds import Chunk, CounterRounds, PlainTokens, StepRounds
+from specchat.remote.server_errors import ServerError
 
 CHAT_PATH = "/v1/chat/completions"
 STOPS: dict[str, StopReason] = {"stop": "eos", "length": "max_tokens", "eos": "eos"}
