@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_LLAMA_CPP = Path("/work/peers/llamacpp-avx2/bin")
 SEED = 25
 
-FAST_TYPES = ("Q4_K", "Q6_K", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_K")
+FAST_TYPES = ("Q4_K", "Q6_K", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_K", "Q5_1")
 OTHER_TYPES = ("Q8_0", "Q4_K")
 
 COMMON: dict[str, Any] = {

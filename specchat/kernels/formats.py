@@ -1,10 +1,11 @@
 """Block-quantized weights: read from GGUF blocks or quantized from floats, and packed for qgemm.cpp.
 
-Three formats, named after the number of bits a weight takes in the kernel:
+Four formats, named after the number of bits a weight takes in the kernel:
 
 - ``q4``: 4-bit unsigned values in groups of 32 inputs, each group with a 6-bit scale and a 6-bit
   min against fp16 super-block factors: w = d·sc·q − dmin·mn. This is llama.cpp's Q4_K exactly,
   so a Q4_K tensor is repacked without changing a single weight.
+- ``q5``: q4 with 5-bit values (0…31): llama.cpp's Q5_K exactly.
 - ``q8``: 8-bit unsigned values in groups of 16 with a signed 8-bit scale against an fp16
   super-block factor: w = d·sc·(q − offset). Floats quantized here use offset 128.
 - ``q6``: llama.cpp's Q6_K, the q8 arithmetic with offset 32 on values 0…63 stored in 6 bits
@@ -12,7 +13,7 @@ Three formats, named after the number of bits a weight takes in the kernel:
 
 llama.cpp's 32-weight block types fit these exactly too, with super-blocks of one block: Q8_0 is
 q8 with unit group scales, Q4_0 and Q4_1 are q4 with unit scales and the block's min as the min
-factor, Q5_0 is q6 with offset 16.
+factor, Q5_1 is q5 the same way, Q5_0 is q6 with offset 16.
 
 :class:`Unpacked` holds a matrix in either format as plain arrays (one value per weight), which
 tests and the reference dequantizer read; :func:`pack` lays it out for the kernel.
@@ -20,7 +21,7 @@ tests and the reference dequantizer read; :func:`pack` lays it out for the kerne
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -35,25 +36,30 @@ class Unpacked:
     """A quantized [N, K] matrix, one array element per weight or per group."""
 
     kind: str
-    """"q4", "q6" or "q8"."""
+    """"q4", "q5", "q6" or "q8"."""
     q: np.ndarray
     """[N, K] uint8 values."""
     sc: np.ndarray
-    """[N, K/G] group scales: uint8 (q4) or int8 (q6, q8)."""
+    """[N, K/G] group scales: uint8 (q4, q5) or int8 (q6, q8)."""
     d: np.ndarray
     """[N, K/S] float16 super-block scale factors."""
     super_block: int
     """S: inputs per super-block (a multiple of the group size that divides K)."""
     mn: np.ndarray | None = None
-    """[N, K/32] uint8 group mins (q4 only)."""
+    """[N, K/32] uint8 group mins (q4, q5)."""
     dm: np.ndarray | None = None
-    """[N, K/S] float16 super-block min factors (q4 only)."""
+    """[N, K/S] float16 super-block min factors (q4, q5)."""
     offset: int = 0
     """q6, q8: the value that stands for zero."""
 
     @property
+    def has_mins(self) -> bool:
+        """q4 and q5: w = d·sc·q − dmin·mn over groups of 32 (the others: w = d·sc·(q − offset))."""
+        return self.kind in ("q4", "q5")
+
+    @property
     def group(self) -> int:
-        return 32 if self.kind == "q4" else 16
+        return 32 if self.has_mins else 16
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -77,7 +83,7 @@ class Unpacked:
         d = np.repeat(self.d.astype(np.float32), per_super, axis=1)
         scale = (d * self.sc.astype(np.float32)).reshape(n, k // self.group, 1)
         q = self.q.astype(np.float32).reshape(n, k // self.group, self.group)
-        if self.kind != "q4":
+        if not self.has_mins:
             return (scale * (q - self.offset)).reshape(n, k)
         assert self.mn is not None and self.dm is not None
         dm = np.repeat(self.dm.astype(np.float32), per_super, axis=1)
@@ -98,6 +104,17 @@ def unpack_q4_k(raw: np.ndarray, n: int, k: int) -> Unpacked:
     qs = blocks[:, 16:].reshape(-1, 4, 1, 32) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
     q = (qs & 0x0F).reshape(n, k)
     return Unpacked("q4", q, sc.reshape(n, k // 32), d, QK_K, mn.reshape(n, k // 32), dm)
+
+
+def unpack_q5_k(raw: np.ndarray, n: int, k: int) -> Unpacked:
+    """llama.cpp Q5_K blocks (176 bytes per 256 weights): Q4_K's scales, mins and nibbles, and
+    the fifth bit of weight 32g + l in bit g of byte l of the block's 32-byte ``qh``."""
+    blocks = np.ascontiguousarray(raw).view(np.uint8).reshape(n * k // QK_K, 176)
+    as_q4_k = np.concatenate([blocks[:, :16], blocks[:, 48:]], axis=1)  # without qh: a Q4_K block
+    low = unpack_q4_k(as_q4_k, n, k)
+    qh = blocks[:, 16:48].reshape(-1, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)
+    q = low.q | ((qh & 1) << 4).reshape(n, k)
+    return replace(low, kind="q5", q=q)
 
 
 def unpack_q6_k(raw: np.ndarray, n: int, k: int) -> Unpacked:
@@ -140,6 +157,16 @@ def unpack_q4_1(raw: np.ndarray, n: int, k: int) -> Unpacked:
     m = blocks[:, 2:4].copy().view(np.float16).reshape(n, k // 32)
     q = _low_then_high_nibbles(blocks[:, 4:]).reshape(n, k)
     return _q4_with_unit_scales(q, d, -m, mins=1)  # fp16 negation is exact
+
+
+def unpack_q5_1(raw: np.ndarray, n: int, k: int) -> Unpacked:
+    """llama.cpp Q5_1 blocks (24 bytes per 32 weights, w = d·q + m): q5 with the min factor −m."""
+    blocks = np.ascontiguousarray(raw).view(np.uint8).reshape(n * k // 32, 24)
+    d = blocks[:, 0:2].copy().view(np.float16).reshape(n, k // 32)
+    m = blocks[:, 2:4].copy().view(np.float16).reshape(n, k // 32)
+    high = np.unpackbits(blocks[:, 4:8], axis=-1, bitorder="little")  # [blocks, 32]: bit j of qh
+    q = (_low_then_high_nibbles(blocks[:, 8:]) | (high << 4)).reshape(n, k)
+    return replace(_q4_with_unit_scales(q, d, -m, mins=1), kind="q5")  # fp16 negation is exact
 
 
 def unpack_q5_0(raw: np.ndarray, n: int, k: int) -> Unpacked:
@@ -259,10 +286,11 @@ def _six_bit_planes(q: np.ndarray, blocks: int, k: int) -> tuple[np.ndarray, np.
 def packed_bytes(kind: str, n: int, k: int, super_block: int) -> int:
     """Bytes :func:`pack` lays out for an [n, k] matrix of ``kind`` (sizes a cache before packing)."""
     channels = -(-n // CHANNELS) * CHANNELS
-    bits = {"q4": 4, "q6": 6, "q8": 8}[kind]
-    group = 32 if kind == "q4" else 16
-    per_group = 2 if kind == "q4" else 1  # q4: a scale and a min per group; q6, q8: a scale
-    per_super = 2 if kind == "q4" else 1  # fp16 factors: q4 d and dmin; q6, q8 d
+    bits = {"q4": 4, "q5": 5, "q6": 6, "q8": 8}[kind]
+    mins = kind in ("q4", "q5")
+    group = 32 if mins else 16
+    per_group = 2 if mins else 1  # q4, q5: a scale and a min per group; q6, q8: a scale
+    per_super = 2 if mins else 1  # fp16 factors: q4, q5 d and dmin; q6, q8 d
     return channels * (k * bits // 8 + k // group * per_group + k // super_block * 2 * per_super)
 
 
@@ -286,10 +314,17 @@ def pack(matrix: Unpacked) -> dict[str, np.ndarray]:
     group = matrix.group
     # [N/16, 16 ch, K/G groups, G/4 quads, 4] -> [N/16, K/G, G/4, 16, 4]
     quads = q.reshape(blocks, CHANNELS, k // group, group // 4, 4).transpose(0, 2, 3, 1, 4)
-    # q4: quads j and j+4 share a byte (low and high nibble).
-    packed_q = quads[:, :, :4] | (quads[:, :, 4:] << 4) if matrix.kind == "q4" else quads
+    packed_q: np.ndarray
+    if matrix.has_mins:  # quads j and j+4 share a byte (low and high nibble)
+        low = quads & 0x0F
+        packed_q = low[:, :, :4] | (low[:, :, 4:] << 4)
+    else:
+        packed_q = quads
     out["q"] = np.ascontiguousarray(packed_q).reshape(blocks, k // group, 4, 64)
-    if matrix.kind == "q4":
+    if matrix.kind == "q5":  # byte 4c + t: bit j is quad j's fifth bit
+        fifth = (quads >> 4) << np.arange(8, dtype=np.uint8).reshape(1, 1, 8, 1, 1)
+        out["qh"] = np.ascontiguousarray(np.bitwise_or.reduce(fifth, axis=2)).reshape(blocks, k // group, 64)
+    if matrix.has_mins:
         assert matrix.mn is not None and matrix.dm is not None
         out["mn"] = by_channel_block(matrix.mn)
         out["dm"] = by_channel_block(matrix.dm)

@@ -31,6 +31,8 @@ from specchat.kernels.formats import (
     unpack_q4_1,
     unpack_q4_k,
     unpack_q5_0,
+    unpack_q5_1,
+    unpack_q5_k,
     unpack_q6_k,
     unpack_q8_0,
 )
@@ -380,6 +382,8 @@ KEPT_TYPES: dict[str, dict[str, Callable[[np.ndarray, int, int], Unpacked]]] = {
         "Q4_0": unpack_q4_0,
         "Q4_1": unpack_q4_1,
         "Q5_0": unpack_q5_0,
+        "Q5_K": unpack_q5_k,
+        "Q5_1": unpack_q5_1,
     },
     "q4": {"Q4_K": unpack_q4_k, "Q4_0": unpack_q4_0, "Q4_1": unpack_q4_1},
     "q8": {},
@@ -387,7 +391,7 @@ KEPT_TYPES: dict[str, dict[str, Callable[[np.ndarray, int, int], Unpacked]]] = {
 """Per packing mode, the GGUF block types whose weights the kernels read unchanged, and how each is
 unpacked: "gguf" keeps every type a kernel format holds exactly; "q4" (drafts) keeps only the
 4-bit ones, since a draft's bytes per step set its speed; "q8" keeps none. Any other type
-(Q5_K, Q5_1, Q2_K, Q3_K, F16…) is dequantized and requantized to the mode's format."""
+(Q2_K, Q3_K, F16, BF16, F32…) is dequantized and requantized to the mode's format."""
 
 
 def _gguf_rotary_frequencies(

@@ -22,6 +22,8 @@
 //       mn  [N/16][K/32][16] u8      6-bit min of each group
 //       d   [N/16][K/S][16]  fp16    super-block scales (S inputs)
 //       dm  [N/16][K/S][16]  fp16
+//   q5: q4's arrays (llama.cpp's Q5_K, Q5_1: values 0..31) and each value's fifth bit:
+//       qh  [N/16][K/32][64] u8      byte 4*c + t: bit j is the fifth bit of input 4*j + t of channel c
 //   q8: q   [N/16][K/16][4][64] u8   group of 16 inputs, byte 64*j + 4*c + t = input 4*j + t
 //       sc  [N/16][K/16][16] i8      w = d*sc*(q - offset)
 //       d   [N/16][K/S][16]  fp16
@@ -56,7 +58,7 @@ const uint16_t* halves(const torch::Tensor& t) { return reinterpret_cast<const u
 // One quantized weight matrix [N, K] (N padded to a multiple of 16 in the tensors), holding the
 // tensors its core view points into.
 struct QMat {
-  int64_t kind;  // 4, 6 or 8
+  int64_t kind;  // 4, 5, 6 or 8
   torch::Tensor q, sc, mn, d, dm, qh;
   int64_t S, offset, N, K;
   torch::Tensor bias;  // [N16] or undefined
@@ -66,27 +68,27 @@ struct QMat {
        c10::optional<torch::Tensor> dm, int64_t S, int64_t offset, int64_t N, c10::optional<torch::Tensor> bias,
        c10::optional<torch::Tensor> qh)
       : kind(kind), q(q.contiguous()), sc(sc.contiguous()), d(d.contiguous()), S(S), offset(offset), N(N) {
-    TORCH_CHECK(kind == 4 || kind == 6 || kind == 8, "kind must be 4, 6 or 8");
+    TORCH_CHECK(kind == 4 || kind == 5 || kind == 6 || kind == 8, "kind must be 4, 5, 6 or 8");
     K = this->q.size(1) * (kind == 8 ? 16 : 32);
     TORCH_CHECK(K % S == 0 && S % (kind == 8 ? 16 : 32) == 0, "bad super-block size");
-    if (kind == 6) {
-      TORCH_CHECK(qh.has_value(), "q6 needs its qh array");
+    const bool nibbles = kind == 4 || kind == 5;  // q5 is q4 with a fifth bit
+    if (kind == 5 || kind == 6) {
+      TORCH_CHECK(qh.has_value(), "q5 and q6 need their qh array");
       this->qh = qh->contiguous();
     }
-    if (kind == 4) {
-      TORCH_CHECK(mn.has_value() && dm.has_value(), "q4 needs mins");
+    if (nibbles) {
+      TORCH_CHECK(mn.has_value() && dm.has_value(), "q4 and q5 need mins");
       this->mn = mn->contiguous();
       this->dm = dm->contiguous();
     }
     if (bias.has_value()) this->bias = bias->to(torch::kFloat32).contiguous();
-    const bool unsigned_sc = kind == 4;
     view = Matrix{static_cast<int>(kind),
                   this->q.data_ptr<uint8_t>(),
-                  unsigned_sc ? this->sc.data_ptr<uint8_t>() : reinterpret_cast<const uint8_t*>(this->sc.data_ptr<int8_t>()),
-                  kind == 4 ? this->mn.data_ptr<uint8_t>() : nullptr,
+                  nibbles ? this->sc.data_ptr<uint8_t>() : reinterpret_cast<const uint8_t*>(this->sc.data_ptr<int8_t>()),
+                  nibbles ? this->mn.data_ptr<uint8_t>() : nullptr,
                   halves(this->d),
-                  kind == 4 ? halves(this->dm) : nullptr,
-                  kind == 6 ? this->qh.data_ptr<uint8_t>() : nullptr,
+                  nibbles ? halves(this->dm) : nullptr,
+                  kind == 5 || kind == 6 ? this->qh.data_ptr<uint8_t>() : nullptr,
                   S, offset, N, K, this->q.size(0),
                   this->bias.defined() ? this->bias.data_ptr<float>() : nullptr};
   }

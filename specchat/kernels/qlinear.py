@@ -33,7 +33,7 @@ def qmat_from_tensors(
         padded_bias = torch.zeros(tensors["q"].shape[0] * 16, dtype=torch.float32)
         padded_bias[:rows] = bias.float()
     return load().QMat(
-        {"q4": 4, "q6": 6, "q8": 8}[kind],
+        {"q4": 4, "q5": 5, "q6": 6, "q8": 8}[kind],
         tensors["q"],
         tensors["sc"],
         tensors.get("mn"),

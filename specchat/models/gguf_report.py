@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from specchat.kernels.formats import packed_bytes, super_block_for
-from specchat.models.architectures import fast_path_problem
+from specchat.models.architectures import BY_NAME, fast_path_problem
 from specchat.untrusted import clipped, visible
 
 GROUPS = {
@@ -30,11 +30,14 @@ GROUPS = {
 }
 """The tensor groups the report counts types in (norms and other vectors stay float32)."""
 
-KERNEL_FORMAT = {"Q4_K": "q4", "Q6_K": "q6", "Q8_0": "q8", "Q4_0": "q4", "Q4_1": "q4", "Q5_0": "q6"}
+KERNEL_FORMAT = {
+    "Q4_K": "q4", "Q5_K": "q5", "Q6_K": "q6", "Q8_0": "q8",
+    "Q4_0": "q4", "Q4_1": "q4", "Q5_0": "q6", "Q5_1": "q5",
+}  # fmt: skip
 """GGUF types the target keeps at their own bits, and the kernel format each becomes (the
 packing rules are specchat.kernels.native.KEPT_TYPES; every other type becomes q8)."""
 
-SUPER_BLOCK = {"Q4_K": 256, "Q6_K": 256}
+SUPER_BLOCK = {"Q4_K": 256, "Q5_K": 256, "Q6_K": 256}
 """Inputs per super-block of a kept type (the 32-weight types: 32); requantized ones: up to 256."""
 
 
@@ -87,7 +90,12 @@ def describe_gguf(path: Path) -> GgufReport:
         rope=_rope(reader, arch),
     )
     head_dim = number("attention.key_length") or (report.hidden or 0) // (report.heads or 1)
-    packed = head_dim // 2 * 4  # the rotary frequencies (a file's rope_freqs are folded into them)
+    # The rotary frequencies (a file's rope_freqs are folded into them), and a second table for
+    # windowed layers that rotate with their own base (Gemma 3).
+    family = BY_NAME.get(arch)
+    windowed = family is not None and family.sliding_window and (number("attention.sliding_window") or 0) > 0
+    packed = head_dim // 2 * 4 * (2 if windowed else 1)
+    head_has_own_tensor = "output.weight" in _names(reader)
     for tensor in reader.tensors:
         if tensor.name == "rope_freqs.weight":
             continue
@@ -102,7 +110,8 @@ def describe_gguf(path: Path) -> GgufReport:
             report.vocab = n
         kind = KERNEL_FORMAT.get(type_name, "q8")
         super_block = SUPER_BLOCK.get(type_name, 32 if type_name in KERNEL_FORMAT else super_block_for(k, 16))
-        packed += packed_bytes(kind, n, k, super_block)
+        copies = 2 if tensor.name == "token_embd.weight" and not head_has_own_tensor else 1
+        packed += copies * packed_bytes(kind, n, k, super_block)  # a tied head is packed as its own matrix
     report.packed_size = packed
     report.problem = gguf_problem(reader)
     return report

@@ -16,6 +16,8 @@ from specchat.kernels.formats import (
     unpack_q4_1,
     unpack_q4_k,
     unpack_q5_0,
+    unpack_q5_1,
+    unpack_q5_k,
     unpack_q6_k,
     unpack_q8_0,
 )
@@ -25,6 +27,7 @@ SMALL_BLOCK_TYPES = [
     (gguf.GGMLQuantizationType.Q4_0, unpack_q4_0, "q4"),
     (gguf.GGMLQuantizationType.Q4_1, unpack_q4_1, "q4"),
     (gguf.GGMLQuantizationType.Q5_0, unpack_q5_0, "q6"),
+    (gguf.GGMLQuantizationType.Q5_1, unpack_q5_1, "q5"),
 ]
 """The 32-weight block types kept at their own bits, with their unpackers and kernel formats."""
 
@@ -39,10 +42,11 @@ def small_blocks(qtype: gguf.GGMLQuantizationType, n: int, k: int, seed: int = 0
 def random_blocks(qtype: gguf.GGMLQuantizationType, n: int, k: int, seed: int = 0) -> np.ndarray:
     """Valid llama.cpp blocks: random bytes, with sane fp16 super-block factors."""
     rng = np.random.default_rng(seed)
-    size = {gguf.GGMLQuantizationType.Q4_K: 144, gguf.GGMLQuantizationType.Q6_K: 210}[qtype]
+    types = gguf.GGMLQuantizationType
+    size = {types.Q4_K: 144, types.Q5_K: 176, types.Q6_K: 210}[qtype]
     blocks = rng.integers(0, 256, size=(n * k // 256, size), dtype=np.uint8)
     factors = rng.uniform(1e-3, 1e-2, size=(blocks.shape[0], 2)).astype(np.float16).view(np.uint8)
-    if qtype == gguf.GGMLQuantizationType.Q4_K:
+    if qtype != gguf.GGMLQuantizationType.Q6_K:
         blocks[:, 0:4] = factors  # d and dmin lead the block
     else:
         blocks[:, 208:210] = factors[:, :2]  # d ends it
@@ -51,7 +55,11 @@ def random_blocks(qtype: gguf.GGMLQuantizationType, n: int, k: int, seed: int = 
 
 @pytest.mark.parametrize(
     ("qtype", "unpack"),
-    [(gguf.GGMLQuantizationType.Q4_K, unpack_q4_k), (gguf.GGMLQuantizationType.Q6_K, unpack_q6_k)],
+    [
+        (gguf.GGMLQuantizationType.Q4_K, unpack_q4_k),
+        (gguf.GGMLQuantizationType.Q5_K, unpack_q5_k),
+        (gguf.GGMLQuantizationType.Q6_K, unpack_q6_k),
+    ],
 )
 def test_gguf_blocks_unpack_to_the_same_weights(qtype: gguf.GGMLQuantizationType, unpack: object) -> None:
     n, k = 48, 512
@@ -70,7 +78,7 @@ def test_small_block_types_unpack_to_the_same_weights(
     matrix = unpack(raw, n, k)  # type: ignore[operator]
     assert matrix.kind == kind and matrix.super_block == 32
     assert np.array_equal(matrix.dequantize(), gguf.quants.dequantize(raw, qtype).reshape(n, k))
-    assert int(matrix.q.max()) < {"q4": 16, "q6": 64, "q8": 256}[kind]  # fits the kernel's bits
+    assert int(matrix.q.max()) < {"q4": 16, "q5": 32, "q6": 64, "q8": 256}[kind]  # fits the kernel's bits
 
 
 @pytest.mark.parametrize("quantize", [quantize_q4, quantize_q8])
@@ -133,6 +141,27 @@ def test_six_bit_values_pack_into_whole_and_nibble_planes() -> None:
                     assert b == matrix.q[c, 32 * g + 16 + 4 * j + t]
 
 
+def test_five_bit_values_pack_as_nibbles_and_a_fifth_bit_plane() -> None:
+    n, k = 20, 512
+    matrix = unpack_q5_k(random_blocks(gguf.GGMLQuantizationType.Q5_K, n, k, seed=6), n, k)
+    assert matrix.kind == "q5" and int(matrix.q.max()) == 31
+    arrays = pack(matrix)
+    nibbles, fifth = arrays["q"], arrays["qh"]
+    assert nibbles.shape == (2, k // 32, 4, 64) and fifth.shape == (2, k // 32, 64)
+    # 5.625 bits a weight with the scales and mins (the file's 5.5, with each 6-bit scale and min
+    # in a byte of its own); q8 would take 8.5
+    assert sum(a.nbytes for a in arrays.values()) * 8 / (32 * k) == 5.625
+    for c in (0, 7, 19):
+        block, ch = divmod(c, 16)
+        for g in range(k // 32):
+            for j in range(8):
+                for t in range(4):
+                    byte = nibbles[block, g, j % 4, 4 * ch + t]
+                    low = byte & 0x0F if j < 4 else byte >> 4
+                    high = (fifth[block, g, 4 * ch + t] >> j) & 1
+                    assert low | (high << 4) == matrix.q[c, 32 * g + 4 * j + t]
+
+
 @pytest.mark.parametrize(("qtype", "unpack", "kind"), SMALL_BLOCK_TYPES)
 @pytest.mark.parametrize("n", [16, 50])
 def test_packed_size_is_known_before_packing(
@@ -141,6 +170,7 @@ def test_packed_size_is_known_before_packing(
     for matrix in (
         unpack(small_blocks(qtype, n, 512), n, 512),
         quantize_q4(np.ones((n, 512))),  # type: ignore[operator]
+        unpack_q5_k(random_blocks(gguf.GGMLQuantizationType.Q5_K, n, 512), n, 512),
         quantize_q8(np.ones((n, 384))),
     ):
         expected = sum(a.nbytes for a in pack(matrix).values())

@@ -3,13 +3,14 @@ every variant (the `isa` fixture runs a test on each one this CPU executes)."""
 
 from __future__ import annotations
 
+import gguf
 import numpy as np
 import pytest
 import torch
 
-from specchat.kernels.formats import Unpacked, quantize_q4, quantize_q8
+from specchat.kernels.formats import Unpacked, quantize_q4, quantize_q8, unpack_q5_k
 from specchat.kernels.qlinear import QLinear
-from tests.kernels.test_formats import SMALL_BLOCK_TYPES, small_blocks
+from tests.kernels.test_formats import SMALL_BLOCK_TYPES, random_blocks, small_blocks
 
 
 def reference(x: torch.Tensor, weights: np.ndarray, block: int) -> torch.Tensor:
@@ -86,4 +87,29 @@ def test_small_block_types_compute_their_own_weights_row_by_row(
     for width in range(2, 10):
         assert torch.equal(layer(x[:width]), alone[:width]), width
     expected = reference(x, matrix.dequantize(), 32)
+    assert torch.allclose(layer(x).double(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_five_bit_weights_below_16_compute_bit_for_bit_what_q4_computes(isa: str) -> None:
+    """q5 is q4 with a fifth bit: where every fifth bit is 0, the two formats give the same bits."""
+    n, k = 100, 512
+    five = unpack_q5_k(random_blocks(gguf.GGMLQuantizationType.Q5_K, n, k, seed=7), n, k)
+    five = Unpacked("q5", five.q & 0x0F, five.sc, five.d, five.super_block, five.mn, five.dm)
+    four = Unpacked("q4", five.q, five.sc, five.d, five.super_block, five.mn, five.dm)
+    x = torch.randn(9, k) * torch.logspace(-2, 2, 9)[:, None]
+    for width in range(1, 10):
+        assert torch.equal(QLinear(five)(x[:width]), QLinear(four)(x[:width])), width
+
+
+def test_q5_k_computes_its_own_weights_row_by_row(isa: str) -> None:
+    torch.manual_seed(6)
+    n, k = 100, 512
+    matrix = unpack_q5_k(random_blocks(gguf.GGMLQuantizationType.Q5_K, n, k, seed=8), n, k)
+    assert int(matrix.q.max()) == 31  # the fifth bit is used
+    layer = QLinear(matrix)
+    x = torch.randn(9, k) * torch.logspace(-2, 2, 9)[:, None]
+    alone = torch.cat([layer(x[i : i + 1]) for i in range(9)])
+    for width in range(2, 10):
+        assert torch.equal(layer(x[:width]), alone[:width]), width
+    expected = reference(x, matrix.dequantize(), 256)
     assert torch.allclose(layer(x).double(), expected, rtol=1e-4, atol=1e-4)

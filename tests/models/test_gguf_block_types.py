@@ -1,6 +1,6 @@
 """GGUF files of the 32-weight block types run on the kernels at their own bits.
 
-Q8_0, Q4_0, Q4_1 and Q5_0 are held exactly by a kernel format (see specchat.kernels.native's
+Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 are held exactly by a kernel format (see specchat.kernels.native's
 KEPT_TYPES), so the packed target computes with the very weights llama.cpp reads from the file:
 its logits are those of the float model on the dequantized weights (within the error of int8
 activations), every row of a pass is a one-row pass, and greedy speculation equals plain decoding.
@@ -30,6 +30,7 @@ KEPT = {
     GGMLQuantizationType.Q4_0: ("q4", 32),
     GGMLQuantizationType.Q4_1: ("q4", 32),
     GGMLQuantizationType.Q5_0: ("q6", 32),
+    GGMLQuantizationType.Q5_1: ("q5", 32),
 }
 """Each kept type, with the kernel format and super-block it is held in."""
 
@@ -104,11 +105,12 @@ def test_greedy_speculation_on_the_file_equals_plain_decoding(
 
 
 def test_a_type_no_kernel_format_holds_is_requantized(pair: TinyPair, tmp_path: Path) -> None:
-    """Q5_1 has a min per block of 32, which q6 cannot hold: it becomes q8, close to the file's weights."""
-    native, packed = packed_target(pair, GGMLQuantizationType.Q5_1, tmp_path)
+    """F16 has no kernel format of its own (a 16-bit matrix would read twice q8's bytes per step):
+    it becomes q8, close to the file's weights."""
+    native, packed = packed_target(pair, GGMLQuantizationType.F16, tmp_path)
     assert {meta.kind for meta in packed.matrices.values()} == {"q8"}  # type: ignore[attr-defined]
     with torch.inference_mode():
-        expected = dequantized_copy(pair.target, GGMLQuantizationType.Q5_1)(input_ids=IDS).logits[0]
+        expected = dequantized_copy(pair.target, GGMLQuantizationType.F16)(input_ids=IDS).logits[0]
     got = native(IDS, None, logits_to_keep=IDS.shape[1]).logits[0]
     assert float((got - expected).norm() / expected.norm()) < 0.05
     assert np.isfinite(got.numpy()).all()

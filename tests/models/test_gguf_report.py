@@ -13,7 +13,9 @@ from specchat.testing import TinyPair
 from tests.models.conftest import write_tiny_gguf
 
 
-@pytest.mark.parametrize("qtype", [None, GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q5_1])
+@pytest.mark.parametrize(
+    "qtype", [None, GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q5_1, GGMLQuantizationType.F16]
+)
 def test_the_report_names_types_and_sizes_the_pack_before_packing(
     tiny_pair: TinyPair, tmp_path: Path, qtype: GGMLQuantizationType | None
 ) -> None:
@@ -28,8 +30,8 @@ def test_the_report_names_types_and_sizes_the_pack_before_packing(
     assert report.packed_size == pack_gguf(str(path)).nbytes
     text = "\n".join(report_lines(report))
     assert "fast path       yes" in text
-    if qtype == GGMLQuantizationType.Q4_0:
-        assert "own bits        Q4_0" in text
+    if qtype in (GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q5_1):
+        assert f"own bits        {type_name}" in text
     else:
         assert f"requantized     {type_name} → q8" in text
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/isa.h"
@@ -113,14 +114,27 @@ void scale_and_store(int64_t supers, const float* xscale, int64_t nb, float* y, 
 
 struct Q4Weights {
   const uint8_t* q; const uint8_t* sc; const uint8_t* mn; const uint16_t* d; const uint16_t* dm;
+  const uint8_t* qh;  // q5 only: each value's fifth bit
 };
 
-// Rows [m0, m0+R) of one channel block of a q4 matrix.
-template <int R>
-void q4_block(const Q4Weights& w, int64_t nb, int64_t K, int S, const QuantRows& x, int64_t m0, float* y,
+// The fifth bits of a q5 group's eight quads, each moved to bit 4: byte 4*c + t of the group's
+// qh holds input t of quad j of channel c in bit j.
+inline void fifth_bits(const uint8_t* qh, Bytes (&high)[8]) {
+  const Bytes h = b_load(qh);
+  high[0] = b_bits<-4>(h, 0x10), high[1] = b_bits<-3>(h, 0x10);
+  high[2] = b_bits<-2>(h, 0x10), high[3] = b_bits<-1>(h, 0x10);
+  high[4] = b_bits<0>(h, 0x10), high[5] = b_bits<1>(h, 0x10);
+  high[6] = b_bits<2>(h, 0x10), high[7] = b_bits<3>(h, 0x10);
+}
+
+// Rows [m0, m0+R) of one channel block of a q4 matrix, or of a q5 one (FIFTH: the values take a
+// fifth bit from qh, and everything else is q4's, so both formats share one instruction order).
+template <bool FIFTH, int R>
+void nibble_block(const Q4Weights& w, int64_t nb, int64_t K, int S, const QuantRows& x, int64_t m0, float* y,
               int64_t ldy, const float* bias) {
   const int64_t groups = K / 32, supers = K / S, per_super = S / 32;
   const uint8_t* q = w.q + nb * groups * 256;
+  const uint8_t* qh = FIFTH ? w.qh + nb * groups * 64 : nullptr;
   const uint8_t* sc = w.sc + nb * groups * 16;
   const uint8_t* mn = w.mn + nb * groups * 16;
   const uint16_t* d = w.d + nb * supers * 16;
@@ -132,10 +146,16 @@ void q4_block(const Q4Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
     for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
       const uint8_t* qg = q + g * 256;
       prefetch_ahead(qg);
+      Bytes high[8];
+      if constexpr (FIFTH) {
+        __builtin_prefetch(qh + g * 64 + 2048, 0, 2);  // as far ahead as qg's
+        fifth_bits(qh + g * 64, high);
+      }
       RowSums<R> sums;
       for (int j = 0; j < 4; ++j) {
         const Bytes v = b_load(qg + 64 * j);
-        const Bytes lo = b_bits<0>(v, 0x0F), hi = b_bits<4>(v, 0x0F);
+        Bytes lo = b_bits<0>(v, 0x0F), hi = b_bits<4>(v, 0x0F);
+        if constexpr (FIFTH) lo = b_or(lo, high[j]), hi = b_or(hi, high[j + 4]);
         for (int r = 0; r < R; ++r) {
           const int8_t* xr = xq + r * K + g * 32;
           sums.add2(j, r, lo, xr + 4 * j, hi, xr + 4 * (j + 4));
@@ -150,6 +170,11 @@ void q4_block(const Q4Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
     }
   });
 }
+
+template <int R, typename... Args>
+void q4_block(Args&&... args) { nibble_block<false, R>(std::forward<Args>(args)...); }
+template <int R, typename... Args>
+void q5_block(Args&&... args) { nibble_block<true, R>(std::forward<Args>(args)...); }
 
 struct Q8Weights {
   const uint8_t* q; const int8_t* sc; const uint16_t* d; int offset;
@@ -281,15 +306,15 @@ inline void axpy(float w, const float* x, float* y, int64_t n) {
 }
 // ---------------------------------------------------------------------------------- matrices
 // One quantized weight matrix [N, K]: pointers to its packed arrays (N padded to whole channel
-// blocks of 16); sc is unsigned for q4, signed for q6 and q8.
+// blocks of 16); sc is unsigned for q4 and q5, signed for q6 and q8.
 struct Matrix {
-  int kind;  // 4, 6 or 8
+  int kind;  // 4, 5, 6 or 8
   const uint8_t* q;
   const uint8_t* sc;
-  const uint8_t* mn;  // q4 only
+  const uint8_t* mn;  // q4, q5
   const uint16_t* d;  // fp16
-  const uint16_t* dm; // q4 only
-  const uint8_t* qh;  // q6 only
+  const uint16_t* dm; // q4, q5
+  const uint8_t* qh;  // q5: the fifth bits; q6: the low bits of half the values
   int64_t S, offset, N, K, blocks;
   const float* bias;  // [blocks * 16] or null
 
@@ -300,8 +325,11 @@ struct Matrix {
     const int block_size = static_cast<int>(S);
     for_rows(M, [&](int64_t m0, int64_t rows) {
       if (kind == 4) {
-        const Q4Weights w{q, sc, mn, d, dm};
+        const Q4Weights w{q, sc, mn, d, dm, nullptr};
         SPECCHAT_ROWS(q4_block, rows, w, nb, K, block_size, x, m0, y, ldy, bias)
+      } else if (kind == 5) {
+        const Q4Weights w{q, sc, mn, d, dm, qh};
+        SPECCHAT_ROWS(q5_block, rows, w, nb, K, block_size, x, m0, y, ldy, bias)
       } else if (kind == 6) {
         const Q6Weights w{q, qh, signed_sc(), d, static_cast<int>(offset)};
         SPECCHAT_ROWS(q6_block, rows, w, nb, K, block_size, x, m0, y, ldy, bias)
@@ -352,7 +380,7 @@ inline void run_group(const std::vector<const Matrix*>& mats, const float* x, in
 // One row of the matrix, dequantized (embedding lookups read the token's row).
 inline void dequantize_row(const Matrix& m, int64_t row, float* out) {
   const int64_t nb = row / 16, c = row % 16;
-  if (m.kind == 4) {
+  if (m.kind == 4 || m.kind == 5) {
     const int64_t groups = m.K / 32, per_super = m.S / 32;
     const uint8_t* q = m.q + nb * groups * 256;
     const uint8_t* sc = m.sc + nb * groups * 16;
@@ -365,7 +393,8 @@ inline void dequantize_row(const Matrix& m, int64_t row, float* out) {
       for (int j = 0; j < 8; ++j)
         for (int t = 0; t < 4; ++t) {
           const uint8_t byte = q[g * 256 + 64 * (j % 4) + 4 * c + t];
-          const int value = j < 4 ? (byte & 0x0F) : (byte >> 4);
+          const int fifth = m.kind == 5 ? ((m.qh[(nb * groups + g) * 64 + 4 * c + t] >> j) & 1) << 4 : 0;
+          const int value = (j < 4 ? (byte & 0x0F) : (byte >> 4)) | fifth;
           out[g * 32 + 4 * j + t] = scale * value - minimum;
         }
     }

@@ -109,8 +109,12 @@ inline Bytes b_or(Bytes a, Bytes b) { return {_mm256_or_si256(a.lo, b.lo), _mm25
 template <int SHIFT>
 inline Bytes b_bits(Bytes a, uint8_t mask) {
   const __m256i m = _mm256_set1_epi8(static_cast<char>(mask));
-  if (SHIFT == 0) return {_mm256_and_si256(a.lo, m), _mm256_and_si256(a.hi, m)};
-  return {_mm256_and_si256(_mm256_srli_epi16(a.lo, SHIFT), m), _mm256_and_si256(_mm256_srli_epi16(a.hi, SHIFT), m)};
+  if constexpr (SHIFT == 0)
+    return {_mm256_and_si256(a.lo, m), _mm256_and_si256(a.hi, m)};
+  else if constexpr (SHIFT < 0)  // in 16-bit lanes: bits crossing into the neighbouring byte are outside the mask
+    return {_mm256_and_si256(_mm256_slli_epi16(a.lo, -SHIFT), m), _mm256_and_si256(_mm256_slli_epi16(a.hi, -SHIFT), m)};
+  else
+    return {_mm256_and_si256(_mm256_srli_epi16(a.lo, SHIFT), m), _mm256_and_si256(_mm256_srli_epi16(a.hi, SHIFT), m)};
 }
 
 // Σ_t w[4c+t]·x[t] per 32-bit lane: maddubs forms pair sums in int16, madd adds the pairs in int32.

@@ -63,7 +63,10 @@ inline Bytes b_load(const uint8_t* p) { return {_mm512_loadu_si512(p)}; }
 inline Bytes b_or(Bytes a, Bytes b) { return {_mm512_or_si512(a.v, b.v)}; }
 template <int SHIFT>
 inline Bytes b_bits(Bytes a, uint8_t mask) {
-  const __m512i shifted = SHIFT == 0 ? a.v : _mm512_srli_epi16(a.v, SHIFT);
+  // In 16-bit lanes: bits crossing into the neighbouring byte are outside the mask.
+  __m512i shifted = a.v;
+  if constexpr (SHIFT > 0) shifted = _mm512_srli_epi16(a.v, SHIFT);
+  if constexpr (SHIFT < 0) shifted = _mm512_slli_epi16(a.v, -SHIFT);
   return {_mm512_and_si512(shifted, _mm512_set1_epi8(static_cast<char>(mask)))};
 }
 

@@ -139,6 +139,7 @@ inline Bytes b_bits(Bytes a, uint8_t mask) {
   const uint8x16_t m = vdupq_n_u8(mask);
   for (int k = 0; k < 4; ++k) {
     if constexpr (SHIFT == 0) a.v[k] = vandq_u8(a.v[k], m);
+    else if constexpr (SHIFT < 0) a.v[k] = vandq_u8(vshlq_n_u8(a.v[k], -SHIFT), m);
     else a.v[k] = vandq_u8(vshrq_n_u8(a.v[k], SHIFT), m);
   }
   return a;

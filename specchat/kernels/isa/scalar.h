@@ -106,10 +106,14 @@ inline Bytes b_or(Bytes a, Bytes b) {
   for (int i = 0; i < 64; ++i) a.v[i] |= b.v[i];
   return a;
 }
-// Each byte shifted right by SHIFT, then masked (the mask lies within the low 8 - SHIFT bits).
+// Each byte shifted right by SHIFT (left by -SHIFT where it is negative), then masked; the mask
+// keeps only bits the byte's own bits moved into (within the low 8 - SHIFT, or from bit -SHIFT up).
 template <int SHIFT>
 inline Bytes b_bits(Bytes a, uint8_t mask) {
-  for (int i = 0; i < 64; ++i) a.v[i] = static_cast<uint8_t>((a.v[i] >> SHIFT) & mask);
+  for (int i = 0; i < 64; ++i) {
+    const int moved = SHIFT >= 0 ? a.v[i] >> SHIFT : a.v[i] << -SHIFT;
+    a.v[i] = static_cast<uint8_t>(moved & mask);
+  }
   return a;
 }
 

@@ -78,21 +78,23 @@ Packed random_matrix(int kind, int64_t N, int64_t K, int64_t S, Rng& rng, int d_
     return out;
   };
   p.q = bytes(blocks * (K / group) * 256, 256);
-  if (kind == 4) {
+  const bool nibbles = kind == 4 || kind == 5;
+  if (nibbles) {
     p.sc = bytes(blocks * (K / 32) * 16, 64);
     p.mn = bytes(blocks * (K / 32) * 16, 64);
     p.dm = halves(blocks * (K / S) * 16);
   } else {
     p.sc = bytes(blocks * (K / 16) * 16, 256);  // any int8
   }
+  if (kind == 5) p.qh = bytes(blocks * (K / 32) * 64, 256);
   if (kind == 6) p.qh = bytes(blocks * (K / 32) * 128, 256);
   p.d = halves(blocks * (K / S) * 16);
   if (bias) {
     p.bias.resize(blocks * 16);
     for (auto& b : p.bias) b = rng.uniform(-1.f, 1.f);
   }
-  p.view = Matrix{kind, p.q.data(), p.sc.data(), kind == 4 ? p.mn.data() : nullptr, p.d.data(),
-                  kind == 4 ? p.dm.data() : nullptr, kind == 6 ? p.qh.data() : nullptr,
+  p.view = Matrix{kind, p.q.data(), p.sc.data(), nibbles ? p.mn.data() : nullptr, p.d.data(),
+                  nibbles ? p.dm.data() : nullptr, kind == 5 || kind == 6 ? p.qh.data() : nullptr,
                   S, kind == 8 ? 128 : kind == 6 ? 32 : 0, N, K, blocks, bias ? p.bias.data() : nullptr};
   return p;
 }
@@ -147,7 +149,7 @@ std::vector<float> check_layer(Rng& rng) {
   Packed v = random_matrix(4, kv_heads * head_dim, hidden, S, rng, 3, 5, true);
   Packed o = random_matrix(6, hidden, heads * head_dim, S, rng, 2, 4, false);
   Packed gate = random_matrix(4, inter, hidden, S, rng, 3, 5, false);
-  Packed up = random_matrix(4, inter, hidden, S, rng, 3, 5, false);
+  Packed up = random_matrix(5, inter, hidden, S, rng, 3, 5, false);
   Packed down = random_matrix(8, hidden, inter, S, rng, 1, 3, false);
   std::vector<float> attn_norm(hidden), ffn_norm(hidden), norm(hidden), inv_freq(head_dim / 2);
   for (auto* w : {&attn_norm, &ffn_norm, &norm})
@@ -285,7 +287,7 @@ int main(int argc, char** argv) {
   const std::string out = argv[1];
   Rng rng(2026);
   std::vector<float> matrices;
-  for (const auto& [name, kind] : {std::pair<const char*, int>{"q4", 4}, {"q6", 6}, {"q8", 8}}) {
+  for (const auto& [name, kind] : {std::pair<const char*, int>{"q4", 4}, {"q5", 5}, {"q6", 6}, {"q8", 8}}) {
     const std::vector<float> alone = check_rows(name, kind, rng);
     matrices.insert(matrices.end(), alone.begin(), alone.end());
   }
@@ -297,7 +299,7 @@ int main(int argc, char** argv) {
   if (argc == 5) {
     const std::string ref = argv[2], name = argv[3];
     compare("the vector operations on edge values", ops, ref + "/ops.bin", name, 0);
-    compare("q4, q6 and q8 outputs", matrices, ref + "/matrices.bin", name, 0);
+    compare("q4, q5, q6 and q8 outputs", matrices, ref + "/matrices.bin", name, 0);
     compare("the layer's logits", layer, ref + "/layer.bin", name, std::atof(argv[4]));
   }
   return failures == 0 ? 0 : 1;
