@@ -72,6 +72,7 @@ def build(variant: Variant, workdir: Path) -> ModuleType:
         sources=[str(source)],
         extra_cflags=FLAGS,
         extra_ldflags=["-fopenmp"],
+        extra_include_paths=[str(variant.source.resolve().parent)],  # the source's core/ and isa/ headers
         build_directory=str(folder),
     )
 
@@ -112,8 +113,8 @@ def qmat_with(module: ModuleType) -> Any:
             padded[:rows] = bias.float()
         extra = [tensors["qh"]] if "qh" in tensors else []
         return module.QMat(
-            {"q4": 4, "q6": 6, "q8": 8}[kind], tensors["q"], tensors["sc"], tensors.get("mn"), tensors["d"],
-            tensors.get("dm"), super_block, offset, rows, padded, *extra,
+            {"q4": 4, "q5": 5, "q6": 6, "q8": 8}[kind], tensors["q"], tensors["sc"], tensors.get("mn"),
+            tensors["d"], tensors.get("dm"), super_block, offset, rows, padded, *extra,
         )  # fmt: skip
 
     return make
