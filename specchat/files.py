@@ -125,3 +125,13 @@ def _read_capped(handle: BinaryIO, path: Path, limit: int) -> bytes:
 def read_user_text(path: Path, limit: int) -> str:
     """:func:`read_user_file` decoded as UTF-8 (``UnicodeDecodeError`` as ``read_text`` raises it)."""
     return read_user_file(path, limit).decode("utf-8")
+
+
+def require_regular_file(path: Path) -> None:
+    """Refuse anything but a regular file, for readers that memory-map it (a GGUF): a pipe
+    cannot be mapped and a device such as /dev/zero maps as an endless file. Raises as
+    :func:`read_user_file` does."""
+    mode = os.stat(path).st_mode
+    _refuse_kind(path, mode)
+    if stat.S_ISFIFO(mode):
+        raise RefusedFile(errno.EINVAL, "it is a pipe; a GGUF must be a file on disk", path)

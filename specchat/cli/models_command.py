@@ -1,9 +1,11 @@
-"""`specchat models`: the packaged models, what the cache holds, clearing and verifying it."""
+"""`specchat models`: the packaged models, what the cache holds, clearing and verifying it; or
+what a user's GGUF file holds and whether the fast path runs it."""
 
 from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -13,6 +15,7 @@ from specchat.errors import InvalidSettingError
 
 
 @click.command()
+@click.argument("gguf_file", metavar="[FILE.gguf]", required=False, type=click.Path(path_type=Path))
 @click.option(
     "--clear",
     "clear_name",
@@ -33,15 +36,24 @@ from specchat.errors import InvalidSettingError
 )
 @click.option("--yes", "-y", is_flag=True, help="Clear without asking.")
 @reports_errors
-def models(clear_name: str | None, verify_name: str | None, kinds: tuple[str, ...], yes: bool) -> None:
+def models(
+    gguf_file: Path | None, clear_name: str | None, verify_name: str | None, kinds: tuple[str, ...], yes: bool
+) -> None:
     """List the packaged models and what the cache holds for each; clear or verify the cache.
+    With FILE.gguf: what that file holds (architecture, types per tensor group, context length),
+    whether the fast path runs it and why not, and its packed size. Only the header is read.
 
     Exit status: 0 done; 1 nothing deleted (declined), something skipped (another specchat is
-    using it) or something found damaged; 2 a bad name or kind.
+    using it) or something found damaged; 2 a bad name, kind or file.
     """
     from specchat.models import list_models
     from specchat.models.cache import human_bytes
 
+    if gguf_file is not None:
+        if clear_name or verify_name or kinds:
+            raise InvalidSettingError("FILE.gguf goes alone: `specchat models FILE.gguf` describes it.")
+        _describe_file(gguf_file)
+        return
     if kinds and not (clear_name or verify_name):
         raise InvalidSettingError("--kind goes with --clear or --verify (e.g. --clear all --kind converted).")
     if clear_name:
@@ -60,6 +72,25 @@ def models(clear_name: str | None, verify_name: str | None, kinds: tuple[str, ..
     click.echo()
     click.echo(_kernels_line())
     _print_cache_usage()
+
+
+def _describe_file(path: Path) -> None:
+    """Print what the GGUF at ``path`` holds; a path that is not a readable GGUF is one line."""
+    from specchat.files import require_regular_file
+    from specchat.models.gguf_report import describe_gguf, report_lines
+    from specchat.untrusted import visible
+
+    try:
+        require_regular_file(path)
+        report = describe_gguf(path)
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise InvalidSettingError(f"cannot read {visible(str(path))}: {reason}") from None
+    except ValueError as error:
+        raise InvalidSettingError(str(error)) from None
+    for line in report_lines(report):
+        click.echo(line)
+    click.echo(_kernels_line())
 
 
 def _kernels_line() -> str:

@@ -69,7 +69,8 @@ def describe_gguf(path: Path) -> GgufReport:
     try:
         reader = GGUFReader(str(path))
     except (ValueError, OSError, IndexError, KeyError) as error:  # gguf-py raises what it meets
-        raise ValueError(f"{visible(path.name)} is not a GGUF file specchat can read ({error})") from None
+        reason = visible(clipped(str(error), 200))  # gguf-py's message may quote the file's bytes
+        raise ValueError(f"{visible(path.name)} is not a GGUF file specchat can read ({reason})") from None
     arch = _text(reader, "general.architecture") or "?"
 
     def number(key: str) -> int | None:

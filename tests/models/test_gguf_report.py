@@ -57,3 +57,42 @@ def test_a_file_that_is_not_a_gguf_is_one_line(tmp_path: Path, content: bytes) -
     with pytest.raises(ValueError, match="is not a GGUF file specchat can read") as refused:
         describe_gguf(path)
     assert "\n" not in str(refused.value)
+
+
+def run_models(*args: str) -> tuple[int, str, str]:
+    from click.testing import CliRunner
+
+    from specchat.cli import main
+
+    result = CliRunner().invoke(main, ["models", *args], catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_specchat_models_file_prints_the_report_and_the_kernels_that_run_it(
+    tiny_pair: TinyPair, tmp_path: Path
+) -> None:
+    qtype = GGMLQuantizationType.Q5_1
+    path = write_tiny_gguf(tiny_pair.target, tiny_pair.tokenizer, tmp_path / "mine.gguf", qtype)
+    code, out, err = run_models(str(path))
+    assert (code, err) == (0, "")
+    assert out.splitlines()[: len(report_lines(describe_gguf(path)))] == report_lines(describe_gguf(path))
+    assert "own bits        Q5_1" in out
+    assert out.splitlines()[-1].startswith("CPU kernels: ")
+
+
+@pytest.mark.parametrize("kind", ["device", "folder", "missing", "not gguf", "hostile name", "with --clear"])
+def test_specchat_models_refuses_what_is_not_a_gguf_in_one_line(kind: str, tmp_path: Path) -> None:
+    args = {
+        "device": ["/dev/zero"],
+        "folder": [str(tmp_path)],
+        "missing": [str(tmp_path / "nope.gguf")],
+        "not gguf": [str(tmp_path / "notes.gguf")],
+        "hostile name": [str(tmp_path / "\x1b]0;owned\x07.gguf")],
+        "with --clear": [str(tmp_path / "notes.gguf"), "--clear", "all"],
+    }[kind]
+    (tmp_path / "notes.gguf").write_text("not a model\n")
+    (tmp_path / "\x1b]0;owned\x07.gguf").write_bytes(b"GGUF" + b"\xff" * 64)
+    code, out, err = run_models(*args)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and err.startswith("specchat: ")
+    assert "\x1b" not in err and "\x07" not in err and "Traceback" not in err
