@@ -11,11 +11,11 @@ Pure Python at import time: torch, transformers and the HTTP client load inside 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from specchat.engine.registry import drafter_spec
+from specchat.engine.registry import drafter_spec, drafters
 from specchat.errors import InvalidSettingError
 
 if TYPE_CHECKING:
@@ -66,6 +66,13 @@ def draft_to_load(settings: Settings, *, every_drafter: bool = False) -> str | N
     return (settings.draft or None) if needs_draft or every_drafter else None
 
 
+def draft_is_default(settings: Settings) -> bool:
+    """Whether the draft is the settings' default rather than one the user named (flag, variable
+    or file): a default draft that cannot draft for the user's target is dropped with a notice,
+    a named one is refused."""
+    return "draft" not in settings.model_fields_set
+
+
 def open_backend(
     settings: Settings,
     progress: Progress | None = None,
@@ -109,6 +116,7 @@ def load_local(
         quant=settings.quant,
         cpu_path=settings.cpu_path,
         progress=progress,
+        draft_optional=draft_is_default(settings),
     )
     return OpenedBackend(
         ChatEngine(pair.target, pair.tokenizer, pair.draft),
@@ -142,7 +150,13 @@ def _load_with_peer(
 
     chosen = choose_cpu_path(settings.cpu_path, settings.device, settings.quant, progress)
     if chosen is not None and chosen.native:
-        pair = load_for_decoding(settings.target, draft, cpu_path=str(chosen), progress=progress)
+        pair = load_for_decoding(
+            settings.target,
+            draft,
+            cpu_path=str(chosen),
+            progress=progress,
+            draft_optional=draft_is_default(settings),
+        )
         return OpenedBackend(
             ChatEngine(pair.target, pair.tokenizer, pair.draft),
             pair.target_name,
@@ -158,6 +172,7 @@ def _load_with_peer(
         dtype=settings.dtype,
         quant=settings.quant,
         progress=progress,
+        draft_optional=draft_is_default(settings),
     )
     if progress is not None:
         from specchat.models import LoadProgress
@@ -187,6 +202,28 @@ def local_engine(opened: OpenedBackend) -> ChatEngine:
     if not isinstance(opened.backend, ChatEngine):
         raise InvalidSettingError(f"{opened.target_name} is a server: this needs local models.")
     return opened.backend
+
+
+def fallback_drafter(available: Sequence[str]) -> str:
+    """The drafter to use when the asked one is not loaded: the registry's first available one
+    that drafts without a draft model, else its entry that drafts nothing."""
+    entries = drafters()
+    for spec in entries:
+        if spec.drafts and not spec.needs_draft_model and spec.name in available:
+            return spec.name
+    return next(spec.name for spec in entries if not spec.drafts)
+
+
+def controls_for(settings: Settings, available: Sequence[str]) -> tuple[Controls, str | None]:
+    """Controls from the settings for a backend offering the ``available`` drafters; the drafter
+    falls back when the asked one is not loaded (no draft model). Returns the controls and, when
+    a fallback happened, a note for the user. A server (no drafters listed) keeps the settings'."""
+    drafter = settings.drafter
+    note = None
+    if available and drafter not in available:
+        drafter = fallback_drafter(available)
+        note = f"drafter {settings.drafter!r} is not available (no draft model loaded): using {drafter}."
+    return controls_from(settings, drafter), note
 
 
 def controls_from(settings: Settings, drafter: str | None = None) -> Controls:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from specchat.cli.exits import reports_errors, stop_on_signals
-from specchat.cli.load_progress import open_for_command
+from specchat.cli.load_progress import controls_after_loading, open_for_command
 from specchat.cli.options import debug_option, model_options, settings_from
 from specchat.cli.prompt_input import read_prompt
 from specchat.opening import controls_from
@@ -45,9 +45,9 @@ def generate(prompt: str | None, prompt_file: str | None, output_format: str, **
     """Generate one reply to PROMPT headlessly ('-' reads the prompt from stdin)."""
     prompt = read_prompt(prompt, prompt_file)
     settings = settings_from(options)
-    controls = controls_from(settings)
-    controls.validate()
+    controls_from(settings).validate()  # a bad control fails before anything loads
     engine = open_for_command(settings).backend
+    controls = controls_after_loading(settings, engine)
     messages = [{"role": "system", "content": settings.system_prompt}] if settings.system_prompt else []
     messages.append({"role": "user", "content": prompt})
     cancel = threading.Event()

@@ -10,7 +10,19 @@ from specchat import opening
 from specchat.untrusted import masked, visible
 
 if TYPE_CHECKING:
+    from specchat.backend import Backend
     from specchat.config import Settings
+    from specchat.engine.session import Controls
+
+
+def controls_after_loading(settings: Settings, backend: Backend) -> Controls:
+    """The controls for what loaded: when the drafter asked for needs a draft model that did not
+    load (the default draft could not draft for the user's target), the registry's fallback,
+    said in one line on stderr."""
+    controls, note = opening.controls_for(settings, backend.available_drafters)
+    if note is not None:
+        click.echo(f"specchat: {note}", err=True)
+    return controls
 
 
 def open_for_command(settings: Settings) -> opening.OpenedBackend:

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from specchat.cli.exits import reports_errors, stop_on_signals, write_output
-from specchat.cli.load_progress import open_for_command
+from specchat.cli.load_progress import controls_after_loading, open_for_command
 from specchat.cli.options import debug_option, model_options, settings_from
 from specchat.cli.prompt_input import read_prompt
 from specchat.engine.race import WARM_UP_TOKENS
@@ -88,6 +88,7 @@ def race(
         if controls.drafter == "none":
             raise InvalidSettingError("--drafter none drafts nothing: both lanes would be plain decoding.")
         engine = local_engine(open_for_command(settings))
+        controls = controls_after_loading(settings, engine)
         messages = [{"role": "system", "content": settings.system_prompt}] if settings.system_prompt else []
         messages.append({"role": "user", "content": prompt})
         cancel = threading.Event()

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from specchat.cli.exits import UNEXPECTED, reports_errors, stop_on_signals, write_output
-from specchat.cli.load_progress import open_for_command
+from specchat.cli.load_progress import controls_after_loading, open_for_command
 from specchat.cli.options import debug_option, model_options, settings_from
 from specchat.cli.prompt_input import check_prompt_argument
 from specchat.errors import InvalidSettingError
@@ -70,6 +70,7 @@ def selftest(
     if controls.drafter == "none":
         raise InvalidSettingError("--drafter none drafts nothing: there would be nothing to test.")
     engine = local_engine(open_for_command(settings))
+    controls = controls_after_loading(settings, engine)
     cancel = threading.Event()
     with stop_on_signals(cancel) as signals:
         if greedy:

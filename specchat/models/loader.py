@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Protocol
 
 import torch
+from transformers import PreTrainedTokenizerBase
 
-from specchat.errors import InvalidSettingError
+from specchat.errors import InvalidSettingError, TokenizerMismatchError
 from specchat.models.compat import check_tokenizers_compatible
 from specchat.models.cpu_quant import CpuPath
 from specchat.models.device import resolve_device
@@ -36,17 +38,51 @@ def load_pair(
     dtype: str = "auto",
     quant: str | None = None,
     progress: ProgressCallback | None = None,
+    draft_optional: bool = False,
 ) -> tuple[LoadedModel, LoadedModel | None]:
-    """Target (quantized if asked) then draft (never quantized: it is small), checked to share tokens."""
+    """Target (quantized if asked) then draft (never quantized: it is small), checked to share tokens.
+
+    ``draft_optional``: the draft is a default the user did not choose, so one that cannot draft
+    for this target is dropped with a notice instead of stopping the start."""
     check_quant(quant)
     target_lm = load_model(target, device=device, dtype=dtype, quant=quant, progress=progress)
     if draft is None:
         return target_lm, None
     draft_lm = load_model(draft, device=device, dtype=dtype, quant=None, progress=progress)
-    check_tokenizers_compatible(
-        target_lm.tokenizer, draft_lm.tokenizer, target_name=target_lm.name, draft_name=draft_lm.name
-    )
+    if not _draft_fits(target_lm, draft_lm, draft_optional, progress):
+        return target_lm, None
     return target_lm, draft_lm
+
+
+class _Named(Protocol):
+    """A loaded model as the tokenizer check sees it (a LoadedModel or a packed NativeModel)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def tokenizer(self) -> PreTrainedTokenizerBase: ...
+
+
+def _draft_fits(target: _Named, draft: _Named, optional: bool, progress: ProgressCallback | None) -> bool:
+    """Whether ``draft`` shares ``target``'s tokens; a mismatch raises unless the draft is optional."""
+    if draft.tokenizer is target.tokenizer:
+        return True
+    try:
+        check_tokenizers_compatible(
+            target.tokenizer, draft.tokenizer, target_name=target.name, draft_name=draft.name
+        )
+    except TokenizerMismatchError as error:
+        if not optional:
+            raise
+        reason = str(error).split("; ")[0]
+        notice(
+            progress,
+            draft.name,
+            f"the default draft {reason}; drafting without a draft model (pass --draft with a small "
+            f"model of {target.name}'s family to use one)",
+        )
+        return False
+    return True
 
 
 def load_for_decoding(
@@ -58,8 +94,9 @@ def load_for_decoding(
     quant: str | None = None,
     cpu_path: str = "none",
     progress: ProgressCallback | None = None,
+    draft_optional: bool = False,
 ) -> DecodingPair:
-    """:func:`load_pair`, then the CPU kernels ``cpu_path`` names (chat and generate use this).
+    """:func:`load_pair` (``draft_optional`` as there), then the CPU kernels ``cpu_path`` names.
 
     ``auto`` picks the bench's fastest exact path on a CPU and leaves GPU and bitsandbytes models
     alone. Verification stays exact on every path: the target's rows are computed as a one-token
@@ -69,9 +106,12 @@ def load_for_decoding(
 
     chosen = choose_cpu_path(cpu_path, device, quant, progress)  # a typo fails before any loading
     if chosen is not None and chosen.native:
-        return _load_native_pair(target, draft, chosen, progress)
+        return _load_native_pair(target, draft, chosen, progress, draft_optional)
     cpu_path = str(chosen) if chosen is not None else cpu_path
-    target_lm, draft_lm = load_pair(target, draft, device=device, dtype=dtype, quant=quant, progress=progress)
+    target_lm, draft_lm = load_pair(
+        target, draft, device=device, dtype=dtype, quant=quant, progress=progress,
+        draft_optional=draft_optional,
+    )  # fmt: skip
     started = time.monotonic()
     label = "CPU kernels"
     # Say nothing where nothing happens: GPUs, bitsandbytes models, or the stock layers asked for.
@@ -153,7 +193,7 @@ def kernels_unavailable_line(cpu_path: str, err: Exception) -> str:
 
 
 def _load_native_pair(
-    target: str, draft: str | None, path: CpuPath, progress: ProgressCallback | None
+    target: str, draft: str | None, path: CpuPath, progress: ProgressCallback | None, draft_optional: bool
 ) -> DecodingPair:
     """Both models on specchat's kernels, packed once into the cache and memory-mapped from there."""
     from specchat.models.packed import PackRecipe, load_native
@@ -166,13 +206,8 @@ def _load_native_pair(
         # asks for more (text in a language whose tokens lie past them).
         draft_loaded = load_native(draft, PackRecipe(path.draft), progress, share_tokenizer=loaded)
         draft_loaded.model.narrow_head = path.draft_head
-        if draft_loaded.tokenizer is not loaded.tokenizer:
-            check_tokenizers_compatible(
-                loaded.tokenizer,
-                draft_loaded.tokenizer,
-                target_name=loaded.name,
-                draft_name=draft_loaded.name,
-            )
+        if not _draft_fits(loaded, draft_loaded, draft_optional, progress):
+            draft_loaded = None
     seconds = time.monotonic() - started
     emit(progress, LoadProgress("CPU kernels", "ready", 1, 1, f"CPU kernels: {path} ({seconds:.1f} s)"))
     return DecodingPair(

@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING
 from specchat import logs
 from specchat.backend import FIGURE_LABELS, Backend, Capabilities
 from specchat.engine.events import Event
-from specchat.engine.registry import drafters
 from specchat.errors import SpecchatError
 
 if TYPE_CHECKING:
@@ -111,33 +110,6 @@ def load_engine(settings: Settings, progress: Callable[[LoadProgress], None]) ->
 
     opened = open_backend(settings, progress, every_drafter=True)
     return LoadedEngine(opened.backend, opened.target_name, opened.draft_name, opened.label, opened.notes)
-
-
-def fallback_drafter(available: Sequence[str]) -> str:
-    """The drafter to use when the asked one is not loaded: the registry's first available one
-    that drafts without a draft model, else its entry that drafts nothing."""
-    entries = drafters()
-    for spec in entries:
-        if spec.drafts and not spec.needs_draft_model and spec.name in available:
-            return spec.name
-    return next(spec.name for spec in entries if not spec.drafts)
-
-
-def make_controls(settings: Settings, available: Sequence[str]) -> tuple[Controls, str | None]:
-    """Controls from the settings; the drafter falls back when the asked one is not loaded.
-
-    Returns the controls and a note for the user when a fallback happened.
-    """
-    from specchat.opening import controls_from
-
-    drafter = settings.drafter
-    note = None
-    if not available:
-        pass  # a server: it chose its drafter when it started
-    elif drafter not in available:
-        drafter = fallback_drafter(available)
-        note = f"drafter {settings.drafter!r} is not available (no draft model loaded): using {drafter}."
-    return controls_from(settings, drafter), note
 
 
 class StepGate:

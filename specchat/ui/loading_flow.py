@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-from specchat.ui import bridge
+from specchat.opening import controls_for
 from specchat.ui.model_loading import load_models
 from specchat.ui.screens.loading import LoadingScreen
 
@@ -95,7 +95,7 @@ class LoadingFlow:
         host, app = self.host, self.app
         host.target_name, host.draft_name = loaded.target_name, loaded.draft_name
         host.conversation.target, host.conversation.draft = loaded.target_name, loaded.draft_name
-        chosen, note = bridge.make_controls(self.settings, loaded.engine.available_drafters)
+        chosen, note = controls_for(self.settings, loaded.engine.available_drafters)
         self.lease.use(loaded.engine, chosen, loaded.target_name, loaded.draft_name)
         if note:
             app.notify(note, severity="warning")

@@ -100,5 +100,31 @@ def test_the_bench_takes_the_shared_model_options() -> None:
     ("available", "expected"), [(["ngram", "none"], "ngram"), (["none"], "none"), (["model"], "none")]
 )
 def test_the_drafter_fallback_comes_from_the_registry(available: list[str], expected: str) -> None:
-    controls, note = bridge.make_controls(Settings(drafter="hybrid"), available)
+    controls, note = opening.controls_for(Settings(drafter="hybrid"), available)
     assert controls.drafter == expected and note is not None and expected in note
+
+
+def test_only_a_draft_the_user_named_counts_as_chosen(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    from specchat.config import load_settings
+
+    config = tmp_path / "config.toml"
+    config.write_text('target = "mine.gguf"\n')
+    assert opening.draft_is_default(load_settings({}, config))
+    assert not opening.draft_is_default(load_settings({"draft": "small.gguf"}, config))
+    monkeypatch.setenv("SPECCHAT_DRAFT", "small.gguf")
+    assert not opening.draft_is_default(load_settings({}, config))
+
+
+def test_a_command_falls_back_to_a_drafter_that_needs_no_draft_and_says_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from specchat.cli.load_progress import controls_after_loading
+
+    class Loaded:
+        available_drafters = ("ngram", "none")
+
+    controls = controls_after_loading(Settings(drafter="hybrid"), Loaded())  # type: ignore[arg-type]
+    assert controls.drafter == "ngram"
+    assert capsys.readouterr().err.strip() == (
+        "specchat: drafter 'hybrid' is not available (no draft model loaded): using ngram."
+    )

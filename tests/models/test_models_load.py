@@ -56,6 +56,32 @@ def test_load_pair_rejects_a_draft_with_another_vocabulary(
     assert "other-draft cannot draft for tiny-target" in message and "--drafter ngram" in message
 
 
+@pytest.mark.parametrize("cpu_path", ["none", "auto"])
+def test_a_default_draft_of_another_vocabulary_is_dropped_with_one_notice(
+    tiny_folders: tuple[Path, Path], tmp_path: Path, cpu_path: str
+) -> None:
+    """The default draft was not the user's choice: a target of another family still starts,
+    without a draft model, and says why (a draft the user named is refused, above)."""
+    from specchat.kernels import cpu_supports
+
+    if cpu_path == "auto" and cpu_supports() is not None:
+        pytest.skip(f"no kernels here: {cpu_supports()}")
+    tokenizer = make_tokenizer(CHARS + "@#$")
+    folder = tmp_path / "other-draft"
+    make_model(len(tokenizer), seed=3).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    events: list[LoadProgress] = []
+    pair = load_for_decoding(
+        str(tiny_folders[0]), str(folder), device="cpu", cpu_path=cpu_path, progress=events.append,
+        draft_optional=True,
+    )  # fmt: skip
+    assert pair.draft is None and pair.draft_name is None and pair.target_name == "tiny-target"
+    notices = [e.message for e in events if e.stage == "notice"]
+    assert len(notices) == 1
+    assert notices[0].startswith("the default draft other-draft cannot draft for tiny-target: ")
+    assert "drafting without a draft model" in notices[0] and "--draft" in notices[0]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "expected"),
     [
