@@ -34,6 +34,7 @@ import torch
 import specchat.kernels.native as native
 from specchat.kernels import FLAGS
 from specchat.kernels.native import PackedModel
+from specchat.kernels.qlinear import KIND_CODES
 
 WIDTHS = (1, 4)
 PREFILL = 100
@@ -112,9 +113,10 @@ def qmat_with(module: ModuleType) -> Any:
             padded = torch.zeros(tensors["q"].shape[0] * 16, dtype=torch.float32)
             padded[:rows] = bias.float()
         extra = [tensors["qh"]] if "qh" in tensors else []
+        none = torch.empty(0, dtype=torch.uint8)
         return module.QMat(
-            {"q4": 4, "q5": 5, "q6": 6, "q8": 8}[kind], tensors["q"], tensors["sc"], tensors.get("mn"),
-            tensors["d"], tensors.get("dm"), super_block, offset, rows, padded, *extra,
+            KIND_CODES[kind], tensors["q"], tensors.get("sc", none), tensors.get("mn"),
+            tensors.get("d", none), tensors.get("dm"), super_block, offset, rows, padded, *extra,
         )  # fmt: skip
 
     return make

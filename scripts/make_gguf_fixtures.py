@@ -33,6 +33,8 @@ SEED = 25
 
 FAST_TYPES = ("Q4_K", "Q6_K", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_K", "Q5_1")
 OTHER_TYPES = ("Q8_0", "Q4_K")
+FLOAT_TYPES = {"llama": ("F16", "BF16")}
+"""The float types, for one family: at 2 bytes a weight each file is about 1.5 MB."""
 
 COMMON: dict[str, Any] = {
     "hidden_size": 256,
@@ -200,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
             # A subprocess: the converter's own gguf-py, and its patch, stay out of this process.
             run([sys.executable, __file__, "--llama-cpp", str(llama_cpp), "--convert", str(folder), str(f32)],
                 llama_cpp)  # fmt: skip
-            for qtype in FAST_TYPES if arch in FAST_FAMILIES else OTHER_TYPES:
+            types = FAST_TYPES if arch in FAST_FAMILIES else OTHER_TYPES
+            for qtype in (*types, *FLOAT_TYPES.get(arch, ())):
                 name = f"{arch}-{qtype}.gguf"
                 run(
                     [str(llama_cpp / "llama-quantize"), "--pure", str(f32), str(args.out / name), qtype],

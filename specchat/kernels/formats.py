@@ -10,6 +10,8 @@ Four formats, named after the number of bits a weight takes in the kernel:
   super-block factor: w = d·sc·(q − offset). Floats quantized here use offset 128.
 - ``q6``: llama.cpp's Q6_K, the q8 arithmetic with offset 32 on values 0…63 stored in 6 bits
   (q8 would spend 8 bits on each, a quarter more bytes for a decoding step to stream).
+- ``f16`` and ``f32``: float weights as they are (llama.cpp's F16; F32, and BF16 widened to F32
+  exactly). These multiply the float input, not its int8 quantization.
 
 llama.cpp's 32-weight block types fit these exactly too, with super-blocks of one block: Q8_0 is
 q8 with unit group scales, Q4_0 and Q4_1 are q4 with unit scales and the block's min as the min
@@ -25,6 +27,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+FLOAT_KINDS = {"f16": np.float16, "f32": np.float32}
+"""The float kinds and the dtype each keeps its weights in."""
+
 QK_K = 256
 """Inputs per super-block in llama.cpp's K-quants."""
 CHANNELS = 16
@@ -36,9 +41,9 @@ class Unpacked:
     """A quantized [N, K] matrix, one array element per weight or per group."""
 
     kind: str
-    """"q4", "q5", "q6" or "q8"."""
+    """"q4", "q5", "q6", "q8", "f16" or "f32"."""
     q: np.ndarray
-    """[N, K] uint8 values."""
+    """[N, K] uint8 values (the float kinds: the float16 or float32 weights)."""
     sc: np.ndarray
     """[N, K/G] group scales: uint8 (q4, q5) or int8 (q6, q8)."""
     d: np.ndarray
@@ -56,6 +61,10 @@ class Unpacked:
     def has_mins(self) -> bool:
         """q4 and q5: w = d·sc·q − dmin·mn over groups of 32 (the others: w = d·sc·(q − offset))."""
         return self.kind in ("q4", "q5")
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind in FLOAT_KINDS
 
     @property
     def group(self) -> int:
@@ -78,6 +87,8 @@ class Unpacked:
 
     def dequantize(self) -> np.ndarray:
         """The float32 weights the kernel computes with (the reference for tests)."""
+        if self.is_float:
+            return self.q.astype(np.float32)
         n, k = self.shape
         per_super = self.super_block // self.group
         d = np.repeat(self.d.astype(np.float32), per_super, axis=1)
@@ -179,6 +190,30 @@ def unpack_q5_0(raw: np.ndarray, n: int, k: int) -> Unpacked:
     high = np.unpackbits(blocks[:, 2:6], axis=-1, bitorder="little")  # [blocks, 32]: bit j of qh
     q = (_low_then_high_nibbles(blocks[:, 6:]) | (high << 4)).reshape(n, k)
     return Unpacked("q6", q, np.ones((n, k // 16), dtype=np.int8), d, 32, offset=16)
+
+
+def unpack_f16(raw: np.ndarray, n: int, k: int) -> Unpacked:
+    """An F16 tensor as the f16 kind: the same halves."""
+    return _float_matrix("f16", np.asarray(raw, dtype=np.float16).reshape(n, k))
+
+
+def unpack_f32(raw: np.ndarray, n: int, k: int) -> Unpacked:
+    """An F32 tensor as the f32 kind."""
+    return _float_matrix("f32", np.asarray(raw, dtype=np.float32).reshape(n, k))
+
+
+def unpack_bf16(raw: np.ndarray, n: int, k: int) -> Unpacked:
+    """A BF16 tensor as the f32 kind: a bfloat16 is a float32's top half, so widening is exact."""
+    halves = np.ascontiguousarray(raw).view(np.uint16).reshape(n, k)
+    return _float_matrix("f32", (halves.astype(np.uint32) << 16).view(np.float32))
+
+
+def _float_matrix(kind: str, weights: np.ndarray) -> Unpacked:
+    n, k = weights.shape
+    if k % 16:
+        raise ValueError(f"float weights need a multiple of 16 inputs, not {k}")
+    empty = np.zeros((n, 0), dtype=np.int8)
+    return Unpacked(kind, np.ascontiguousarray(weights), empty, np.zeros((n, 0), dtype=np.float16), k)
 
 
 def _low_then_high_nibbles(qs: np.ndarray) -> np.ndarray:
@@ -286,6 +321,8 @@ def _six_bit_planes(q: np.ndarray, blocks: int, k: int) -> tuple[np.ndarray, np.
 def packed_bytes(kind: str, n: int, k: int, super_block: int) -> int:
     """Bytes :func:`pack` lays out for an [n, k] matrix of ``kind`` (sizes a cache before packing)."""
     channels = -(-n // CHANNELS) * CHANNELS
+    if kind in FLOAT_KINDS:
+        return channels * k * np.dtype(FLOAT_KINDS[kind]).itemsize
     bits = {"q4": 4, "q5": 5, "q6": 6, "q8": 8}[kind]
     mins = kind in ("q4", "q5")
     group = 32 if mins else 16
@@ -298,6 +335,10 @@ def pack(matrix: Unpacked) -> dict[str, np.ndarray]:
     """The arrays qgemm.cpp reads (see its header), output channels padded to a multiple of 16."""
     n, k = matrix.shape
     blocks = -(-n // CHANNELS)
+    if matrix.is_float:  # [N/16, 16, K]: a channel's weights in a row
+        weights = np.zeros((blocks * CHANNELS, k), dtype=FLOAT_KINDS[matrix.kind])
+        weights[:n] = matrix.q
+        return {"q": weights.reshape(blocks, CHANNELS, k)}
 
     def by_channel_block(a: np.ndarray) -> np.ndarray:
         padded = np.zeros((blocks * CHANNELS, *a.shape[1:]), dtype=a.dtype)

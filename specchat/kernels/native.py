@@ -27,6 +27,9 @@ from specchat.kernels.formats import (
     pack,
     quantize_q4,
     quantize_q8,
+    unpack_bf16,
+    unpack_f16,
+    unpack_f32,
     unpack_q4_0,
     unpack_q4_1,
     unpack_q4_k,
@@ -384,6 +387,9 @@ KEPT_TYPES: dict[str, dict[str, Callable[[np.ndarray, int, int], Unpacked]]] = {
         "Q5_0": unpack_q5_0,
         "Q5_K": unpack_q5_k,
         "Q5_1": unpack_q5_1,
+        "F16": unpack_f16,
+        "BF16": unpack_bf16,
+        "F32": unpack_f32,
     },
     "q4": {"Q4_K": unpack_q4_k, "Q4_0": unpack_q4_0, "Q4_1": unpack_q4_1},
     "q8": {},
@@ -391,7 +397,7 @@ KEPT_TYPES: dict[str, dict[str, Callable[[np.ndarray, int, int], Unpacked]]] = {
 """Per packing mode, the GGUF block types whose weights the kernels read unchanged, and how each is
 unpacked: "gguf" keeps every type a kernel format holds exactly; "q4" (drafts) keeps only the
 4-bit ones, since a draft's bytes per step set its speed; "q8" keeps none. Any other type
-(Q2_K, Q3_K, F16, BF16, F32…) is dequantized and requantized to the mode's format."""
+(Q2_K, Q3_K, the IQ types…) is dequantized and requantized to the mode's format."""
 
 
 def _gguf_rotary_frequencies(

@@ -31,10 +31,8 @@
 //       with a_j = inputs 4*j + t and b_j = inputs 16 + 4*j + t of channel c:
 //       q   [N/16][K/32][4][64] u8   byte 64*j + 4*c + t: a_j in bits 0-5, b_j's top two in bits 6-7
 //       qh  [N/16][K/32][2][64] u8   byte 64*h + 4*c + t: b_2h's low four bits, b_2h+1's above them
-#include <torch/extension.h>
-#include <ATen/Parallel.h>
-
-
+//   f16, f32: q [N/16][16][K] fp16 / fp32, the weights themselves (llama.cpp's F16; F32 and BF16,
+//       which widens to F32 exactly); these read the float input, not its int8 quantization
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
@@ -58,7 +56,7 @@ const uint16_t* halves(const torch::Tensor& t) { return reinterpret_cast<const u
 // One quantized weight matrix [N, K] (N padded to a multiple of 16 in the tensors), holding the
 // tensors its core view points into.
 struct QMat {
-  int64_t kind;  // 4, 5, 6 or 8
+  int64_t kind;  // 4, 5, 6 or 8; 16 or 32 (float weights)
   torch::Tensor q, sc, mn, d, dm, qh;
   int64_t S, offset, N, K;
   torch::Tensor bias;  // [N16] or undefined
@@ -68,7 +66,12 @@ struct QMat {
        c10::optional<torch::Tensor> dm, int64_t S, int64_t offset, int64_t N, c10::optional<torch::Tensor> bias,
        c10::optional<torch::Tensor> qh)
       : kind(kind), q(q.contiguous()), sc(sc.contiguous()), d(d.contiguous()), S(S), offset(offset), N(N) {
-    TORCH_CHECK(kind == 4 || kind == 5 || kind == 6 || kind == 8, "kind must be 4, 5, 6 or 8");
+    if (bias.has_value()) this->bias = bias->to(torch::kFloat32).contiguous();
+    if (kind == 16 || kind == 32) {
+      init_float();
+      return;
+    }
+    TORCH_CHECK(kind == 4 || kind == 5 || kind == 6 || kind == 8, "kind must be 4, 5, 6, 8, 16 or 32");
     K = this->q.size(1) * (kind == 8 ? 16 : 32);
     TORCH_CHECK(K % S == 0 && S % (kind == 8 ? 16 : 32) == 0, "bad super-block size");
     const bool nibbles = kind == 4 || kind == 5;  // q5 is q4 with a fifth bit
@@ -81,7 +84,6 @@ struct QMat {
       this->mn = mn->contiguous();
       this->dm = dm->contiguous();
     }
-    if (bias.has_value()) this->bias = bias->to(torch::kFloat32).contiguous();
     view = Matrix{static_cast<int>(kind),
                   this->q.data_ptr<uint8_t>(),
                   nibbles ? this->sc.data_ptr<uint8_t>() : reinterpret_cast<const uint8_t*>(this->sc.data_ptr<int8_t>()),
@@ -91,6 +93,18 @@ struct QMat {
                   kind == 5 || kind == 6 ? this->qh.data_ptr<uint8_t>() : nullptr,
                   S, offset, N, K, this->q.size(0),
                   this->bias.defined() ? this->bias.data_ptr<float>() : nullptr};
+  }
+
+  // Float weights [N/16][16][K]: no scales, and the group's input is read unquantized.
+  void init_float() {
+    TORCH_CHECK(q.dim() == 3 && q.size(1) == 16, "float weights must be [N/16, 16, K]");
+    TORCH_CHECK(q.scalar_type() == (kind == 16 ? torch::kHalf : torch::kFloat32), "float weights of the wrong dtype");
+    K = q.size(2);
+    TORCH_CHECK(K % 16 == 0, "float weights need K a multiple of 16");
+    S = K;
+    view = Matrix{static_cast<int>(kind), static_cast<const uint8_t*>(q.data_ptr()), nullptr, nullptr, nullptr,
+                  nullptr, nullptr, S, 0, N, K, q.size(0),
+                  bias.defined() ? bias.data_ptr<float>() : nullptr};
   }
 };
 

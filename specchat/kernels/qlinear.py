@@ -20,6 +20,10 @@ def qmat(
     return qmat_from_tensors(matrix.kind, tensors, matrix.super_block, matrix.offset, matrix.shape[0], bias)
 
 
+KIND_CODES = {"q4": 4, "q5": 5, "q6": 6, "q8": 8, "f16": 16, "f32": 32}
+"""Each packed format's code in qgemm.cpp's QMat (its bits per weight)."""
+
+
 def qmat_from_tensors(
     kind: str,
     tensors: dict[str, torch.Tensor],
@@ -32,12 +36,13 @@ def qmat_from_tensors(
     if bias is not None:
         padded_bias = torch.zeros(tensors["q"].shape[0] * 16, dtype=torch.float32)
         padded_bias[:rows] = bias.float()
+    none = torch.empty(0, dtype=torch.uint8)  # the float kinds have no scales
     return load().QMat(
-        {"q4": 4, "q5": 5, "q6": 6, "q8": 8}[kind],
+        KIND_CODES[kind],
         tensors["q"],
-        tensors["sc"],
+        tensors.get("sc", none),
         tensors.get("mn"),
-        tensors["d"],
+        tensors.get("d", none),
         tensors.get("dm"),
         super_block,
         offset,

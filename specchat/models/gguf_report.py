@@ -33,9 +33,11 @@ GROUPS = {
 KERNEL_FORMAT = {
     "Q4_K": "q4", "Q5_K": "q5", "Q6_K": "q6", "Q8_0": "q8",
     "Q4_0": "q4", "Q4_1": "q4", "Q5_0": "q6", "Q5_1": "q5",
+    "F16": "f16", "BF16": "f32", "F32": "f32",
 }  # fmt: skip
 """GGUF types the target keeps at their own bits, and the kernel format each becomes (the
-packing rules are specchat.kernels.native.KEPT_TYPES; every other type becomes q8)."""
+packing rules are specchat.kernels.native.KEPT_TYPES; every other type becomes q8;
+tests/models/test_gguf_fixtures.py holds the two to agree)."""
 
 SUPER_BLOCK = {"Q4_K": 256, "Q5_K": 256, "Q6_K": 256}
 """Inputs per super-block of a kept type (the 32-weight types: 32); requantized ones: up to 256."""

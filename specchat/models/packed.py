@@ -28,7 +28,7 @@ from specchat.models.manifest import quick_problem, record_files
 from specchat.models.records import LoadProgress, ProgressCallback, Waiter, emit, notice
 
 WEIGHTS = "weights.safetensors"
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 """Bumped whenever the packed layout or the GGUF types kept at their own bits change, so older
 folders are packed anew."""
 

@@ -37,7 +37,7 @@ def test_neon_under_qemu_gives_the_scalar_bits() -> None:
     assert done.returncode == 0, output
     assert not lines(output, "FAIL"), output
     neon = [line for line in lines(output, "PASS") if line.startswith("PASS aarch64 neon:")]
-    assert len(neon) == 8, output  # rows of four kinds, the layer's rows, then operations, matrices, layer
+    assert len(neon) == 10, output  # rows of six kinds, the layer's rows, then operations, matrices, layer
 
 
 def build(variant: Variant, folder: Path) -> Path:
@@ -88,7 +88,7 @@ def test_the_driver_passes_on_each_variant_this_cpu_runs(
         check=False,
     )
     assert done.returncode == 0 and not lines(done.stdout, "FAIL"), done.stdout + done.stderr
-    assert len(lines(done.stdout, "PASS")) == 8, done.stdout
+    assert len(lines(done.stdout, "PASS")) == 10, done.stdout
 
 
 def test_apple_clang_gets_no_openmp() -> None:

@@ -12,6 +12,9 @@ from specchat.kernels.formats import (
     quantize_q4,
     quantize_q8,
     super_block_for,
+    unpack_bf16,
+    unpack_f16,
+    unpack_f32,
     unpack_q4_0,
     unpack_q4_1,
     unpack_q4_k,
@@ -172,6 +175,25 @@ def test_packed_size_is_known_before_packing(
         quantize_q4(np.ones((n, 512))),  # type: ignore[operator]
         unpack_q5_k(random_blocks(gguf.GGMLQuantizationType.Q5_K, n, 512), n, 512),
         quantize_q8(np.ones((n, 384))),
+        unpack_f16(np.ones((n, 384), dtype=np.float16), n, 384),
+        unpack_bf16(np.ones((n, 384), dtype=np.uint16), n, 384),
     ):
         expected = sum(a.nbytes for a in pack(matrix).values())
         assert packed_bytes(matrix.kind, n, matrix.shape[1], matrix.super_block) == expected
+
+
+@pytest.mark.parametrize("qtype", ["F16", "BF16", "F32"])
+def test_float_tensors_keep_every_weight_in_a_row_per_channel(qtype: str) -> None:
+    """F16 stays half precision; BF16 widens to float32 exactly (gguf-py's dequantizer gives the
+    same floats); the packed array is [N/16, 16, K], padded channels zero."""
+    n, k = 50, 96
+    weights = np.random.default_rng(3).standard_normal((n, k)).astype(np.float32)
+    raw = gguf.quants.quantize(weights, gguf.GGMLQuantizationType[qtype])
+    matrix = {"F16": unpack_f16, "BF16": unpack_bf16, "F32": unpack_f32}[qtype](raw, n, k)
+    assert matrix.kind == ("f16" if qtype == "F16" else "f32")
+    reference = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[qtype]).reshape(n, k)
+    assert np.array_equal(matrix.dequantize(), reference)
+    packed = pack(matrix)["q"]
+    assert packed.shape == (4, 16, k) and packed.dtype == (np.float16 if qtype == "F16" else np.float32)
+    assert np.array_equal(packed.reshape(64, k)[:n].astype(np.float32), reference)
+    assert not packed.reshape(64, k)[n:].any()

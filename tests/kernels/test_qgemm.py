@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from specchat.kernels.formats import Unpacked, quantize_q4, quantize_q8, unpack_q5_k
+from specchat.kernels.formats import (
+    Unpacked,
+    quantize_q4,
+    quantize_q8,
+    unpack_bf16,
+    unpack_f16,
+    unpack_f32,
+    unpack_q5_k,
+)
 from specchat.kernels.qlinear import QLinear
 from tests.kernels.test_formats import SMALL_BLOCK_TYPES, random_blocks, small_blocks
 
@@ -113,3 +121,25 @@ def test_q5_k_computes_its_own_weights_row_by_row(isa: str) -> None:
         assert torch.equal(layer(x[:width]), alone[:width]), width
     expected = reference(x, matrix.dequantize(), 256)
     assert torch.allclose(layer(x).double(), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("qtype", ["F16", "BF16", "F32"])
+def test_float_weights_compute_the_float_product_row_by_row(isa: str, qtype: str) -> None:
+    """F16, BF16 and F32 matrices keep the file's weights and multiply the float input (no int8
+    activations): the result is the float product up to summation order, each row a one-row pass."""
+    torch.manual_seed(7)
+    n, k = 100, 512
+    weights = torch.randn(n, k).numpy()
+    raw = gguf.quants.quantize(weights, gguf.GGMLQuantizationType[qtype])
+    matrix = {"F16": unpack_f16, "BF16": unpack_bf16, "F32": unpack_f32}[qtype](raw, n, k)
+    assert np.array_equal(
+        matrix.dequantize(), gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[qtype]).reshape(n, k)
+    )
+    bias = torch.randn(n)
+    layer = QLinear(matrix, bias)
+    x = torch.randn(9, k) * torch.logspace(-2, 2, 9)[:, None]
+    alone = torch.cat([layer(x[i : i + 1]) for i in range(9)])
+    for width in range(2, 10):
+        assert torch.equal(layer(x[:width]), alone[:width]), width
+    expected = x.double() @ torch.from_numpy(matrix.dequantize()).double().T + bias.double()
+    assert torch.allclose(layer(x).double(), expected, rtol=1e-5, atol=1e-4)

@@ -6,18 +6,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import gguf
 import numpy as np
 import pytest
 import torch
 
-from specchat.kernels.formats import Unpacked, quantize_q4, quantize_q8
+from specchat.kernels.formats import Unpacked, quantize_q4, quantize_q8, unpack_f16, unpack_f32, unpack_q5_k
 from specchat.kernels.native import NativeCausalLM, from_hf
 from specchat.kernels.qlinear import QLinear
 from specchat.testing import make_model, make_tokenizer
 from tests.kernels.conftest import use_variant
+from tests.kernels.test_formats import random_blocks
 from tests.kernels.test_qgemm import six_bit_values
 
-KINDS = ("q4", "q6", "q8", "q8-extreme")
+KINDS = ("q4", "q5", "q6", "q8", "q8-extreme", "f16", "f32")
 WIDTHS = range(1, 9)
 """Every row tile of every variant (the widest tile is 8 rows)."""
 
@@ -39,6 +41,9 @@ def matrix(kind: str) -> Unpacked:
         "q8": lambda: quantize_q8(weights),
         "q6": lambda: six_bit_values(100, 512, "q6"),
         "q8-extreme": lambda: extreme_q8(100, 512),
+        "q5": lambda: unpack_q5_k(random_blocks(gguf.GGMLQuantizationType.Q5_K, 100, 512, seed=4), 100, 512),
+        "f16": lambda: unpack_f16(weights.astype(np.float16), 100, 512),
+        "f32": lambda: unpack_f32(weights, 100, 512),
     }
     return makers[kind]()
 

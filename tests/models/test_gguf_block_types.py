@@ -1,9 +1,10 @@
-"""GGUF files of the 32-weight block types run on the kernels at their own bits.
+"""GGUF files of the 32-weight block types and the float types run on the kernels at their own bits.
 
-Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 are held exactly by a kernel format (see specchat.kernels.native's
-KEPT_TYPES), so the packed target computes with the very weights llama.cpp reads from the file:
-its logits are those of the float model on the dequantized weights (within the error of int8
-activations), every row of a pass is a one-row pass, and greedy speculation equals plain decoding.
+Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, F16, BF16 and F32 are held exactly by a kernel format (see
+specchat.kernels.native's KEPT_TYPES), so the packed target computes with the very weights
+llama.cpp reads from the file: its logits are those of the float model on the dequantized weights
+(within the error of int8 activations; none for the float types), every row of a pass is a
+one-row pass, and greedy speculation equals plain decoding.
 """
 
 from __future__ import annotations
@@ -31,8 +32,11 @@ KEPT = {
     GGMLQuantizationType.Q4_1: ("q4", 32),
     GGMLQuantizationType.Q5_0: ("q6", 32),
     GGMLQuantizationType.Q5_1: ("q5", 32),
+    GGMLQuantizationType.F16: ("f16", None),
+    GGMLQuantizationType.BF16: ("f32", None),
+    GGMLQuantizationType.F32: ("f32", None),
 }
-"""Each kept type, with the kernel format and super-block it is held in."""
+"""Each kept type, with the kernel format and super-block it is held in (None: the whole row)."""
 
 IDS = torch.tensor([[1, 5, 9, 12, 7, 30, 22, 4] * 5])
 
@@ -68,7 +72,8 @@ def test_block_types_stay_at_their_own_bits_and_give_the_float_logits(
     native, packed = packed_target(pair, qtype, tmp_path)
     kind, super_block = KEPT[qtype]
     for name, meta in packed.matrices.items():  # type: ignore[attr-defined]
-        assert (meta.kind, meta.super_block) == (kind, super_block), name
+        width = packed.tensors[f"{name}.q"].shape[-1] if super_block is None else super_block  # type: ignore[attr-defined]
+        assert (meta.kind, meta.super_block) == (kind, width), name
     with torch.inference_mode():
         expected = dequantized_copy(pair.target, qtype)(input_ids=IDS).logits[0]
     got = native(IDS, None, logits_to_keep=IDS.shape[1]).logits[0]
@@ -105,12 +110,12 @@ def test_greedy_speculation_on_the_file_equals_plain_decoding(
 
 
 def test_a_type_no_kernel_format_holds_is_requantized(pair: TinyPair, tmp_path: Path) -> None:
-    """F16 has no kernel format of its own (a 16-bit matrix would read twice q8's bytes per step):
-    it becomes q8, close to the file's weights."""
-    native, packed = packed_target(pair, GGMLQuantizationType.F16, tmp_path)
+    """MXFP4 (4-bit floats with a shared power-of-two scale) has no kernel format: it becomes q8,
+    close to the file's weights."""
+    native, packed = packed_target(pair, GGMLQuantizationType.MXFP4, tmp_path)
     assert {meta.kind for meta in packed.matrices.values()} == {"q8"}  # type: ignore[attr-defined]
     with torch.inference_mode():
-        expected = dequantized_copy(pair.target, GGMLQuantizationType.F16)(input_ids=IDS).logits[0]
+        expected = dequantized_copy(pair.target, GGMLQuantizationType.MXFP4)(input_ids=IDS).logits[0]
     got = native(IDS, None, logits_to_keep=IDS.shape[1]).logits[0]
     assert float((got - expected).norm() / expected.norm()) < 0.05
     assert np.isfinite(got.numpy()).all()

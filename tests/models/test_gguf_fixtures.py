@@ -141,6 +141,7 @@ PEER_FILES = (
     "llama-Q5_0.gguf",
     "qwen2-Q8_0.gguf",
     "mistral-Q5_K.gguf",
+    "llama-F16.gguf",
     "phi3-Q8_0.gguf",
     "qwen3-Q4_K.gguf",
     "gemma3-Q8_0.gguf",

@@ -14,7 +14,14 @@ from tests.models.conftest import write_tiny_gguf
 
 
 @pytest.mark.parametrize(
-    "qtype", [None, GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q5_1, GGMLQuantizationType.F16]
+    "qtype",
+    [
+        None,
+        GGMLQuantizationType.Q4_0,
+        GGMLQuantizationType.Q5_1,
+        GGMLQuantizationType.F16,
+        GGMLQuantizationType.MXFP4,
+    ],
 )
 def test_the_report_names_types_and_sizes_the_pack_before_packing(
     tiny_pair: TinyPair, tmp_path: Path, qtype: GGMLQuantizationType | None
@@ -30,7 +37,7 @@ def test_the_report_names_types_and_sizes_the_pack_before_packing(
     assert report.packed_size == pack_gguf(str(path)).nbytes
     text = "\n".join(report_lines(report))
     assert "fast path       yes" in text
-    if qtype in (GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q5_1):
+    if qtype != GGMLQuantizationType.MXFP4:
         assert f"own bits        {type_name}" in text
     else:
         assert f"requantized     {type_name} → q8" in text

@@ -47,9 +47,13 @@ def test_a_folder_is_packed_once_then_loaded_from_the_cache(tiny_folders: tuple[
 
 def test_a_gguf_is_packed_from_its_blocks(tiny_pair: TinyPair, tiny_gguf: Path) -> None:
     """A llama GGUF (q/k rows permuted by llama.cpp's converter) gives the float model's forward."""
-    model = load_native(str(tiny_gguf), PackRecipe("gguf")).model
+    as_q8 = load_native(str(tiny_gguf), PackRecipe("q8")).model
     reference = from_hf(tiny_pair.target, bits=8)  # F32 tensors in the GGUF: both quantize to q8
-    assert torch.equal(logits(model), logits(reference))
+    assert torch.equal(logits(as_q8), logits(reference))
+    kept = load_native(str(tiny_gguf), PackRecipe("gguf")).model  # the F32 weights as they are
+    with torch.inference_mode():
+        expected = tiny_pair.target(input_ids=IDS).logits[0]
+    assert torch.allclose(logits(kept), expected, atol=1e-4)
 
 
 def test_damaged_weights_are_packed_again_and_said_so(tiny_folders: tuple[Path, Path]) -> None:

@@ -258,6 +258,32 @@ void q6_block(const Q6Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
   });
 }
 
+// Float weights (llama.cpp's F16, and F32 or BF16 widened exactly to F32): rows [m0, m0 + R) of
+// channel block nb, each output a fixed-order float dot product of the row's float input with
+// the channel's weights, so a row never depends on the others. w is [N/16][16][K].
+template <bool HALF, int R>
+void float_block(const uint8_t* w, int64_t nb, int64_t K, const float* x, int64_t m0, float* y, int64_t ldy,
+                 const float* bias) {
+  for (int c = 0; c < 16; ++c) {
+    const int64_t channel = nb * 16 + c;
+    F16 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = f_zero();
+    for (int64_t k = 0; k < K; k += 16) {
+      const F16 weights = HALF ? f_half(reinterpret_cast<const uint16_t*>(w) + channel * K + k)
+                               : f_load(reinterpret_cast<const float*>(w) + channel * K + k);
+      for (int r = 0; r < R; ++r) acc[r] = f_fmadd(f_load(x + (m0 + r) * K + k), weights, acc[r]);
+    }
+    for (int r = 0; r < R; ++r) {
+      const float sum = f_sum(acc[r]);
+      y[(m0 + r) * ldy + channel] = bias ? sum + bias[channel] : sum;
+    }
+  }
+}
+template <int R, typename... Args>
+void f16_block(Args&&... args) { float_block<true, R>(std::forward<Args>(args)...); }
+template <int R, typename... Args>
+void f32_block(Args&&... args) { float_block<false, R>(std::forward<Args>(args)...); }
+
 template <typename Fn>
 void for_rows(int64_t M, Fn&& fn) {
   for (int64_t m0 = 0; m0 < M; m0 += ROW_TILE) fn(m0, std::min<int64_t>(ROW_TILE, M - m0));
@@ -305,10 +331,10 @@ inline void axpy(float w, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) f_store(y + i, f_fmadd(vw, f_load(x + i), f_load(y + i)));
 }
 // ---------------------------------------------------------------------------------- matrices
-// One quantized weight matrix [N, K]: pointers to its packed arrays (N padded to whole channel
-// blocks of 16); sc is unsigned for q4 and q5, signed for q6 and q8.
+// One weight matrix [N, K]: pointers to its packed arrays (N padded to whole channel blocks of
+// 16); sc is unsigned for q4 and q5, signed for q6 and q8; the float kinds have only q.
 struct Matrix {
-  int kind;  // 4, 5, 6 or 8
+  int kind;  // 4, 5, 6 or 8; 16 or 32: float weights (fp16, fp32) that read the float input
   const uint8_t* q;
   const uint8_t* sc;
   const uint8_t* mn;  // q4, q5
@@ -320,11 +346,18 @@ struct Matrix {
 
   const int8_t* signed_sc() const { return reinterpret_cast<const int8_t*>(sc); }
 
-  // Rows [0, M) of channel block nb into y (leading dimension ldy).
-  void run_block(int64_t nb, const QuantRows& x, int64_t M, float* y, int64_t ldy) const {
+  bool is_float() const { return kind == 16 || kind == 32; }
+
+  // Rows [0, M) of channel block nb into y (leading dimension ldy), from the quantized input x
+  // (or, for the float kinds, the float input xf [M, K]).
+  void run_block(int64_t nb, const QuantRows& x, const float* xf, int64_t M, float* y, int64_t ldy) const {
     const int block_size = static_cast<int>(S);
     for_rows(M, [&](int64_t m0, int64_t rows) {
-      if (kind == 4) {
+      if (kind == 16) {
+        SPECCHAT_ROWS(f16_block, rows, q, nb, K, xf, m0, y, ldy, bias)
+      } else if (kind == 32) {
+        SPECCHAT_ROWS(f32_block, rows, q, nb, K, xf, m0, y, ldy, bias)
+      } else if (kind == 4) {
         const Q4Weights w{q, sc, mn, d, dm, nullptr};
         SPECCHAT_ROWS(q4_block, rows, w, nb, K, block_size, x, m0, y, ldy, bias)
       } else if (kind == 5) {
@@ -354,10 +387,11 @@ inline std::vector<int64_t> group_blocks(const std::vector<const Matrix*>& mats,
 inline void run_group(const std::vector<const Matrix*>& mats, const float* x, int64_t M,
                       const std::vector<int64_t>& blocks, const std::vector<float*>& outs) {
   const int64_t K = mats[0]->K;
-  std::vector<QuantRows> inputs;  // one quantization per distinct super-block size
-  std::vector<int> input_of(mats.size());
-  std::vector<int64_t> sizes;
+  std::vector<QuantRows> inputs(1);  // one quantization per distinct super-block size (the first: none)
+  std::vector<int> input_of(mats.size(), 0);
+  std::vector<int64_t> sizes{0};
   for (size_t i = 0; i < mats.size(); ++i) {
+    if (mats[i]->is_float()) continue;  // reads x itself
     auto found = std::find(sizes.begin(), sizes.end(), mats[i]->S);
     if (found == sizes.end()) {
       sizes.push_back(mats[i]->S);
@@ -372,7 +406,7 @@ inline void run_group(const std::vector<const Matrix*>& mats, const float* x, in
   parallel_for(0, first_block.back(), 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const size_t i = std::upper_bound(first_block.begin(), first_block.end(), b) - first_block.begin() - 1;
-      mats[i]->run_block(b - first_block[i], inputs[input_of[i]], M, outs[i], blocks[i] * 16);
+      mats[i]->run_block(b - first_block[i], inputs[input_of[i]], x, M, outs[i], blocks[i] * 16);
     }
   });
 }
@@ -380,7 +414,13 @@ inline void run_group(const std::vector<const Matrix*>& mats, const float* x, in
 // One row of the matrix, dequantized (embedding lookups read the token's row).
 inline void dequantize_row(const Matrix& m, int64_t row, float* out) {
   const int64_t nb = row / 16, c = row % 16;
-  if (m.kind == 4 || m.kind == 5) {
+  if (m.kind == 16) {
+    const uint16_t* w = reinterpret_cast<const uint16_t*>(m.q) + row * m.K;
+    for (int64_t i = 0; i < m.K; ++i) out[i] = half_to_float(w[i]);
+  } else if (m.kind == 32) {
+    const float* w = reinterpret_cast<const float*>(m.q) + row * m.K;
+    std::copy(w, w + m.K, out);
+  } else if (m.kind == 4 || m.kind == 5) {
     const int64_t groups = m.K / 32, per_super = m.S / 32;
     const uint8_t* q = m.q + nb * groups * 256;
     const uint8_t* sc = m.sc + nb * groups * 16;

@@ -64,7 +64,31 @@ struct Packed {
   Matrix view;
 };
 
+// Float weights (kinds 16 and 32): [N/16][16][K] halves or floats, random.
+Packed random_float_matrix(int kind, int64_t N, int64_t K, Rng& rng, bool bias) {
+  const int64_t blocks = (N + 15) / 16, count = blocks * 16 * K;
+  Packed p;
+  p.q.resize(count * (kind == 16 ? 2 : 4));
+  for (int64_t i = 0; i < count; ++i) {
+    if (kind == 16) {
+      const uint16_t h = static_cast<uint16_t>(rng.half(12, 16) | (rng.below(2) << 15));
+      std::memcpy(p.q.data() + 2 * i, &h, 2);
+    } else {
+      const float f = rng.uniform(-1.f, 1.f);
+      std::memcpy(p.q.data() + 4 * i, &f, 4);
+    }
+  }
+  if (bias) {
+    p.bias.resize(blocks * 16);
+    for (auto& b : p.bias) b = rng.uniform(-1.f, 1.f);
+  }
+  p.view = Matrix{kind, p.q.data(), nullptr, nullptr, nullptr, nullptr, nullptr, K, 0, N, K, blocks,
+                  bias ? p.bias.data() : nullptr};
+  return p;
+}
+
 Packed random_matrix(int kind, int64_t N, int64_t K, int64_t S, Rng& rng, int d_low, int d_high, bool bias) {
+  if (kind == 16 || kind == 32) return random_float_matrix(kind, N, K, rng, bias);
   const int64_t blocks = (N + 15) / 16, group = kind == 8 ? 16 : 32;
   Packed p;
   auto bytes = [&](int64_t n, uint32_t below) {
@@ -146,7 +170,7 @@ std::vector<float> check_layer(Rng& rng) {
   Packed head = random_matrix(6, vocab, hidden, S, rng, 2, 4, false);
   Packed q = random_matrix(4, heads * head_dim, hidden, S, rng, 3, 5, true);  // Qwen2's q/k/v biases
   Packed k = random_matrix(4, kv_heads * head_dim, hidden, S, rng, 3, 5, true);
-  Packed v = random_matrix(4, kv_heads * head_dim, hidden, S, rng, 3, 5, true);
+  Packed v = random_matrix(16, kv_heads * head_dim, hidden, S, rng, 3, 5, true);  // an F16 file's
   Packed o = random_matrix(6, hidden, heads * head_dim, S, rng, 2, 4, false);
   Packed gate = random_matrix(4, inter, hidden, S, rng, 3, 5, false);
   Packed up = random_matrix(5, inter, hidden, S, rng, 3, 5, false);
@@ -287,7 +311,8 @@ int main(int argc, char** argv) {
   const std::string out = argv[1];
   Rng rng(2026);
   std::vector<float> matrices;
-  for (const auto& [name, kind] : {std::pair<const char*, int>{"q4", 4}, {"q5", 5}, {"q6", 6}, {"q8", 8}}) {
+  for (const auto& [name, kind] : {std::pair<const char*, int>{"q4", 4}, {"q5", 5}, {"q6", 6}, {"q8", 8},
+                                   {"f16", 16}, {"f32", 32}}) {
     const std::vector<float> alone = check_rows(name, kind, rng);
     matrices.insert(matrices.end(), alone.begin(), alone.end());
   }
@@ -299,7 +324,7 @@ int main(int argc, char** argv) {
   if (argc == 5) {
     const std::string ref = argv[2], name = argv[3];
     compare("the vector operations on edge values", ops, ref + "/ops.bin", name, 0);
-    compare("q4, q5, q6 and q8 outputs", matrices, ref + "/matrices.bin", name, 0);
+    compare("q4, q5, q6, q8, f16 and f32 outputs", matrices, ref + "/matrices.bin", name, 0);
     compare("the layer's logits", layer, ref + "/layer.bin", name, std::atof(argv[4]));
   }
   return failures == 0 ? 0 : 1;
