@@ -21,12 +21,20 @@ def check_tokenizers_compatible(
     Embedding matrices may have more rows than the vocabulary (padding to a multiple of 64 or 128),
     and they may differ between the two models; only the tokenizers are compared.
     """
-    problem = vocab_difference(target_tok, draft_tok) or special_difference(target_tok, draft_tok)
+    problem = tokenizer_difference(target_tok, draft_tok)
     if problem:
         raise TokenizerMismatchError(
             f"{draft_name} cannot draft for {target_name}: {problem}; pick a draft from the same model "
             "family, or use --drafter ngram, which needs no draft model"
         )
+
+
+def tokenizer_difference(
+    target_tok: PreTrainedTokenizerBase, draft_tok: PreTrainedTokenizerBase
+) -> str | None:
+    """How the two tokenizers differ, in words (the vocabulary first, then special tokens); None
+    when the draft speaks the target's token ids."""
+    return vocab_difference(target_tok, draft_tok) or special_difference(target_tok, draft_tok)
 
 
 def vocab_difference(target_tok: PreTrainedTokenizerBase, draft_tok: PreTrainedTokenizerBase) -> str | None:

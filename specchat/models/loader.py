@@ -13,8 +13,8 @@ from typing import Protocol
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from specchat.errors import InvalidSettingError, TokenizerMismatchError
-from specchat.models.compat import check_tokenizers_compatible
+from specchat.errors import InvalidSettingError
+from specchat.models.compat import check_tokenizers_compatible, tokenizer_difference
 from specchat.models.cpu_quant import CpuPath
 from specchat.models.device import resolve_device
 from specchat.models.errors_util import as_load_error, memory_guard
@@ -67,22 +67,21 @@ def _draft_fits(target: _Named, draft: _Named, optional: bool, progress: Progres
     """Whether ``draft`` shares ``target``'s tokens; a mismatch raises unless the draft is optional."""
     if draft.tokenizer is target.tokenizer:
         return True
-    try:
+    if not optional:
         check_tokenizers_compatible(
             target.tokenizer, draft.tokenizer, target_name=target.name, draft_name=draft.name
         )
-    except TokenizerMismatchError as error:
-        if not optional:
-            raise
-        reason = str(error).split("; ")[0]
-        notice(
-            progress,
-            draft.name,
-            f"the default draft {reason}; drafting without a draft model (pass --draft with a small "
-            f"model of {target.name}'s family to use one)",
-        )
-        return False
-    return True
+        return True
+    problem = tokenizer_difference(target.tokenizer, draft.tokenizer)
+    if problem is None:
+        return True
+    notice(
+        progress,
+        draft.name,
+        f"the default draft {draft.name} cannot draft for {target.name}: {problem}; drafting without "
+        f"a draft model (pass --draft with a small model of {target.name}'s family to use one)",
+    )
+    return False
 
 
 def load_for_decoding(
