@@ -1,6 +1,6 @@
 """Block-quantized weights: read from GGUF blocks or quantized from floats, and packed for qgemm.cpp.
 
-Four formats, named after the number of bits a weight takes in the kernel:
+Six formats, named after the number of bits a weight takes in the kernel:
 
 - ``q4``: 4-bit unsigned values in groups of 32 inputs, each group with a 6-bit scale and a 6-bit
   min against fp16 super-block factors: w = d·sc·q − dmin·mn. This is llama.cpp's Q4_K exactly,
@@ -29,6 +29,9 @@ import numpy as np
 
 FLOAT_KINDS = {"f16": np.float16, "f32": np.float32}
 """The float kinds and the dtype each keeps its weights in."""
+MIN_KINDS = ("q4", "q5")
+"""The kinds with a min per group: w = d·sc·q − dmin·mn over groups of 32 (the other block kinds:
+w = d·sc·(q − offset) over groups of 16)."""
 
 QK_K = 256
 """Inputs per super-block in llama.cpp's K-quants."""
@@ -59,8 +62,7 @@ class Unpacked:
 
     @property
     def has_mins(self) -> bool:
-        """q4 and q5: w = d·sc·q − dmin·mn over groups of 32 (the others: w = d·sc·(q − offset))."""
-        return self.kind in ("q4", "q5")
+        return self.kind in MIN_KINDS
 
     @property
     def is_float(self) -> bool:
@@ -324,7 +326,7 @@ def packed_bytes(kind: str, n: int, k: int, super_block: int) -> int:
     if kind in FLOAT_KINDS:
         return channels * k * np.dtype(FLOAT_KINDS[kind]).itemsize
     bits = {"q4": 4, "q5": 5, "q6": 6, "q8": 8}[kind]
-    mins = kind in ("q4", "q5")
+    mins = kind in MIN_KINDS
     group = 32 if mins else 16
     per_group = 2 if mins else 1  # q4, q5: a scale and a min per group; q6, q8: a scale
     per_super = 2 if mins else 1  # fp16 factors: q4, q5 d and dmin; q6, q8 d

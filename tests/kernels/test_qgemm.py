@@ -81,6 +81,18 @@ def test_six_bit_weights_compute_bit_for_bit_what_q8_computes_with_them(isa: str
     assert torch.allclose(six(x).double(), expected, rtol=1e-4, atol=1e-4)
 
 
+def scaled_rows(rows: int, k: int) -> torch.Tensor:
+    """Random rows of very different scales (1e-2 to 1e2)."""
+    return torch.randn(rows, k) * torch.logspace(-2, 2, rows)[:, None]
+
+
+def assert_rows_are_one_row_passes(layer: QLinear, x: torch.Tensor) -> None:
+    """Every pass over the first 2…len(x) rows gives each row exactly its one-row pass."""
+    alone = torch.cat([layer(x[i : i + 1]) for i in range(x.shape[0])])
+    for width in range(2, x.shape[0] + 1):
+        assert torch.equal(layer(x[:width]), alone[:width]), width
+
+
 @pytest.mark.parametrize(("qtype", "unpack", "kind"), SMALL_BLOCK_TYPES, ids=lambda v: getattr(v, "name", ""))
 def test_small_block_types_compute_their_own_weights_row_by_row(
     isa: str, qtype: object, unpack: object, kind: str
@@ -90,10 +102,8 @@ def test_small_block_types_compute_their_own_weights_row_by_row(
     n, k = 100, 512
     matrix = unpack(small_blocks(qtype, n, k, seed=2), n, k)  # type: ignore[arg-type, operator]
     layer = QLinear(matrix)
-    x = torch.randn(9, k) * torch.logspace(-2, 2, 9)[:, None]
-    alone = torch.cat([layer(x[i : i + 1]) for i in range(9)])
-    for width in range(2, 10):
-        assert torch.equal(layer(x[:width]), alone[:width]), width
+    x = scaled_rows(9, k)
+    assert_rows_are_one_row_passes(layer, x)
     expected = reference(x, matrix.dequantize(), 32)
     assert torch.allclose(layer(x).double(), expected, rtol=1e-4, atol=1e-4)
 
@@ -115,10 +125,8 @@ def test_q5_k_computes_its_own_weights_row_by_row(isa: str) -> None:
     matrix = unpack_q5_k(random_blocks(gguf.GGMLQuantizationType.Q5_K, n, k, seed=8), n, k)
     assert int(matrix.q.max()) == 31  # the fifth bit is used
     layer = QLinear(matrix)
-    x = torch.randn(9, k) * torch.logspace(-2, 2, 9)[:, None]
-    alone = torch.cat([layer(x[i : i + 1]) for i in range(9)])
-    for width in range(2, 10):
-        assert torch.equal(layer(x[:width]), alone[:width]), width
+    x = scaled_rows(9, k)
+    assert_rows_are_one_row_passes(layer, x)
     expected = reference(x, matrix.dequantize(), 256)
     assert torch.allclose(layer(x).double(), expected, rtol=1e-4, atol=1e-4)
 
@@ -137,9 +145,7 @@ def test_float_weights_compute_the_float_product_row_by_row(isa: str, qtype: str
     )
     bias = torch.randn(n)
     layer = QLinear(matrix, bias)
-    x = torch.randn(9, k) * torch.logspace(-2, 2, 9)[:, None]
-    alone = torch.cat([layer(x[i : i + 1]) for i in range(9)])
-    for width in range(2, 10):
-        assert torch.equal(layer(x[:width]), alone[:width]), width
+    x = scaled_rows(9, k)
+    assert_rows_are_one_row_passes(layer, x)
     expected = x.double() @ torch.from_numpy(matrix.dequantize()).double().T + bias.double()
     assert torch.allclose(layer(x).double(), expected, rtol=1e-5, atol=1e-4)
