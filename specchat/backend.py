@@ -26,6 +26,22 @@ from specchat.errors import InvalidSettingError
 Message = dict[str, str]
 """{"role": "system" | "user" | "assistant", "content": "..."}"""
 
+RAW_RENDERING = "raw: your text exactly as written, no template and no system prompt, BOS as the file says"
+JOINED_RENDERING = (
+    "no chat template in this model: the turns are joined by blank lines (--raw: your text exactly)"
+)
+
+
+def rendering(capabilities: Capabilities, controls: Controls | None) -> str | None:
+    """How the conversation becomes the prompt, in words, where the user should know: raw mode,
+    or a model without a chat template (None: its own chat template, as expected)."""
+    if controls is not None and controls.raw:
+        return RAW_RENDERING
+    if not capabilities.chat_template:
+        return JOINED_RENDERING
+    return None
+
+
 Provenance = Literal["exact", "inferred", "none"]
 """How a backend knows each token's kind: measured by our own verification, reconstructed from
 counters a server reports, or not at all (tokens stream uncoloured, as plain target tokens)."""
@@ -49,6 +65,12 @@ class Controls:
     top_p: float = 1.0
     max_new_tokens: int = 512
     seed: int | None = None
+    thinking: bool = True
+    """Let a thinking model reason before it answers; False asks its template not to, where the
+    template has that switch (Qwen3's ``enable_thinking``). Read once per reply."""
+    raw: bool = False
+    """Feed the conversation's text exactly as written: no chat template, no system prompt, the
+    beginning-of-sequence token as the model's file says (base models). Read once per reply."""
 
     def validate(self) -> None:
         check_gamma(self.gamma)
@@ -87,6 +109,13 @@ class Capabilities:
     """Whether :meth:`Backend.start_chat` can run a reply one round at a time."""
     notes: tuple[str, ...] = field(default=())
     """Lines for the user about what this backend cannot do (shown in the controls panel)."""
+    chat_template: bool = True
+    """Whether turns go through a chat template (False: a base model's, joined by blank lines)."""
+    thinking_switch: bool = False
+    """Whether ``Controls.thinking`` False can turn the model's reasoning off (its template has
+    Qwen3's ``enable_thinking``, or a server takes it in ``chat_template_kwargs``)."""
+    raw: bool = False
+    """Whether ``Controls.raw`` can feed text exactly as written (the local engine)."""
 
     def reports(self, figure: Figure) -> bool:
         return figure in self.measured or figure in self.inferred

@@ -58,6 +58,12 @@ class Settings(BaseModel):
     max_new_tokens: int = Field(512, ge=1, le=MAX_NEW_TOKENS_LIMIT)
     seed: int | None = Field(None, ge=0, le=SEED_MAX)
     system_prompt: str = "You are a helpful assistant."
+    thinking: bool = True
+    """Let a thinking model reason before it answers (false: ask its template not to, where it
+    can, as Qwen3's enable_thinking; a server is asked through chat_template_kwargs)."""
+    raw: bool = False
+    """Feed the text exactly as written: no chat template, no system prompt, BOS as the model's
+    file says (base models; the local engine only)."""
     device: str = "auto"
     dtype: str = "auto"
     quant: Literal["4bit", "8bit"] | None = None

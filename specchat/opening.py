@@ -239,4 +239,6 @@ def controls_from(settings: Settings, drafter: str | None = None) -> Controls:
         top_p=settings.top_p,
         max_new_tokens=settings.max_new_tokens,
         seed=settings.seed,
+        thinking=settings.thinking,
+        raw=settings.raw,
     )

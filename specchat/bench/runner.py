@@ -357,7 +357,7 @@ def _run_engine(
             pieces.append(event.text)
         elif isinstance(event, RoundEvent):
             record.round_events.append(event)
-        else:
+        elif isinstance(event, SummaryEvent):
             record.summary = event
     record.wall_s = time.perf_counter() - start
     record.text = "".join(pieces)

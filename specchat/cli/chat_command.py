@@ -8,11 +8,12 @@ from typing import Any
 import click
 
 from specchat.cli.exits import reports_errors
-from specchat.cli.options import debug_option, model_options, settings_from
+from specchat.cli.options import debug_option, model_options, prompt_options, settings_from
 
 
 @click.command()
 @model_options
+@prompt_options
 @click.option("--theme", help="Theme name (see themes/).")
 @debug_option
 @reports_errors

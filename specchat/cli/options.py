@@ -89,6 +89,31 @@ loading_options = _shared(LOADING_OPTIONS)
 sampling_options = _shared(SAMPLING_OPTIONS)
 
 
+_PROMPT_OPTIONS: tuple[Callable[[Any], Any], ...] = (
+    click.option(
+        "--thinking/--no-thinking",
+        "thinking",
+        default=None,
+        help="Let a thinking model reason before it answers (default), or ask its chat template "
+        "not to (Qwen3's enable_thinking; models whose template has no such switch think as they do).",
+    ),
+    click.option(
+        "--raw/--no-raw",
+        "raw",
+        default=None,
+        help="Feed the text exactly as given: no chat template, no system prompt, BOS as the "
+        "model's file says (base models; as llama-server's /completion).",
+    ),
+)
+
+
+def prompt_options(func: F) -> F:
+    """How the conversation becomes the prompt (chat and generate)."""
+    for option in reversed(_PROMPT_OPTIONS):
+        func = option(func)
+    return func
+
+
 def debug_option(func: F) -> F:
     def enable(ctx: click.Context, param: click.Parameter, value: bool) -> None:
         if value:

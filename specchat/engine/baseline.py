@@ -54,10 +54,11 @@ def plain_decode(
             events: list[Event] = []
         else:
             text = detok.add(token)
+            reasoning = detok.reasoning.mark(text)  # as the speculative loop: before any flush
             ids.append(token)
             if _ends_reply(step, len(ids), max_new_tokens, max_context, cancel):
                 text += detok.flush()  # a reply cut inside a character keeps its last bytes
-            events = [TokenEvent("target", token, text, step, 0, p_token, None)]
+            events = [TokenEvent("target", token, text, step, 0, p_token, None, reasoning=reasoning)]
         events.append(RoundEvent(step, 0, 0, 0, 0.0, step_ms, "none"))
         for event in events:
             stats.add(event)

@@ -4,13 +4,20 @@ Decoding tokens one at a time breaks multi-byte characters and drops the spaces 
 tokenizers attach to the following token. We decode a short window of recent tokens and
 emit only the text beyond what that window produced before, holding back a trailing
 replacement character until the bytes that complete it arrive.
+
+It also marks each token's text as reasoning or answer (:mod:`specchat.engine.reasoning`),
+starting inside the reasoning when the prompt's end leaves a ``<think>`` open.
 """
 
 from __future__ import annotations
 
 from transformers import PreTrainedTokenizerBase
 
+from specchat.engine.reasoning import ReasoningMarker, opens_reasoning
+
 REPLACEMENT = "\ufffd"
+PROMPT_TAIL_READ = 16
+"""Prompt tokens read for an open ``<think>`` (a template's generation prompt ends with it)."""
 
 
 class IncrementalDetokenizer:
@@ -20,6 +27,9 @@ class IncrementalDetokenizer:
         self._ids: list[int] = list(prompt_tail or [])[-4:]
         self._prefix_offset = 0
         self._read_offset = len(self._ids)
+        tail = self._decode(list(prompt_tail or [])[-PROMPT_TAIL_READ:]) if prompt_tail else ""
+        self.reasoning = ReasoningMarker(inside=opens_reasoning(tail))
+        """Whether each token's text is reasoning: call ``reasoning.mark(text)`` in order."""
 
     def _decode(self, ids: list[int]) -> str:
         text = self._tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)

@@ -26,6 +26,13 @@ no per-round timings) say so with the "unknown" values below, never with an inve
 ``to_json`` writes both as ``null`` and ``from_json`` reads ``null`` back as them. The local
 engine never produces them, so its output is unchanged.
 
+Thinking models write reasoning before their answer (``<think>…</think>``, or a server's
+``reasoning_content``): each :class:`TokenEvent` says whether it belongs to it (``reasoning``),
+and the :class:`SummaryEvent` counts the reasoning's tokens and gives reasoning and answer their
+own α. Both are written only when a reply has reasoning, so other replies' JSON is unchanged.
+A reply whose conversation outgrew the context starts with a :class:`ContextEvent` saying how
+many of the oldest messages its prompt left out.
+
 This module imports nothing heavy: the UI may import it without loading torch.
 """
 
@@ -178,6 +185,8 @@ class TokenEvent:
     drawn_from: DrawnFrom = "target"
     top: tuple[Candidate, ...] = ()
     """Closing tokens (v2): the most likely tokens of the distribution this one was drawn from."""
+    reasoning: bool = False
+    """Part of the model's reasoning (its ``<think>`` tags included), not of its answer."""
 
     def to_json(self) -> dict[str, object]:
         data: dict[str, object] = {
@@ -193,6 +202,8 @@ class TokenEvent:
         }
         if self.top:
             data["top"] = [c.to_json() for c in self.top]
+        if self.reasoning:
+            data["reasoning"] = True
         return data
 
     @classmethod
@@ -215,6 +226,7 @@ class TokenEvent:
             _read_p_draft(p_draft, kind),
             drawn_from,  # type: ignore[arg-type]
             tuple(Candidate.from_json(c) for c in data.get("top") or ()),
+            data.get("reasoning") is True,
         )
 
 
@@ -291,10 +303,19 @@ class SummaryEvent:
     prefill_ms: float
     decode_s: float
     prompt_tokens: int
+    reasoning_tokens: int = 0
+    """Tokens of the reply's reasoning (0: none, or not a thinking model)."""
+    reasoning_alpha: float | None = None
+    """α over the drafts standing for reasoning tokens (None when none was drafted)."""
+    answer_alpha: float | None = None
+    """α over the drafts standing for answer tokens (None when none was drafted)."""
 
     def to_json(self) -> dict[str, object]:
         data = asdict(self)
         data["per_position"] = list(self.per_position)
+        if not self.reasoning_tokens:
+            for name in REASONING_FIELDS:
+                del data[name]
         return {"type": "summary", **data, "contract": CONTRACT_VERSION}
 
     @classmethod
@@ -315,11 +336,39 @@ class SummaryEvent:
             prefill_ms=float(data["prefill_ms"]),
             decode_s=float(data["decode_s"]),
             prompt_tokens=int(data["prompt_tokens"]),
+            reasoning_tokens=int(data.get("reasoning_tokens") or 0),
+            reasoning_alpha=_optional_float(data.get("reasoning_alpha")),
+            answer_alpha=_optional_float(data.get("answer_alpha")),
         )
+
+
+REASONING_FIELDS = ("reasoning_tokens", "reasoning_alpha", "answer_alpha")
+"""Summary fields written only for a reply that had reasoning."""
+
+
+@dataclass(frozen=True, slots=True)
+class ContextEvent:
+    """Before a reply's first round: the conversation outgrew the context, so the prompt left out
+    its oldest messages (the system prompt always stays; the saved conversation keeps them all)."""
+
+    left_out: int
+    """Messages (user and assistant turns, oldest first) not in this reply's prompt."""
+    kept: int
+    """Messages in the prompt after the system prompt (the newest)."""
+    prompt_tokens: int
+    context: int
+    """Tokens the context holds."""
+
+    def to_json(self) -> dict[str, object]:
+        return {"type": "context", **asdict(self)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ContextEvent:
+        return cls(int(data["left_out"]), int(data["kept"]), int(data["prompt_tokens"]), int(data["context"]))
 
 
 def _optional_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-Event = TokenEvent | RoundEvent | SummaryEvent
+Event = TokenEvent | RoundEvent | SummaryEvent | ContextEvent

@@ -77,6 +77,53 @@ def per_position_acceptance(rounds: Iterable[RoundEvent]) -> tuple[float | None,
 
 
 @dataclass
+class SectionCounts:
+    """Tokens, drafts and accepted drafts of one part of a reply (its reasoning, or its answer)."""
+
+    tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
+
+    @property
+    def alpha(self) -> float | None:
+        """accepted / drafted, as the reply's own α (None when nothing was drafted)."""
+        return self.accepted / self.drafted if self.drafted else None
+
+
+@dataclass
+class SectionStats:
+    """Reasoning and answer counted apart: they accept differently (reasoning is freer text).
+
+    Each draft position of a round is charged to the section of the token that stands for it:
+    an accepted draft is a token of the reply; the rejected one and any untested after it stand
+    for the round's closing token, which took their place. A round cut short by a stop token
+    charges its leftover positions to its last token (or, with none, to the token before it).
+    Reasoning and answer then add up to the reply's own drafted and accepted counts.
+    """
+
+    reasoning: SectionCounts = field(default_factory=SectionCounts)
+    answer: SectionCounts = field(default_factory=SectionCounts)
+    _round_tokens: list[bool] = field(default_factory=list)
+    _last: bool = False
+
+    def section(self, reasoning: bool) -> SectionCounts:
+        return self.reasoning if reasoning else self.answer
+
+    def add(self, event: Event) -> None:
+        if isinstance(event, TokenEvent):
+            self.section(event.reasoning).tokens += 1
+            self._round_tokens.append(event.reasoning)
+            self._last = event.reasoning
+        elif isinstance(event, RoundEvent):
+            flags = self._round_tokens or [self._last]
+            for position in range(event.drafted):
+                counts = self.section(flags[min(position, len(flags) - 1)])
+                counts.drafted += 1
+                counts.accepted += int(position < event.accepted)
+            self._round_tokens = []
+
+
+@dataclass
 class StreamStats:
     """Running figures over a stream of events (one reply or a whole conversation)."""
 
@@ -86,16 +133,19 @@ class StreamStats:
     accepted: int = 0
     kind_counts: dict[str, int] = field(default_factory=dict)
     round_events: list[RoundEvent] = field(default_factory=list)
+    sections: SectionStats = field(default_factory=SectionStats)
 
     def add(self, event: Event) -> None:
         if isinstance(event, TokenEvent):
             self.tokens += 1
             self.kind_counts[event.kind] = self.kind_counts.get(event.kind, 0) + 1
+            self.sections.add(event)
         elif isinstance(event, RoundEvent):
             self.rounds += 1
             self.drafted += event.drafted
             self.accepted += event.accepted
             self.round_events.append(event)
+            self.sections.add(event)
 
     def extend(self, events: Iterable[Event]) -> None:
         for event in events:
@@ -129,6 +179,9 @@ class StreamStats:
             prefill_ms=prefill_ms,
             decode_s=decode_s,
             prompt_tokens=prompt_tokens,
+            reasoning_tokens=self.sections.reasoning.tokens,
+            reasoning_alpha=self.sections.reasoning.alpha if self.sections.reasoning.tokens else None,
+            answer_alpha=self.sections.answer.alpha if self.sections.reasoning.tokens else None,
         )
 
 

@@ -1,7 +1,9 @@
 """ChatEngine: the one object front ends drive.
 
 It owns the target, the drafters and their caches, turns a conversation into prompt ids with
-the target's chat template, and streams events. ``Controls`` is a plain mutable object the
+the target's chat template (or, raw, the text exactly as written), and streams events. A
+conversation longer than the context leaves its oldest exchanges out of the prompt (the system
+prompt stays), and the reply says so first with a ContextEvent. ``Controls`` is a plain mutable object the
 caller may change at any moment (a key press in the TUI); the engine snapshots it once at the
 start of every round, so a change applies to the next round and never races the current one.
 """
@@ -12,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -21,7 +23,7 @@ from specchat.backend import Capabilities, Controls, Message
 from specchat.engine.baseline import plain_decode
 from specchat.engine.detokenize import IncrementalDetokenizer
 from specchat.engine.drafters import Drafter
-from specchat.engine.events import Event, StopReason, SummaryEvent
+from specchat.engine.events import ContextEvent, Event, StopReason, SummaryEvent
 from specchat.engine.gamma import GammaSchedule, make_schedule
 from specchat.engine.kv import CachedLM
 from specchat.engine.registry import DrafterKit, drafter_spec, drafters
@@ -35,6 +37,12 @@ if TYPE_CHECKING:
 __all__ = ["ChatEngine", "Controls", "Message"]
 
 LOCAL_FIGURES = frozenset({"alpha", "tau", "per_position", "tokens_per_s", "timings", "trace"})
+THINKING_SWITCH = "enable_thinking"
+"""The variable a template reads to skip reasoning (Qwen3's; its generation prompt then holds an
+empty ``<think></think>``)."""
+REPLY_SHARE = 4
+"""A reply is given room for at least 1/REPLY_SHARE of the context (or its whole token budget,
+if smaller) before the oldest messages are left out."""
 
 
 @dataclass
@@ -97,7 +105,18 @@ class ChatEngine:
             gamma_control="per-round",
             drafters=tuple(self._drafters),
             stepping=True,
+            chat_template=self.chat_template is not None,
+            thinking_switch=THINKING_SWITCH in (self.chat_template or ""),
+            raw=True,
         )
+
+    @property
+    def chat_template(self) -> str | None:
+        """The target's chat template (None: a base model without one)."""
+        template = getattr(self.tokenizer, "chat_template", None)
+        if isinstance(template, dict):  # named templates: the default one renders chats
+            template = template.get("default")
+        return template if isinstance(template, str) and template else None
 
     def schedule(self, name: str, gamma: Callable[[], int]) -> GammaSchedule:
         """The engine's one schedule of that name, told a reply begins (its measurements persist)."""
@@ -119,28 +138,86 @@ class ChatEngine:
             )
         return self._drafters[name]
 
-    def prompt_ids(self, messages: Sequence[Message]) -> list[int]:
-        """The conversation through the target's chat template, ready for the assistant's turn."""
-        if getattr(self.tokenizer, "chat_template", None):
+    def prompt_ids(
+        self, messages: Sequence[Message], *, thinking: bool = True, raw: bool = False
+    ) -> list[int]:
+        """The conversation through the target's chat template, ready for the assistant's turn.
+
+        ``thinking`` False asks the template to skip reasoning (where it has the switch; others
+        ignore the variable). ``raw`` feeds the turns' text exactly as written, one after the
+        other: no template, no system prompt, the tokenizer's own beginning-of-sequence token as
+        the file says (what llama-server's ``/completion`` does with a text prompt)."""
+        if raw:
+            return self.raw_ids("".join(m["content"] for m in messages if m["role"] != "system"))
+        if self.chat_template is not None:
+            options: dict[str, Any] = {} if thinking else {THINKING_SWITCH: False}
             # transformers 5 returns a BatchEncoding here; pass return_dict so that is guaranteed.
             encoded: Any = self.tokenizer.apply_chat_template(
-                list(messages), add_generation_prompt=True, tokenize=True, return_dict=True
+                list(messages), add_generation_prompt=True, tokenize=True, return_dict=True, **options
             )
             return [int(i) for i in encoded["input_ids"]]
         # No template (a base model): plain concatenation of the turns.
         text = "\n\n".join(m["content"] for m in messages)
         return list(self.tokenizer(text)["input_ids"])
 
+    def raw_ids(self, text: str) -> list[int]:
+        """``text`` as the model reads it: special tokens written in it are parsed, and BOS is
+        added where the file asks for it (a GGUF's ``add_bos_token``, which the converted
+        tokenizer's post-processor carries)."""
+        return [int(i) for i in self.tokenizer(text)["input_ids"]]
+
+    def fit(self, messages: Sequence[Message], controls: Controls) -> tuple[list[int], ContextEvent | None]:
+        """The prompt for ``messages``, leaving out the oldest exchanges when the conversation has
+        outgrown the context (the system prompt stays), with a ContextEvent saying how many.
+
+        The prompt may fill the context up to the reply's room: its token budget, or a quarter
+        of the context if that is less. Whole exchanges go (a user turn and the replies after
+        it), so the kept turns still start with a user's, as chat templates expect; the newest
+        user message always stays. The cut is found by bisection: a few renders, not one per turn.
+        """
+        render = partial(self.prompt_ids, thinking=controls.thinking, raw=controls.raw)
+        ids = render(messages)
+        limit = self._prompt_limit(controls)
+        if limit is None or len(ids) <= limit:
+            return ids, None
+        head = [m for m in messages[:1] if m["role"] == "system"]
+        turns = list(messages[len(head) :])
+        cuts = [i for i, m in enumerate(turns) if i > 0 and (controls.raw or m["role"] == "user")]
+        if not cuts:
+            return ids, None  # one message: nothing to leave out (the check says if it cannot fit)
+        low, high = 0, len(cuts) - 1
+        best = render([*head, *turns[cuts[high] :]])
+        chosen = high
+        while low < high:  # the smallest cut whose prompt fits
+            middle = (low + high) // 2
+            candidate = render([*head, *turns[cuts[middle] :]])
+            if len(candidate) <= limit:
+                best, chosen, high = candidate, middle, middle
+            else:
+                low = middle + 1
+        kept = len(turns) - cuts[chosen]
+        assert self.max_context is not None
+        return best, ContextEvent(cuts[chosen], kept, len(best), self.max_context)
+
+    def _prompt_limit(self, controls: Controls) -> int | None:
+        if self.max_context is None:
+            return None
+        room = min(controls.max_new_tokens, self.max_context // REPLY_SHARE)
+        return max(self.max_context - max(room, 1), 1)
+
     def stream_chat(
         self, messages: Sequence[Message], controls: Controls, cancel: threading.Event | None = None
     ) -> Iterator[Event]:
-        return self.stream_ids(self.prompt_ids(messages), controls, cancel)
+        ids, left_out = self.fit(messages, controls)
+        stream = self.stream_ids(ids, controls, cancel)
+        return stream if left_out is None else _after(left_out, stream)
 
     def start_chat(
         self, messages: Sequence[Message], controls: Controls, cancel: threading.Event | None = None
     ) -> LocalReply:
         """The reply to ``messages``, one round per ``step()`` (prefilled before returning)."""
-        return self.start_ids(self.prompt_ids(messages), controls, cancel)
+        ids, left_out = self.fit(messages, controls)
+        return LocalReply(self.start_ids(ids, controls, cancel).generation, left_out)
 
     def stream_ids(
         self, prompt_ids: list[int], controls: Controls, cancel: threading.Event | None = None
@@ -199,9 +276,10 @@ class ChatEngine:
         controls.sampling()
         self.drafter(controls.drafter)
         if self.max_context is not None and len(prompt_ids) >= self.max_context:
+            # Chats have left out every older exchange by now (see fit): only the newest remains.
             raise ContextTooLongError(
-                f"the conversation is {len(prompt_ids)} tokens but the context holds {self.max_context}: "
-                "clear the conversation or start a new one."
+                f"the prompt is {len(prompt_ids)} tokens but the context holds {self.max_context}, "
+                "even with only the newest message: shorten the message or the system prompt."
             )
 
     def _detokenizer(self, prompt_ids: list[int]) -> IncrementalDetokenizer:
@@ -217,16 +295,19 @@ class ChatEngine:
 class LocalReply:
     """A local reply stepped one round at a time (see :class:`specchat.backend.Reply`)."""
 
-    def __init__(self, generation: Generation) -> None:
+    def __init__(self, generation: Generation, left_out: ContextEvent | None = None) -> None:
         self.generation = generation
+        self._first: list[Event] = [left_out] if left_out is not None else []
+        """Given with the first round: what the prompt left out."""
 
     @property
     def done(self) -> bool:
         return self.generation.done
 
     def step(self) -> list[Event]:
+        first, self._first = self._first, []
         with _oom_as_user_error():
-            return self.generation.step()
+            return first + self.generation.step()
 
     def finish(self, stop: StopReason = "cancelled") -> SummaryEvent:
         return self.generation.finish(stop)
@@ -241,6 +322,11 @@ def _oom_as_user_error() -> Iterator[None]:
             "out of memory while decoding: lower --max-new-tokens, clear the conversation, "
             "use --quant 4bit or a smaller model."
         ) from err
+
+
+def _after(first: Event, stream: Iterator[Event]) -> Iterator[Event]:
+    yield first
+    yield from stream
 
 
 def _translate_oom(stream: Iterator[Event]) -> Iterator[Event]:

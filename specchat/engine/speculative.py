@@ -267,7 +267,8 @@ class Generation:
             if token.token_id in decoder.stop_ids:
                 eos = True
                 break
-            events.append(replace(token, text=self.detok.add(token.token_id)))
+            text = self.detok.add(token.token_id)
+            events.append(replace(token, text=text, reasoning=self.detok.reasoning.mark(text)))
             emitted.append(token.token_id)
         events.append(
             RoundEvent(

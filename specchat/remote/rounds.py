@@ -51,6 +51,8 @@ class Chunk:
     """Each new token's own text, when the server lists them (logprobs)."""
     finish: str | None = None
     """The finish reason on the last chunk ("stop", "length", …)."""
+    reasoning: bool = False
+    """The text is the model's reasoning (a server's ``reasoning_content``), not its answer."""
 
 
 @dataclass

@@ -15,16 +15,19 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specchat.backend import Capabilities, Controls, Figure, GammaControl, Message
-from specchat.engine.events import UNKNOWN_ID, Event, RoundEvent, StopReason, SummaryEvent
+from specchat.engine.events import UNKNOWN_ID, Event, RoundEvent, StopReason, SummaryEvent, TokenEvent
 from specchat.engine.metrics import StreamStats
+from specchat.engine.reasoning import ReasoningMarker
 from specchat.engine.registry import proposes
-from specchat.errors import SpecchatError
+from specchat.errors import InvalidSettingError, SpecchatError
 from specchat.remote.client import DEFAULT_TIMEOUT, ServerClient, api_key_from_env
 from specchat.remote.probe import ServerInfo, SpecCounters, probe, read_vllm_counters
 from specchat.remote.rounds import Chunk, CounterRounds, PlainTokens, StepRounds
 from specchat.remote.server_errors import ServerError
 
 CHAT_PATH = "/v1/chat/completions"
+TEMPLATE_KWARGS = frozenset({"llama-server", "vllm"})
+"""Servers that pass ``chat_template_kwargs`` to the model's template (enable_thinking)."""
 STOPS: dict[str, StopReason] = {"stop": "eos", "length": "max_tokens", "eos": "eos"}
 
 
@@ -104,6 +107,7 @@ class RemoteBackend:
             drafters=(),
             stepping=True,
             notes=tuple(self._control_notes()),
+            thinking_switch=kind in TEMPLATE_KWARGS,
         )
 
     @property
@@ -117,6 +121,11 @@ class RemoteBackend:
     def stream_chat(
         self, messages: Sequence[Message], controls: Controls, cancel: threading.Event | None = None
     ) -> Iterator[Event]:
+        if controls.raw:
+            raise InvalidSettingError(
+                "raw mode feeds text to the local engine only: a server renders the prompt with its "
+                "own template (turn raw off, or run the model here without --server)."
+            )
         return self._stream(list(messages), controls, cancel)
 
     def start_chat(
@@ -145,6 +154,8 @@ class RemoteBackend:
         if controls.seed is not None:
             body["seed"] = controls.seed
         kind = self.info.kind
+        if not controls.thinking and kind in TEMPLATE_KWARGS:
+            body["chat_template_kwargs"] = {"enable_thinking": False}
         if kind == "llama-server":
             body["timings_per_token"] = True  # running draft_n / draft_n_accepted in every chunk
             body["speculative.n_max"] = 0 if not proposes(controls.drafter) else controls.gamma
@@ -193,6 +204,7 @@ class RemoteBackend:
         last: dict[str, Any] = {}
         finish: str | None = None
         started_tokens = False
+        marker = ReasoningMarker()
         try:
             for data in self.client.stream_events(CHAT_PATH, body, cancel):
                 chunk, usage, timings = _chunk_of(data, self.info.kind)
@@ -207,6 +219,7 @@ class RemoteBackend:
                     events = reader.feed(chunk)
                 else:
                     continue
+                events = _mark_reasoning(events, chunk.reasoning, marker)
                 if self.info.kind == "llama-server" and timings is None and chunk.text and not started_tokens:
                     self.notes.append(
                         "this llama-server sent no timings_per_token: its rounds cannot be rebuilt."
@@ -235,7 +248,7 @@ class RemoteBackend:
                 "no finish reason); what arrived is kept."
             )
         if finish is None:
-            for event in reader.finish(None):
+            for event in _mark_reasoning(reader.finish(None), False, marker):
                 stats.add(event)
                 yield event
         self._learn_gamma(reader, controls)
@@ -321,6 +334,15 @@ class RemoteBackend:
         return notes
 
 
+def _mark_reasoning(events: list[Event], reasoning: bool, marker: ReasoningMarker) -> list[Event]:
+    """The chunk's tokens marked: all reasoning when it came as ``reasoning_content``; otherwise
+    as their text says (a server that leaves ``<think>…</think>`` in the content)."""
+    return [
+        replace(e, reasoning=reasoning or marker.mark(e.text)) if isinstance(e, TokenEvent) else e
+        for e in events
+    ]
+
+
 class _RetryWithoutLogprobs(Exception):
     """The server refused logprobs (some vLLM versions do with speculative decoding)."""
 
@@ -330,7 +352,10 @@ def _chunk_of(data: dict[str, Any], kind: str) -> tuple[Chunk, dict[str, Any] | 
     choices = data.get("choices") or []
     choice = choices[0] if choices and isinstance(choices[0], dict) else {}
     delta = choice.get("delta") or {}
-    text = delta.get("content") or ""
+    # Reasoning a server parsed out of the model's text comes apart: its chunks carry no content
+    # (text held back from a reasoning chunk rides with the next token, whichever section).
+    reasoning = delta.get("reasoning_content") or ""
+    text = reasoning + (delta.get("content") or "")
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
     timings = data.get("timings") if isinstance(data.get("timings"), dict) else None
     tokens = drafted = accepted = None
@@ -347,7 +372,15 @@ def _chunk_of(data: dict[str, Any], kind: str) -> tuple[Chunk, dict[str, Any] | 
         if isinstance(content, list) and content:
             pieces = tuple(str(entry.get("token", "")) for entry in content if isinstance(entry, dict))
     finish = choice.get("finish_reason") if choices else None
-    chunk = Chunk(text=text, tokens=tokens, drafted=drafted, accepted=accepted, pieces=pieces, finish=finish)
+    chunk = Chunk(
+        text=text,
+        tokens=tokens,
+        drafted=drafted,
+        accepted=accepted,
+        pieces=pieces,
+        finish=finish,
+        reasoning=bool(reasoning),
+    )
     return chunk, usage, timings
 
 

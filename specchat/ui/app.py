@@ -310,6 +310,19 @@ class SpecchatApp(PlainToasts[int]):
     def action_toggle_rejected(self) -> None:
         self.themes.toggle_rejected()
 
+    def action_toggle_reasoning(self) -> None:
+        """Unfold every reply's reasoning, or fold it back to one line."""
+        if not isinstance(self.screen, MainScreen):
+            return
+        shown = self.screen.toggle_reasoning()
+        if shown is None:
+            self.notify(
+                "No reasoning here yet: a thinking model's reasoning shows folded above its answer; "
+                f"the next replies show it {'unfolded' if self.screen.reasoning_open else 'folded'}."
+            )
+        else:
+            self.notify("Reasoning unfolded." if shown else "Reasoning folded to one line.")
+
     def action_inspect(self) -> None:
         """Put the inspector's cursor on the reply (or leave the inspector)."""
         if isinstance(self.screen, MainScreen):
@@ -400,6 +413,9 @@ class SpecchatApp(PlainToasts[int]):
 
     def save_conversation(self) -> None:
         self.chat.save()
+
+    def show_rendering(self, rendering: str | None) -> None:
+        self.main_screen.show_rendering(rendering)
 
 
 def run_replay(settings: Settings, path: Path, speed: float = 1.0) -> int:

@@ -103,6 +103,16 @@ APP_KEYS: tuple[KeySpec, ...] = (
         "Show or hide the rejected drafts (struck through, before their correction)",
         priority=True,
     ),
+    # Ctrl+D: every function key is taken; the message box's delete-right stays on Del.
+    KeySpec(
+        "reasoning",
+        "ctrl+d",
+        "toggle_reasoning",
+        "Reasoning",
+        "Show or fold a thinking model's reasoning (folded: one line, its tokens and its own α)",
+        show=False,
+        priority=True,
+    ),
     KeySpec(
         "step_mode",
         "ctrl+g",

@@ -11,6 +11,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
+from specchat.backend import rendering
 from specchat.opening import controls_for
 from specchat.ui.model_loading import load_models
 from specchat.ui.screens.loading import LoadingScreen
@@ -18,7 +19,7 @@ from specchat.ui.screens.loading import LoadingScreen
 if TYPE_CHECKING:
     from textual.app import App
 
-    from specchat.backend import Capabilities
+    from specchat.backend import Capabilities, Controls
     from specchat.config import Settings
     from specchat.ui.bridge import LoadedEngine
     from specchat.ui.live import LiveStats
@@ -42,6 +43,8 @@ class LoadHost(Protocol):
     def prompt(self) -> PromptInput: ...
 
     def refresh_panels(self, force: bool = False) -> None: ...
+
+    def show_rendering(self, rendering: str | None) -> None: ...
 
 
 class LoadingFlow:
@@ -102,6 +105,9 @@ class LoadingFlow:
         app.sub_title = attached(loaded, host.capabilities, self.live)
         for line in loaded.notes:
             app.notify(line, severity="warning", timeout=12)
+        for line in prompt_notes(host.capabilities, chosen):
+            app.notify(line, severity="warning", timeout=12)
+        host.show_rendering(rendering(host.capabilities, chosen))
         self.lease.changed()
         host.refresh_panels(force=True)
 
@@ -115,6 +121,19 @@ class LoadingFlow:
             screen.show_error(message.error, message.exit_code)
         else:
             app.notify(message.error, severity="error", timeout=30)
+
+
+def prompt_notes(caps: Capabilities, controls: Controls) -> list[str]:
+    """What the settings ask of the prompt that this backend cannot do."""
+    notes = []
+    if not controls.thinking and not caps.thinking_switch:
+        notes.append(
+            "thinking = false: this model's chat template has no switch for it (enable_thinking), "
+            "so the model reasons as it does; its reasoning still shows folded."
+        )
+    if controls.raw and not caps.raw:
+        notes.append("raw mode feeds text to the local engine only: this server renders its own template.")
+    return notes
 
 
 LEGEND_NOTES = {

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from textual.timer import Timer
 from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState, get_current_worker
 
-from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
+from specchat.engine.events import ContextEvent, RoundEvent, SummaryEvent, TokenEvent
 from specchat.ui import bridge
 from specchat.ui.live import LiveStats, StepView
 from specchat.ui.messages import ReplyClosed, ReplyEvents, ReplyPaused
@@ -171,6 +171,9 @@ class Replies:
                 reply.rounds.append(event)
             elif isinstance(event, SummaryEvent):
                 reply.summary = event
+            elif isinstance(event, ContextEvent):
+                reply.settings["left_out"] = event.left_out
+                self.screen.show_left_out(reply.widget, event)
             self.live.add(event)
         if shown:
             self.screen.show_events(reply.widget, shown)
@@ -267,9 +270,8 @@ class Replies:
     def keep(self, reply: ActiveReply, error: str | None) -> None:
         """Close the reply and add what it generated to the conversation, saved at once."""
         self._close(reply)
-        text = "".join(t.text for t in reply.tokens)
         self.host.conversation.turns.append(
-            Turn("assistant", text, reply.tokens, reply.rounds, reply.summary, reply.settings, error)
+            Turn.reply(reply.tokens, reply.rounds, reply.summary, reply.settings, error)
         )
         reply.widget.finish(reply.summary, reply.settings, error)
         self.host.save_conversation()
@@ -326,7 +328,6 @@ class Replies:
         if reply.worker is not None:
             reply.worker.cancelled_event.set()
         tokens = reply.tokens + [e for e in reply.buffer.drain() if isinstance(e, TokenEvent)]
-        text = "".join(t.text for t in tokens)
         self.host.conversation.turns.append(
-            Turn("assistant", text, tokens, reply.rounds, None, reply.settings, CRASH_NOTE)
+            Turn.reply(tokens, reply.rounds, None, reply.settings, CRASH_NOTE)
         )

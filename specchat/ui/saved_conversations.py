@@ -2,7 +2,10 @@
 
 A saved conversation keeps every reply's tokens with their kind (accepted draft, correction,
 bonus, target), every round, and the reply's summary (α, τ, tokens/s), so reopening one shows
-the same colours and figures, and an exported Markdown file quotes the same numbers.
+the same colours and figures, and an exported Markdown file quotes the same numbers. A thinking
+model's reasoning stays too: its tokens are marked, the turn keeps its text apart from the answer
+(``reasoning``), and the Markdown export sets it apart as reasoning. Every turn is kept, also
+those a long conversation's later prompts had to leave out (the reply's settings say how many).
 
 Pure Python (no torch, no textual): the CLI may read and export conversations too.
 """
@@ -20,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
+from specchat.engine.reasoning import CLOSE_TAG, OPEN_TAG, answer_text, reasoning_text
 from specchat.errors import SpecchatError
 from specchat.files import CONVERSATION_LIMIT, read_user_text
 from specchat.untrusted import visible
@@ -57,9 +61,27 @@ class Turn:
     """γ, schedule, drafter and temperature when the reply started."""
     error: str | None = None
     """Set when the reply ended on an error after some tokens were generated."""
+    reasoning: str = ""
+    """A thinking model's reasoning before its answer (``content`` is the answer alone)."""
+
+    @classmethod
+    def reply(
+        cls,
+        tokens: list[TokenEvent],
+        rounds: list[RoundEvent],
+        summary: SummaryEvent | None,
+        settings: dict[str, Any],
+        error: str | None = None,
+    ) -> Turn:
+        """An assistant turn from its events: the answer as content, the reasoning apart."""
+        return cls(
+            "assistant", answer_text(tokens), tokens, rounds, summary, settings, error, reasoning_text(tokens)
+        )
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.reasoning:
+            data["reasoning"] = self.reasoning
         if self.role == "assistant":
             data["tokens"] = [_strip_type(t.to_json()) for t in self.tokens]
             data["rounds"] = [_strip_type(r.to_json()) for r in self.rounds]
@@ -85,6 +107,7 @@ class Turn:
             summary=_summary(_expect(stats, dict, "stats")) if stats else None,
             settings=dict(_expect(data.get("settings") or {}, dict, "settings")),
             error=None if error is None else str(error),
+            reasoning=str(data.get("reasoning") or ""),
         )
         if turn.summary is not None:
             _check_figures(turn.summary)
@@ -289,10 +312,31 @@ def to_markdown(conversation: Conversation) -> str:
         if turn.role == "user":
             lines += ["## You", "", turn.content.strip(), ""]
         else:
-            lines += ["## Assistant", "", turn.content.strip(), ""]
+            lines += ["## Assistant", ""]
+            if turn.reasoning.strip():
+                lines += reasoning_block(turn)
+            lines += [turn.content.strip(), ""]
             if turn.summary is not None:
                 lines += [f"> {reply_figures(turn.summary, turn.settings)}", ""]
     return visible("\n".join(lines).rstrip() + "\n")
+
+
+def reasoning_block(turn: Turn) -> list[str]:
+    """The reply's reasoning, set apart as such: a folded ``<details>`` block that Markdown
+    viewers show closed, like the chat, titled with its size and α."""
+    title = "Reasoning"
+    if turn.summary is not None and turn.summary.reasoning_tokens:
+        title += f" · {reasoning_figures(turn.summary)}"
+    text = turn.reasoning.replace(OPEN_TAG, "").replace(CLOSE_TAG, "").strip()
+    return ["<details>", f"<summary>{title}</summary>", "", text, "", "</details>", ""]
+
+
+def reasoning_figures(summary: SummaryEvent) -> str:
+    """The reasoning's size and α, and the answer's α beside it: "312 tokens · α 0.71 (answer 0.84)"."""
+    return (
+        f"{summary.reasoning_tokens} tokens · α {fmt(summary.reasoning_alpha)} "
+        f"(answer {fmt(summary.answer_alpha)})"
+    )
 
 
 def reply_figures(summary: SummaryEvent, settings: dict[str, Any] | None = None) -> str:
@@ -310,7 +354,18 @@ def reply_figures(summary: SummaryEvent, settings: dict[str, Any] | None = None)
         if settings.get("gamma") is not None:
             parts.append(f"γ {settings['gamma']} {settings.get('schedule', '')}".rstrip())
     parts.append(STOP_WORDS.get(summary.stop, summary.stop))
+    if summary.reasoning_tokens:
+        parts.insert(2, f"reasoning {reasoning_figures(summary)}")
+    left_out = (settings or {}).get("left_out")
+    if isinstance(left_out, int) and not isinstance(left_out, bool) and left_out > 0:
+        parts.append(left_out_words(left_out))
     return " · ".join(parts)
+
+
+def left_out_words(count: int) -> str:
+    """What a reply's prompt left out of a conversation that outgrew the context."""
+    messages = "message" if count == 1 else "messages"
+    return f"{count} oldest {messages} left out of the prompt (context full)"
 
 
 STOP_WORDS = {"eos": "done", "max_tokens": "token limit", "context": "context full", "cancelled": "stopped"}

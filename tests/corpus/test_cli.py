@@ -106,7 +106,7 @@ FLAGS: dict[str, Case] = {
     ),
     "prompt file is a folder": Case(("--prompt-file", "/"), ("is a folder",)),
     "prompt over the context": Case(
-        ("abc " * 100,), ("context holds 256", "clear the conversation"), before_loading=False
+        ("abc " * 100,), ("context holds 256", "shorten the message"), before_loading=False
     ),
 }
 

@@ -287,3 +287,54 @@ def openai_models() -> str:
     return json.dumps(
         {"object": "list", "data": [{"id": "gpt-test", "object": "model", "owned_by": "someone"}]}
     )
+
+
+def llama_thinking_stream(rounds: list[tuple[str, list[str], int, int]]) -> list[str]:
+    """llama-server parsing a thinking model's reasoning out (``--reasoning-format deepseek``):
+    each round is (field, its tokens' texts, drafted, accepted), the field ``reasoning_content``
+    or ``content``; a drafted round holds its accepted drafts and one closing token. The running
+    counters step at each drafted round's first token, as llama-server's do (see
+    specchat.remote.rounds), and the stop token is counted on the last chunk."""
+    base = {
+        "object": "chat.completion.chunk",
+        "created": 1764590000,
+        "id": "chatcmpl-think",
+        "model": "qwen3",
+    }
+    out = [json.dumps({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}]})]
+    predicted = drafted_total = accepted_total = 0
+
+    def timings() -> dict[str, Any]:
+        counters: dict[str, Any] = {"prompt_n": 20, "prompt_ms": 50.0, "predicted_n": predicted}
+        counters["predicted_ms"] = 20.0 * predicted
+        if drafted_total:
+            counters.update(draft_n=drafted_total, draft_n_accepted=accepted_total)
+        return counters
+
+    for name, pieces, drafted, accepted in rounds:
+        assert len(pieces) == accepted + 1
+        drafted_total += drafted
+        accepted_total += accepted
+        for piece in pieces:
+            predicted += 1
+            choice = {"index": 0, "delta": {name: piece}, "finish_reason": None}
+            out.append(json.dumps({**base, "choices": [choice], "timings": timings()}))
+    predicted += 1  # the stop token
+    out.append(
+        json.dumps(
+            {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "timings": timings()}
+        )
+    )
+    out.append("[DONE]")
+    return out
+
+
+THINKING_ROUNDS: list[tuple[str, list[str], int, int]] = [
+    ("reasoning_content", ["The"], 0, 0),
+    ("reasoning_content", [" user", " says", " hi"], 3, 2),
+    ("reasoning_content", [",", " so", " greet"], 3, 2),
+    ("reasoning_content", [" back", "."], 3, 1),
+    ("content", ["Hello", "!", " How", " are"], 3, 3),
+    ("content", [" you", "?"], 3, 1),
+]
+"""A reply whose reasoning accepts 5 of 9 drafts and whose answer 4 of 6."""

@@ -18,7 +18,7 @@ from textual.widgets import Static
 from specchat.engine.events import TOKEN_KINDS
 from specchat.engine.registry import DRAFT_STOP_BELOW
 from specchat.presenters.kind_labels import KIND_HELP, KIND_LABELS
-from specchat.ui.keys import APP_KEYS, PROMPT_KEYS, TEXTUAL_KEYS, display_key, effective_key
+from specchat.ui.keys import APP_KEYS, KEYS_BY_ID, PROMPT_KEYS, TEXTUAL_KEYS, display_key, effective_key
 from specchat.ui.themes import REJECTED, TokenPalette
 
 
@@ -68,6 +68,7 @@ class HelpScreen(ModalScreen[None]):
             "(not part of the reply)",
         )
 
+        reasoning_key = display_key(effective_key(KEYS_BY_ID["reasoning"], self.keymap))
         figures = Text.from_markup(
             "[b]α[/b] share of drafted tokens the target accepted "
             "(whole conversation; rolling: recent rounds)\n"
@@ -79,6 +80,8 @@ class HelpScreen(ModalScreen[None]):
             "[b]inspector[/b] p = p_target, q = p_draft; a draft is accepted when u < min(1, p/q) "
             "(at T = 0: when it is the target's most likely token); a correction is drawn from the "
             "residual norm(max(p − q, 0))\n"
+            f"[b]reasoning[/b] a thinking model's reasoning, folded to one line: its tokens and its own α "
+            f"(reasoning and answers accept differently); {reasoning_key} unfolds it, colours and all\n"
             "[b]replay[/b] (Ctrl+O, then r; or specchat replay FILE) Space pauses / plays, N one more "
             "round, + / − speed (×0.25 to ×4), R restart, Esc closes"
         )

@@ -7,7 +7,9 @@ actions. Every panel receives the one :class:`~specchat.ui.live.LiveStats` on a 
 
 The screen also owns the inspector's cursor: a (reply, token) position moved by the
 inspector's keys or a click on a token, shown reversed in the transcript, described in the
-inspector panel through ``live.inspected``.
+inspector panel through ``live.inspected``. The cursor walks the tokens on screen: a folded
+reasoning's are skipped, an unfolded one's are inspected like the answer's. Whether reasoning
+shows unfolded is the screen's too (the reasoning key; a click on one fold's line turns that one).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Footer, Header
 
-from specchat.engine.events import Event, RoundEvent, TokenEvent
+from specchat.engine.events import ContextEvent, Event, RoundEvent, TokenEvent
+from specchat.ui.keys import KEYS_BY_ID, display_key, effective_key
 from specchat.ui.live import Inspected, LiveStats, replay
 from specchat.ui.saved_conversations import Conversation
 from specchat.ui.themes import TokenPalette
@@ -34,10 +37,12 @@ from specchat.ui.widgets.prompt import PromptInput
 from specchat.ui.widgets.steps import StepPanel
 from specchat.ui.widgets.transcript import (
     AssistantMessage,
+    ReasoningFold,
     SystemNote,
     TokenText,
     Transcript,
     UserMessage,
+    left_out_notice,
 )
 from specchat.untrusted import has_controls, visible
 
@@ -68,6 +73,8 @@ class MainScreen(Screen[None]):
         self.panels: list[LivePanel] = []
         self.cursor: tuple[int, int] | None = None
         """The inspected token: (reply index, token index); None when not inspecting."""
+        self.reasoning_open = False
+        """Whether replies show their reasoning unfolded (new replies follow it)."""
         self.mounted = asyncio.Event()
         """Set once the screen's widgets exist (the app waits for it before starting)."""
 
@@ -127,12 +134,68 @@ class MainScreen(Screen[None]):
     def prompt(self) -> PromptInput:
         return self.query_one(PromptInput)
 
+    @property
+    def reasoning_key(self) -> str:
+        """The reasoning key as the user types it (after any remap), for the folded lines."""
+        return display_key(effective_key(KEYS_BY_ID["reasoning"], self.keymap))
+
     def new_reply(self, *, markdown: bool) -> AssistantMessage:
         """Mount a reply that is about to stream, and follow it."""
-        widget = AssistantMessage(streaming=True, markdown=markdown, palette=self.palette)
+        widget = AssistantMessage(
+            streaming=True,
+            markdown=markdown,
+            palette=self.palette,
+            reasoning_key=self.reasoning_key,
+            reasoning_open=self.reasoning_open,
+        )
         self.transcript.mount(widget)
         self.transcript.follow_new_reply()
         return widget
+
+    def show_left_out(self, reply: AssistantMessage, event: ContextEvent) -> None:
+        """Above a streaming reply: its prompt left out the conversation's oldest messages."""
+        self.transcript.mount(left_out_notice(event.left_out, event.kept, event.context), before=reply)
+
+    def show_rendering(self, rendering: str | None) -> None:
+        """How the conversation becomes the prompt, under the system prompt (raw mode, or a model
+        without a chat template); None: the model's own template, which needs no word."""
+        for note in self.query(SystemNote):
+            note.set_rendering(rendering)
+
+    def toggle_reasoning(self) -> bool | None:
+        """The reasoning key: unfold every reply's reasoning, or fold it. Returns whether it is
+        now shown (None: no reply here has reasoning; the next ones follow the change anyway)."""
+        self.reasoning_open = not self.reasoning_open
+        replies = self.transcript.replies()
+        for reply in replies:
+            reply.tokens.set_reasoning_open(self.reasoning_open)
+        self._hide_cursor_if_folded()
+        if not any(reply.tokens.fold is not None for reply in replies):
+            return None
+        return self.reasoning_open
+
+    @on(ReasoningFold.Toggled)
+    def _toggle_one_fold(self, message: ReasoningFold.Toggled) -> None:
+        for reply in self.transcript.replies():
+            if reply.tokens.fold is message.fold:
+                reply.tokens.set_reasoning_open(not message.fold.is_open)
+        self._hide_cursor_if_folded()
+
+    def _hide_cursor_if_folded(self) -> None:
+        """A cursor on reasoning just folded away moves to the reply's first token on screen."""
+        if self.cursor is None:
+            return
+        reply_index, token_index = self.cursor
+        text = self._reply(reply_index).tokens
+        if text.shows(token_index):
+            return
+        text.set_cursor(None)
+        shown = [i for i, t in enumerate(text.tokens) if t.text and text.shows(i)]
+        if not shown:
+            self.stop_inspecting()
+            return
+        self.cursor = (reply_index, shown[0])
+        self._show_cursor()
 
     def show_events(self, reply: AssistantMessage, events: Sequence[Event]) -> None:
         """New events of a streaming reply (tokens and rounds, in stream order)."""
@@ -145,8 +208,9 @@ class MainScreen(Screen[None]):
         """Replace the transcript with a whole conversation (reopened, or cleared)."""
         self.stop_inspecting()
         transcript = self.transcript
+        rendering = next((note.rendering for note in transcript.query(SystemNote)), None)
         await transcript.remove_children()
-        widgets: list[Any] = [SystemNote(conversation.system_prompt)]
+        widgets: list[Any] = [SystemNote(conversation.system_prompt, rendering)]
         for turn in conversation.turns:
             if turn.role == "user":
                 widgets.append(UserMessage(turn.content))
@@ -159,6 +223,8 @@ class MainScreen(Screen[None]):
                         settings=turn.settings,
                         error=turn.error,
                         markdown=markdown,
+                        reasoning_key=self.reasoning_key,
+                        reasoning_open=self.reasoning_open,
                     )
                 )
         await transcript.mount_all(widgets)
@@ -268,15 +334,15 @@ class MainScreen(Screen[None]):
         for reply_index, reply in reversed(list(enumerate(self.transcript.replies()))):
             tokens = reply.tokens.tokens
             for token_index in range(len(tokens) - 1, -1, -1):
-                if tokens[token_index].text:
+                if tokens[token_index].text and reply.tokens.shows(token_index):
                     return reply_index, token_index
         return None
 
     def _positions(self) -> Iterable[tuple[int, int, int]]:
-        """(reply, token, round) of every visible token, in order."""
+        """(reply, token, round) of every visible token, in order (folded reasoning is not)."""
         for reply_index, reply in enumerate(self.transcript.replies()):
             for token_index, token in enumerate(reply.tokens.tokens):
-                if token.text:
+                if token.text and reply.tokens.shows(token_index):
                     yield reply_index, token_index, token.round
 
     def _moved(self, cursor: tuple[int, int], unit: str, step: int) -> tuple[int, int] | None:

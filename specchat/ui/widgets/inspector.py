@@ -192,7 +192,8 @@ class InspectorPanel(Static, can_focus=True):
             " ",
             (shown(token.text), "bold"),
             (
-                f"   round {token.round + 1} · position {token.position + 1} · token {inspected.index + 1}",
+                f"   round {token.round + 1} · position {token.position + 1} · token {inspected.index + 1}"
+                + (" · reasoning" if token.reasoning else ""),
                 "dim",
             ),
         )

@@ -60,7 +60,8 @@ class StepPanel(Static):
             return Group(Text("no round run yet", "bold"), hint, Text(upcoming, "dim"))
         title = Text(
             f"round {round_event.round + 1} · γ {round_event.gamma} · drafter {round_event.drafter} · "
-            f"{round_event.accepted} of {round_event.drafted} drafts accepted",
+            f"{round_event.accepted} of {round_event.drafted} drafts accepted"
+            + (" · reasoning" if step.closing is not None and step.closing.reasoning else ""),
             "bold",
         )
         table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")

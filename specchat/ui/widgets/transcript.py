@@ -4,6 +4,10 @@ A reply also shows, in place, the drafts each round threw away: after the round'
 prefix, the rejected draft tokens struck through and dimmed, then the correction that replaced
 them (the palette's ``show_rejected`` hides them). Every token carries its index in the
 reply as style metadata, so a mouse click finds the token under it for the inspector.
+
+A thinking model's reasoning (tokens the engine marked ``reasoning``) sits above the answer in a
+:class:`ReasoningFold`: folded, one line with its size and its own α; unfolded (the reasoning key,
+or a click on that line), its tokens in the same provenance colours as the answer's.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ from textual.widget import Widget
 from textual.widgets import Markdown, Static
 
 from specchat.engine.events import Event, RoundEvent, SummaryEvent, TokenEvent
-from specchat.ui.saved_conversations import reply_figures
+from specchat.engine.metrics import SectionStats
+from specchat.engine.reasoning import answer_text
+from specchat.ui.saved_conversations import fmt, left_out_words, reply_figures
 from specchat.ui.themes import REJECTED, TokenPalette
 from specchat.untrusted import visible
 
@@ -177,12 +183,106 @@ class TokenText(Widget):
             self.post_message(self.Clicked(self, index))
 
 
+class BlockRun:
+    """The blocks of one part of a reply (its answer, or its reasoning), in order: tokens go to the
+    last block, which closes at a line break once it holds ``BLOCK_CHARS`` characters."""
+
+    def __init__(self, palette: TokenPalette, *, streaming: bool) -> None:
+        self.palette = palette
+        self.streaming = streaming
+        self.blocks: list[TokenText] = [TokenText(palette, streaming=streaming)]
+
+    @property
+    def last(self) -> TokenText:
+        return self.blocks[-1]
+
+    def add(self, kind: str, text: str, index: int, block_chars: int) -> TokenText:
+        """Add one token's text; the block where it starts."""
+        first, *rest = text.split("\n")
+        start = self.last
+        start.add(kind, first, index)
+        for piece in rest:
+            block = self.last
+            if block.chars >= block_chars:
+                block.streaming = False
+                self.blocks.append(TokenText(self.palette, streaming=self.streaming))
+            else:
+                block.add(kind, "\n", index)
+            self.last.add(kind, piece, index)
+        return start
+
+
+class ReasoningFold(Vertical):
+    """A reply's reasoning: folded, one line (its tokens and its own α); open, the tokens."""
+
+    DEFAULT_CSS = """
+    ReasoningFold { height: auto; }
+    ReasoningFold > .fold-line { height: auto; color: $text-muted; text-style: italic; }
+    ReasoningFold > .fold-body { height: auto; display: none; padding: 0 0 0 2; }
+    ReasoningFold.-open > .fold-body { display: block; }
+    ReasoningFold.-open > .fold-line { margin-bottom: 1; }
+    """
+
+    def __init__(self, run: BlockRun, key: str, *, open_: bool) -> None:
+        super().__init__()
+        self.run = run
+        self.key = key
+        self.is_open = open_
+        self.line = Static("", classes="fold-line", markup=False)
+        self.body: Vertical | None = None
+        self._mounted_blocks = 0
+        self.set_class(open_, "-open")
+
+    def compose(self) -> ComposeResult:
+        yield self.line
+        self.body = Vertical(*self.run.blocks, classes="fold-body")
+        self._mounted_blocks = len(self.run.blocks)
+        yield self.body
+
+    def sync(self) -> None:
+        """Mount the blocks the run gained since (compose takes all there are), or repaint its last."""
+        if self.body is None:
+            return
+        new = self.run.blocks[self._mounted_blocks :]
+        if new:
+            self._mounted_blocks = len(self.run.blocks)
+            self.body.mount_all(new)
+        else:
+            self.run.last.refresh_cheaply()
+
+    def set_open(self, open_: bool) -> None:
+        self.is_open = open_
+        self.set_class(open_, "-open")
+
+    def describe(self, tokens: int, alpha: float | None, thinking: bool) -> None:
+        """The folded line: ▸ reasoning · 312 tokens · α 0.71 · Ctrl+D shows it."""
+        mark = "▾" if self.is_open else "▸"
+        what = "thinking…" if thinking else "reasoning"
+        noun = "token" if tokens == 1 else "tokens"
+        hint = f" · {self.key} {'folds' if self.is_open else 'shows'} it" if self.key else ""
+        self.line.update(Text(f"{mark} {what} · {tokens} {noun} · α {fmt(alpha)}{hint}"))
+
+    def on_click(self, event: events.Click) -> None:
+        if self.line in (event.widget, getattr(event.widget, "parent", None)):
+            event.stop()
+            self.post_message(self.Toggled(self))
+
+    class Toggled(Message):
+        """The folded line was clicked."""
+
+        def __init__(self, fold: ReasoningFold) -> None:
+            super().__init__()
+            self.fold = fold
+
+
 class ReplyText(Vertical):
     """A reply's tokens, coloured by kind, in blocks that stop re-rendering once full.
 
     Only the last block changes while a reply streams, so each frame costs the same however
     long the reply grows. A block closes at a line break once it holds ``BLOCK_CHARS``
-    characters; that line break is the boundary between blocks.
+    characters; that line break is the boundary between blocks. Reasoning tokens go to their
+    own run of blocks inside a :class:`ReasoningFold`, mounted above the answer's when the
+    first arrives; token indices count both, in stream order.
 
     It takes the reply's events in stream order (each round's tokens, then its RoundEvent).
     A correction waits for its RoundEvent, which follows it at once, so that the drafts it
@@ -193,6 +293,7 @@ class ReplyText(Vertical):
 
     DEFAULT_CSS = """
     ReplyText { height: auto; }
+    ReplyText.-markdown > TokenText { display: none; }
     """
 
     def __init__(
@@ -201,26 +302,42 @@ class ReplyText(Vertical):
         *,
         streaming: bool = False,
         palette: TokenPalette | None = None,
+        reasoning_key: str = "",
+        reasoning_open: bool = False,
     ) -> None:
         super().__init__()
         self.palette = palette if palette is not None else TokenPalette()
         self.streaming = streaming
         self.tokens: list[TokenEvent] = []
         self.rounds: dict[int, RoundEvent] = {}
+        self.sections = SectionStats()
+        """Reasoning and answer counted apart (the fold's line shows the reasoning's)."""
         self._held: TokenEvent | None = None
-        self._block_of: list[int] = []
-        """For each token, the index of the block where its text starts."""
-        self._blocks: list[TokenText] = [TokenText(self.palette, streaming=streaming)]
+        self._block_of: list[TokenText] = []
+        """For each token, the block where its text starts."""
+        self._answer = BlockRun(self.palette, streaming=streaming)
+        self._reasoning: BlockRun | None = None
+        self.fold: ReasoningFold | None = None
+        self._reasoning_key = reasoning_key
+        self._reasoning_open = reasoning_open
         self._add(events)
-        self._blocks[-1].empty_note = not self.tokens and not streaming
+        self._answer.last.empty_note = not self.answer and not streaming
+        self._describe_fold()
         self.cursor: int | None = None
 
     def compose(self) -> ComposeResult:
-        yield from self._blocks
+        if self.fold is not None:
+            yield self.fold
+        yield from self._answer.blocks
 
     @property
     def plain(self) -> str:
+        """The whole reply's text (reasoning included)."""
         return "".join(t.text for t in self.tokens)
+
+    @property
+    def answer(self) -> str:
+        return answer_text(self.tokens)
 
     @property
     def runs(self) -> list[tuple[str, str]]:
@@ -237,25 +354,48 @@ class ReplyText(Vertical):
 
     @property
     def blocks(self) -> list[TokenText]:
-        return list(self._blocks)
+        """Every block: the reasoning's, then the answer's."""
+        reasoning = self._reasoning.blocks if self._reasoning is not None else []
+        return [*reasoning, *self._answer.blocks]
+
+    @property
+    def reasoning_open(self) -> bool:
+        return self.fold is not None and self.fold.is_open
+
+    def shows(self, index: int) -> bool:
+        """Whether the token at ``index`` is on screen: answer tokens always, reasoning unfolded."""
+        return not self.tokens[index].reasoning or self.reasoning_open
+
+    def set_reasoning_open(self, open_: bool) -> None:
+        """Unfold or fold the reasoning (the next reasoning to arrive follows it too)."""
+        self._reasoning_open = open_
+        if self.fold is not None:
+            self.fold.set_open(open_)
+            self._describe_fold()
 
     def render_text(self) -> Text:
         """The whole reply as one Text, joined as the blocks are shown (for tests)."""
-        return Text("\n", end="").join(block.render() for block in self._blocks)
+        return Text("\n", end="").join(block.render() for block in self.blocks)
 
     def rejected_text(self) -> str:
         """Every rejected draft as shown in place, in order (for tests)."""
-        return "".join(p.text for b in self._blocks for p in b.pieces if p.kind == REJECTED)
+        return "".join(p.text for b in self.blocks for p in b.pieces if p.kind == REJECTED)
 
     def append(self, events: Iterable[Event]) -> None:
-        before = len(self._blocks)
-        last = self._blocks[-1]
+        answer_before = len(self._answer.blocks)
+        fold_before = self.fold
+        last = self._answer.last
         self._add(events)
-        if len(self._blocks) > before:
+        if self.fold is not None and fold_before is None:
+            self.mount(self.fold, before=self._answer.blocks[0])
+        elif self.fold is not None:
+            self.fold.sync()
+        if len(self._answer.blocks) > answer_before:
             last.set_streaming(False)
-            self.mount_all(self._blocks[before:])
+            self.mount_all(self._answer.blocks[answer_before:])
         else:
             last.refresh_cheaply()
+        self._describe_fold()
 
     def set_streaming(self, streaming: bool) -> None:
         self.streaming = streaming
@@ -263,24 +403,43 @@ class ReplyText(Vertical):
             # The round never closed (an error): the correction still belongs to the reply.
             self._add_token(self._held)
             self._held = None
-        last = self._blocks[-1]
-        last.empty_note = not self.tokens and not streaming
+        last = self._answer.last
+        last.empty_note = not self.answer and not streaming
         last.set_streaming(streaming)
+        self._describe_fold()
 
     def set_cursor(self, index: int | None) -> None:
         """Highlight the token at ``index`` (None: no cursor)."""
         self.cursor = index
-        for block in self._blocks:
+        for block in self.blocks:
             block.set_cursor(index if index is not None and index in block.tokens_shown() else None)
 
     def block_of(self, index: int) -> TokenText:
-        return self._blocks[self._block_of[index]]
+        return self._block_of[index]
 
     def round_of(self, index: int) -> RoundEvent | None:
         return self.rounds.get(self.tokens[index].round)
 
+    def _describe_fold(self) -> None:
+        if self.fold is None:
+            return
+        reasoning = self.sections.reasoning
+        thinking = self.streaming and bool(self.tokens) and self.tokens[-1].reasoning
+        self.fold.describe(reasoning.tokens, reasoning.alpha, thinking)
+
+    def _run_for(self, reasoning: bool) -> BlockRun:
+        if not reasoning:
+            return self._answer
+        if self._reasoning is None:
+            # Reasoning blocks never show the streaming cursor: the answer's block keeps it.
+            self._reasoning = BlockRun(self.palette, streaming=False)
+            self.fold = ReasoningFold(self._reasoning, self._reasoning_key, open_=self._reasoning_open)
+        return self._reasoning
+
     def _add(self, events: Iterable[Event]) -> None:
         for event in events:
+            if isinstance(event, TokenEvent | RoundEvent):
+                self.sections.add(event)
             if isinstance(event, TokenEvent):
                 if event.kind == "correction":
                     self._flush_held()
@@ -293,8 +452,12 @@ class ReplyText(Vertical):
                 held = self._held if self._held is not None and self._held.round == event.round else None
                 self._flush_held(unless=held)
                 replaced_by = len(self.tokens) if held is not None else None
+                section = (
+                    held.reasoning if held is not None else bool(self.tokens and self.tokens[-1].reasoning)
+                )
+                run = self._run_for(section)
                 for draft in event.rejected:
-                    self._blocks[-1].add(REJECTED, draft.text.translate(SHOWN_BREAKS), replaced_by)
+                    run.last.add(REJECTED, draft.text.translate(SHOWN_BREAKS), replaced_by)
                 if held is not None:
                     self._held = None
                     self._add_token(held)
@@ -308,17 +471,8 @@ class ReplyText(Vertical):
     def _add_token(self, token: TokenEvent) -> None:
         index = len(self.tokens)
         self.tokens.append(token)
-        self._block_of.append(len(self._blocks) - 1)
-        first, *rest = token.text.split("\n")
-        self._blocks[-1].add(token.kind, first, index)
-        for piece in rest:
-            block = self._blocks[-1]
-            if block.chars >= self.BLOCK_CHARS:
-                block.streaming = False
-                self._blocks.append(TokenText(self.palette, streaming=self.streaming))
-            else:
-                block.add(token.kind, "\n", index)
-            self._blocks[-1].add(token.kind, piece, index)
+        run = self._run_for(token.reasoning)
+        self._block_of.append(run.add(token.kind, token.text, index, self.BLOCK_CHARS))
 
 
 class UserMessage(Static):
@@ -334,16 +488,28 @@ class UserMessage(Static):
 
 
 class SystemNote(Static):
-    """The system prompt, shown dim at the top of the transcript."""
+    """The system prompt, shown dim at the top of the transcript; below it, where the user should
+    know, how the conversation becomes the prompt (raw mode, or a model without a chat template)."""
 
-    def __init__(self, prompt: str) -> None:
+    def __init__(self, prompt: str, rendering: str | None = None) -> None:
         super().__init__(markup=False)
+        self.rendering = rendering
         self.set_prompt(prompt)
 
     def set_prompt(self, prompt: str) -> None:
         self.prompt = prompt
-        shown = visible(" ".join(prompt.split())) or "(none)"
-        self.update(Text.assemble(("system  ", "bold"), shown))
+        self._show()
+
+    def set_rendering(self, rendering: str | None) -> None:
+        self.rendering = rendering
+        self._show()
+
+    def _show(self) -> None:
+        shown = visible(" ".join(self.prompt.split())) or "(none)"
+        text = Text.assemble(("system  ", "bold"), shown)
+        if self.rendering:
+            text.append_text(Text.assemble("\n", ("prompt  ", "bold"), self.rendering))
+        self.update(text)
 
 
 class Notice(Static):
@@ -352,6 +518,15 @@ class Notice(Static):
     def __init__(self, message: str, *, error: bool = True) -> None:
         super().__init__(Text(visible(message)), markup=False)  # may quote a server
         self.set_class(error, "-error")
+
+
+def left_out_notice(left_out: int, kept: int, context: int) -> Notice:
+    """Above a reply whose prompt left out the conversation's oldest messages."""
+    return Notice(
+        f"{left_out_words(left_out)}: this reply sees the system prompt and the newest {kept} "
+        f"(the context holds {context:,} tokens). The saved conversation keeps every message.",
+        error=False,
+    )
 
 
 class AssistantMessage(Vertical):
@@ -372,10 +547,18 @@ class AssistantMessage(Vertical):
         settings: dict[str, Any] | None = None,
         error: str | None = None,
         markdown: bool = False,
+        reasoning_key: str = "",
+        reasoning_open: bool = False,
     ) -> None:
         super().__init__()
         self.border_title = "assistant"
-        self.tokens = ReplyText(events, streaming=streaming, palette=palette)
+        self.tokens = ReplyText(
+            events,
+            streaming=streaming,
+            palette=palette,
+            reasoning_key=reasoning_key,
+            reasoning_open=reasoning_open,
+        )
         self.figures = Static("", classes="figures", markup=False)
         self._markdown: Markdown | None = None
         self.want_markdown = markdown
@@ -395,7 +578,8 @@ class AssistantMessage(Vertical):
 
     @property
     def text(self) -> str:
-        return self.tokens.plain
+        """The answer (a thinking model's reasoning is apart, in the fold)."""
+        return self.tokens.answer
 
     def append(self, events: Iterable[Event]) -> None:
         self.tokens.append(events)
@@ -429,7 +613,10 @@ class AssistantMessage(Vertical):
             self.mount(self._markdown, before=self.figures)
         if self._markdown is not None:
             self._markdown.display = show_markdown
-        self.tokens.display = not show_markdown
+        if self.tokens.fold is None:
+            self.tokens.display = not show_markdown
+        else:  # the reasoning's fold stays above the Markdown answer
+            self.tokens.set_class(show_markdown, "-markdown")
         self.set_class(show_markdown, "-markdown")
 
 

@@ -1,0 +1,204 @@
+"""Pilot tests: a thinking model's reasoning folded to one line, unfolded by its key, inspected
+and stepped through; saved and exported as reasoning (issue 33, item 4). And a chat that outgrows
+the context (item 3)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specchat.engine.events import SummaryEvent, TokenEvent
+from specchat.engine.session import ChatEngine
+from specchat.testing import ANSWER_SCRIPT, REASONING_SCRIPT, make_thinking_pair
+from specchat.ui.saved_conversations import ConversationStore, to_markdown
+from specchat.ui.scripted_engines import FixedTimings, PausingEngine
+from specchat.ui.widgets.inspector import InspectorPanel
+from specchat.ui.widgets.steps import StepPanel
+from specchat.ui.widgets.transcript import Notice, ReasoningFold
+
+from .conftest import SIZE, make_app, send, wait_for, wait_idle, wait_paused
+from .test_inspector_greedy import plain
+
+pytestmark = pytest.mark.anyio
+ANSWER = "".join(ANSWER_SCRIPT)
+REASONING = "<think>" + "".join(REASONING_SCRIPT) + "</think>\n\n"
+
+
+@pytest.fixture
+def thinking() -> PausingEngine:
+    pair = make_thinking_pair()
+    return PausingEngine(FixedTimings(ChatEngine(pair.target, pair.tokenizer, pair.draft)))
+
+
+def summary_of(engine: PausingEngine) -> SummaryEvent:
+    summary = engine.events[-1]
+    assert isinstance(summary, SummaryEvent)
+    return summary
+
+
+async def test_reasoning_is_folded_to_one_line_and_the_key_unfolds_it(thinking: PausingEngine) -> None:
+    app = make_app(thinking, gamma=3)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, " hi")
+        await wait_idle(pilot, app)
+        reply = app.transcript.replies()[-1]
+        fold = reply.query_one(ReasoningFold)
+        summary = summary_of(thinking)
+        line = str(fold.line.render())
+        assert line.startswith("▸ reasoning · ")
+        assert f"{summary.reasoning_tokens} tokens · α {summary.reasoning_alpha:.2f}" in line
+        assert "Ctrl+D shows it" in line
+        assert summary.reasoning_alpha is not None and summary.reasoning_alpha < summary.answer_alpha == 1.0
+        # Folded: the reasoning's blocks take no room; the answer shows as usual.
+        assert not fold.body.display or fold.body.region.height == 0
+        assert reply.text == ANSWER
+        assert [b for b in reply.tokens.blocks if b.region.height > 0] == [reply.tokens.blocks[-1]]
+
+        await pilot.press("ctrl+d")
+        await pilot.pause()
+        assert fold.is_open and str(fold.line.render()).startswith("▾ reasoning")
+        shown = [b for b in reply.tokens.blocks if b.region.height > 0]
+        assert len(shown) == 2
+        rendered = shown[0].render()
+        assert rendered.plain == REASONING
+        # Provenance colours inside the reasoning: each token in its kind's style.
+        styles = app.token_styles
+        kinds = {t.kind for t in thinking.tokens if t.reasoning and t.text}
+        assert {span.style.clear_meta_and_links() for span in rendered.spans} == {styles[k] for k in kinds}
+        assert {"accepted", "correction"} <= kinds
+
+        await pilot.press("ctrl+d")
+        await pilot.pause()
+        assert not fold.is_open and fold.body.region.height == 0
+
+
+async def test_the_conversation_keeps_reasoning_apart_and_exports_it_as_such(thinking: PausingEngine) -> None:
+    app = make_app(thinking, gamma=3)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, " hi")
+        await wait_idle(pilot, app)
+        turn = app.conversation.turns[-1]
+        path = app.store.path_for(app.conversation.id)
+    assert (turn.content, turn.reasoning) == (ANSWER, REASONING)
+    saved = json.loads(path.read_text(encoding="utf-8"))["messages"][-1]
+    assert saved["content"] == ANSWER and saved["reasoning"] == REASONING
+    marked = [t["text"] for t in saved["tokens"] if t.get("reasoning")]
+    assert "".join(marked) == REASONING
+    reopened = ConversationStore.load_path(path)
+    assert reopened.turns[-1].tokens == thinking.tokens
+    markdown = to_markdown(reopened)
+    summary = summary_of(thinking)
+    assert (
+        f"<summary>Reasoning · {summary.reasoning_tokens} tokens · α {summary.reasoning_alpha:.2f}"
+        in markdown
+    )
+    assert "Let me think about it" in markdown and ANSWER in markdown
+    assert markdown.index("Let me think") < markdown.index("</details>") < markdown.index(ANSWER)
+    # The next prompt carries the answer alone (the template drops past reasoning anyway).
+    assert reopened.chat_messages()[-1]["content"] == ANSWER
+
+
+async def test_reopened_reasoning_folds_the_same(thinking: PausingEngine) -> None:
+    app = make_app(thinking, gamma=3)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, " hi")
+        await wait_idle(pilot, app)
+        live_line = str(app.transcript.replies()[-1].query_one(ReasoningFold).line.render())
+        await app.main_screen.show_conversation(app.conversation, markdown=False)
+        await pilot.pause()
+        reopened = app.transcript.replies()[-1].query_one(ReasoningFold)
+        assert str(reopened.line.render()) == live_line
+
+
+async def test_the_inspector_skips_folded_reasoning_and_walks_into_unfolded(thinking: PausingEngine) -> None:
+    app = make_app(thinking, gamma=3)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, " hi")
+        await wait_idle(pilot, app)
+        tokens = app.transcript.replies()[-1].tokens.tokens
+        first_answer = next(i for i, t in enumerate(tokens) if not t.reasoning)
+        await pilot.press("f10")
+        await pilot.press("home")
+        await pilot.pause()
+        assert app.main_screen.cursor == (0, first_answer)
+        await pilot.press("left")  # nowhere to go: the reasoning is folded
+        await pilot.pause()
+        assert app.main_screen.cursor == (0, first_answer)
+
+        await pilot.press("ctrl+d")
+        await pilot.press("left")
+        await pilot.pause()
+        cursor = app.main_screen.cursor
+        assert cursor is not None and tokens[cursor[1]].reasoning
+        inspected = app.live.inspected
+        assert inspected is not None and inspected.token.reasoning
+        panel = app.query_one(InspectorPanel)
+        assert "· reasoning" in plain(panel.describe(inspected)).splitlines()[0]
+
+        await pilot.press("ctrl+d")  # folding it away moves the cursor back to the answer
+        await pilot.pause()
+        assert app.main_screen.cursor == (0, first_answer)
+
+
+async def test_step_mode_pauses_inside_the_reasoning(thinking: PausingEngine) -> None:
+    thinking.pause_after = 1
+    app = make_app(thinking, gamma=3)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, " hi")
+        await wait_paused(pilot, app, thinking)
+        reply = app.transcript.replies()[-1]
+        fold = reply.query_one(ReasoningFold)
+        assert str(fold.line.render()).startswith("▸ thinking… ")
+        await pilot.press("ctrl+g")  # step mode: the table of the round it stopped after
+        thinking.release()
+        await wait_for_step(pilot, app)
+        panel = app.query_one(StepPanel)
+        title = plain(panel.describe(app.live.step, app.live)).splitlines()[0]
+        assert title.startswith("round 3 ·") and title.rstrip().endswith("· reasoning")
+        await pilot.press("ctrl+g")
+        await wait_idle(pilot, app)
+        assert str(fold.line.render()).startswith("▸ reasoning · ")
+
+
+async def wait_for_step(pilot, app) -> None:  # type: ignore[no-untyped-def]
+    await wait_for(pilot, lambda: app.live.step.paused)
+    await pilot.pause()
+
+
+def test_reasoning_tokens_are_what_the_engine_marked(thinking: PausingEngine) -> None:
+    """The fixture itself: the target writes its script, reasoning first (a check on the test)."""
+    events = list(thinking.stream_chat([{"role": "user", "content": " hi"}], _controls()))
+    text = "".join(e.text for e in events if isinstance(e, TokenEvent))
+    assert text == REASONING + ANSWER
+
+
+def _controls():  # type: ignore[no-untyped-def]
+    from specchat.backend import Controls
+
+    return Controls(drafter="model", gamma=3)
+
+
+async def test_a_chat_past_the_context_keeps_answering_and_saves_every_turn(engine: PausingEngine) -> None:
+    """Issue 33, item 3: the tiny model's context holds 256 tokens (one a character); four long
+    messages outgrow it, and every reply still comes, after a notice of what was left out."""
+    app = make_app(engine, max_new_tokens=24)
+    long = "the quick brown fox jumps over the lazy dog. " * 2
+    async with app.run_test(size=SIZE) as pilot:
+        for turn in range(4):
+            await send(pilot, f"{turn} {long}")
+            await wait_for(
+                pilot, lambda turn=turn: app.reply is None and len(app.conversation.turns) == 2 * turn + 2
+            )
+        notices = [str(n.render()) for n in app.transcript.query(Notice)]
+        assert notices and all("left out of the prompt" in n for n in notices)
+        assert "The saved conversation keeps every message" in notices[-1]
+        replies = [t for t in app.conversation.turns if t.role == "assistant"]
+        assert len(replies) == 4 and all(t.tokens for t in replies)
+        assert replies[-1].settings["left_out"] >= 2 and "left_out" not in replies[0].settings
+        figures = str(app.transcript.replies()[-1].figures.render())
+        assert "oldest messages left out of the prompt" in figures
+        path = app.store.path_for(app.conversation.id)
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    assert [m["role"] for m in saved["messages"]] == ["user", "assistant"] * 4
+    assert saved["messages"][0]["content"].startswith("0 the quick brown fox")
