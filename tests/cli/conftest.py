@@ -29,3 +29,11 @@ def isolated_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("SPECCHAT_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def thinking_folders(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The tiny Qwen3 thinking pair (specchat.testing.make_thinking_pair) as two folders."""
+    from specchat.testing import make_thinking_pair, save_thinking_pair
+
+    return save_thinking_pair(make_thinking_pair(), tmp_path_factory.mktemp("thinking"))
