@@ -70,9 +70,13 @@ class TokenText(Widget):
             self.block = block
             self.index = index
 
-    def __init__(self, palette: TokenPalette, *, streaming: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self, palette: TokenPalette, *, streaming: bool = False, trim_end: bool = False, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.palette = palette
+        self.trim_end = trim_end
+        """Draw no line breaks at the end (the reasoning's blank line before the answer)."""
         self.pieces: list[Piece] = []
         self.chars = 0
         self._line_cells: list[int] = []
@@ -169,6 +173,8 @@ class TokenText(Widget):
                     style = style + CURSOR_STYLE
                 style = style + Style.from_meta({"token": piece.token})
             text.append(piece.text, style)
+        while self.trim_end and text.plain.endswith("\n"):
+            text.right_crop(1)
         if self.streaming:
             text.append(CURSOR, Style(dim=True))
         elif self.empty_note:
@@ -187,10 +193,14 @@ class BlockRun:
     """The blocks of one part of a reply (its answer, or its reasoning), in order: tokens go to the
     last block, which closes at a line break once it holds ``BLOCK_CHARS`` characters."""
 
-    def __init__(self, palette: TokenPalette, *, streaming: bool) -> None:
+    def __init__(self, palette: TokenPalette, *, streaming: bool, trim_end: bool = False) -> None:
         self.palette = palette
         self.streaming = streaming
-        self.blocks: list[TokenText] = [TokenText(palette, streaming=streaming)]
+        self.trim_end = trim_end
+        self.blocks: list[TokenText] = [self._block()]
+
+    def _block(self) -> TokenText:
+        return TokenText(self.palette, streaming=self.streaming, trim_end=self.trim_end)
 
     @property
     def last(self) -> TokenText:
@@ -205,7 +215,7 @@ class BlockRun:
             block = self.last
             if block.chars >= block_chars:
                 block.streaming = False
-                self.blocks.append(TokenText(self.palette, streaming=self.streaming))
+                self.blocks.append(self._block())
             else:
                 block.add(kind, "\n", index)
             self.last.add(kind, piece, index)
@@ -219,7 +229,7 @@ class ReasoningFold(Vertical):
     ReasoningFold { height: auto; }
     ReasoningFold > .fold-line { height: auto; color: $text-muted; text-style: italic; }
     ReasoningFold > .fold-body { height: auto; display: none; padding: 0 0 0 2; }
-    ReasoningFold.-open > .fold-body { display: block; }
+    ReasoningFold.-open > .fold-body { display: block; margin-bottom: 1; }
     ReasoningFold.-open > .fold-line { margin-bottom: 1; }
     """
 
@@ -432,7 +442,7 @@ class ReplyText(Vertical):
             return self._answer
         if self._reasoning is None:
             # Reasoning blocks never show the streaming cursor: the answer's block keeps it.
-            self._reasoning = BlockRun(self.palette, streaming=False)
+            self._reasoning = BlockRun(self.palette, streaming=False, trim_end=True)
             self.fold = ReasoningFold(self._reasoning, self._reasoning_key, open_=self._reasoning_open)
         return self._reasoning
 
