@@ -99,6 +99,30 @@ async def test_the_conversation_keeps_reasoning_apart_and_exports_it_as_such(thi
     assert reopened.chat_messages()[-1]["content"] == ANSWER
 
 
+async def test_a_replay_folds_the_reasoning_as_the_chat_did(thinking: PausingEngine) -> None:
+    from specchat.ui.app import SpecchatApp
+    from specchat.ui.screens.replay import ReplayScreen
+
+    from .conftest import settings
+
+    app = make_app(thinking, gamma=3)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, " hi")
+        await wait_idle(pilot, app)
+        saved = ConversationStore.load_path(app.store.path_for(app.conversation.id))
+        live_line = str(app.transcript.replies()[-1].query_one(ReasoningFold).line.render())
+    replaying = SpecchatApp(settings(), replay=saved, replay_speed=4.0)
+    async with replaying.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: isinstance(replaying.screen, ReplayScreen))
+        screen = replaying.screen
+        assert isinstance(screen, ReplayScreen)
+        await wait_for(pilot, lambda: screen.finished, timeout=30)
+        await pilot.pause()
+        shown = screen.transcript.replies()[-1]
+        assert str(shown.query_one(ReasoningFold).line.render()) == live_line
+        assert shown.tokens.tokens == saved.turns[-1].tokens and shown.text == ANSWER
+
+
 async def test_reopened_reasoning_folds_the_same(thinking: PausingEngine) -> None:
     app = make_app(thinking, gamma=3)
     async with app.run_test(size=SIZE) as pilot:
