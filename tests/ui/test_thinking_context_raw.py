@@ -1,6 +1,7 @@
 """Pilot tests: a thinking model's reasoning folded to one line, unfolded by its key, inspected
-and stepped through; saved and exported as reasoning (issue 33, item 4). And a chat that outgrows
-the context (item 3)."""
+and stepped through; saved and exported as reasoning (issue 33, item 4). A chat that outgrows
+the context (item 3), and how the chat says the prompt is rendered: raw, or without a template
+(item 5)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ import pytest
 
 from specchat.engine.events import SummaryEvent, TokenEvent
 from specchat.engine.session import ChatEngine
-from specchat.testing import ANSWER_SCRIPT, REASONING_SCRIPT, make_thinking_pair
+from specchat.testing import ANSWER_SCRIPT, REASONING_SCRIPT, TinyPair, make_thinking_pair
 from specchat.ui.saved_conversations import ConversationStore, to_markdown
 from specchat.ui.scripted_engines import FixedTimings, PausingEngine
 from specchat.ui.widgets.inspector import InspectorPanel
 from specchat.ui.widgets.steps import StepPanel
-from specchat.ui.widgets.transcript import Notice, ReasoningFold
+from specchat.ui.widgets.transcript import Notice, ReasoningFold, SystemNote
 
 from .conftest import SIZE, make_app, send, wait_for, wait_idle, wait_paused
 from .test_inspector_greedy import plain
@@ -226,3 +227,36 @@ async def test_a_chat_past_the_context_keeps_answering_and_saves_every_turn(engi
     saved = json.loads(path.read_text(encoding="utf-8"))
     assert [m["role"] for m in saved["messages"]] == ["user", "assistant"] * 4
     assert saved["messages"][0]["content"].startswith("0 the quick brown fox")
+
+
+async def test_a_model_without_a_template_says_how_turns_are_joined(tiny_pair: TinyPair) -> None:
+    """Issue 33, item 5: the chat says which rendering it uses, under the system prompt."""
+    bare = tiny_pair.tokenizer.__class__(tokenizer_object=tiny_pair.tokenizer.backend_tokenizer)
+    app = make_app(ChatEngine(tiny_pair.target, bare, tiny_pair.draft))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.engine is not None)
+        await pilot.pause()
+        note = str(app.transcript.query_one(SystemNote).render())
+        assert "prompt  no chat template in this model: the turns are joined by blank lines" in note
+        await pilot.press("ctrl+l")  # a new conversation keeps saying so
+        await pilot.pause()
+        assert "no chat template" in str(app.transcript.query_one(SystemNote).render())
+
+
+async def test_raw_mode_sends_the_text_exactly_and_says_so(tiny_pair: TinyPair) -> None:
+    seen: list[list[int]] = []
+    engine = ChatEngine(tiny_pair.target, tiny_pair.tokenizer, tiny_pair.draft)
+    start_ids = engine.start_ids
+
+    def record(ids: list[int], *args: object, **kwargs: object) -> object:
+        seen.append(ids)
+        return start_ids(ids, *args, **kwargs)  # type: ignore[arg-type]
+
+    engine.start_ids = record  # type: ignore[method-assign]
+    app = make_app(engine, raw=True, max_new_tokens=4)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.engine is not None)
+        assert "prompt  raw: your text exactly" in str(app.transcript.query_one(SystemNote).render())
+        await send(pilot, "abc abc")
+        await wait_idle(pilot, app)
+    assert seen == [tiny_pair.tokenizer("abc abc")["input_ids"]], "no template, no system prompt"
