@@ -10,6 +10,8 @@ import threading
 import time
 from collections.abc import Iterator
 
+import torch
+
 from specchat.engine.detokenize import IncrementalDetokenizer
 from specchat.engine.events import Event, RoundEvent, StopReason, TokenEvent
 from specchat.engine.kv import CachedLM
@@ -47,7 +49,9 @@ def plain_decode(
         t0 = time.perf_counter()
         probs = shape_probs(target.logits_after(ids, 1), sampling)
         token_t = pick_tokens(probs, sampling, generator)
-        token, p_token = int(token_t.item()), float(probs[0, token_t].item())
+        # One host read for the token and its probability (each .item() would wait for the device).
+        read = torch.cat([token_t.double(), probs[0, token_t].double()]).tolist()
+        token, p_token = int(read[0]), float(read[1])
         step_ms = (time.perf_counter() - t0) * 1000.0
         if token in stop_ids:
             stop = "eos"

@@ -18,6 +18,7 @@ from specchat.engine.events import DrafterName
 from specchat.engine.kv import CachedLM
 from specchat.engine.params import DRAFT_STOP_BELOW, SamplingParams
 from specchat.engine.sampling import pick_tokens, shape_probs
+from specchat.engine.static import StaticLM
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +29,33 @@ class Draft:
     """The same ids as a tensor on the device."""
     p_draft: torch.Tensor
     """[n, V] the distributions the drafts were drawn from."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceDraft:
+    """γ drafts that never left the device; the draft's stop rule kept the first ``count``.
+
+    A draft model on a static cache drafts all γ tokens without reading any back (each step's
+    token feeds the next pass on the device), and applies its stop rule there: ``count`` is
+    where it would have stopped. The round's one host read returns the ids with the verdict.
+    """
+
+    tokens: torch.Tensor
+    """[γ] the drafted ids, on the device."""
+    p_draft: torch.Tensor
+    """[γ, V] the distributions they were drawn from."""
+    count: torch.Tensor
+    """0-dim: how many of them are proposed (1 … γ)."""
+    lm: StaticLM
+    """The draft model's cache, which holds the first γ − 1 drafts once drafting is done."""
+
+    def read(self) -> Draft:
+        """The same draft with its ids on the host (one read), for a target without a static cache."""
+        values = torch.cat([self.tokens, self.count.reshape(1)]).tolist()
+        n = int(values[-1])
+        ids = [int(i) for i in values[:-1]]
+        self.lm.extend_known(ids[: len(ids) - 1])
+        return Draft(ids=ids[:n], tokens=self.tokens[:n], p_draft=self.p_draft[:n])
 
 
 class Drafter(Protocol):
@@ -43,7 +71,7 @@ class Drafter(Protocol):
 
     def propose(
         self, ids: list[int], gamma: int, params: SamplingParams, generator: torch.Generator | None
-    ) -> Draft: ...
+    ) -> Draft | DeviceDraft: ...
 
 
 RECENT_TOKENS = 64
@@ -88,7 +116,9 @@ class ModelDrafter:
 
     def propose(
         self, ids: list[int], gamma: int, params: SamplingParams, generator: torch.Generator | None
-    ) -> Draft:
+    ) -> Draft | DeviceDraft:
+        if isinstance(self.lm, StaticLM):
+            return self.propose_on_device(ids, gamma, params, generator)
         context = list(ids)
         rows: list[torch.Tensor] = []
         drafted: list[torch.Tensor] = []
@@ -107,6 +137,38 @@ class ModelDrafter:
             return empty_draft(self.vocab_width, self.lm.device)
         p_draft = _pad_columns(torch.cat(rows), self.vocab_width)  # a narrow head: zero past its ids
         return Draft(ids=context[len(ids) :], tokens=torch.cat(drafted), p_draft=p_draft)
+
+
+    def propose_on_device(
+        self, ids: list[int], gamma: int, params: SamplingParams, generator: torch.Generator | None
+    ) -> Draft | DeviceDraft:
+        """γ drafts with no host read: each drafted token is the next pass's input on the device.
+
+        The stop rule (end after a position whose top probability is below ``stop_below``) is
+        applied on the device too: all γ positions are drafted and ``count`` says how many are
+        proposed, which is the prefix the loop above would have proposed.
+        """
+        lm = self.lm
+        assert isinstance(lm, StaticLM)
+        if gamma < 1:
+            return empty_draft(self.vocab_width, lm.device)
+        logits = lm.logits_after(ids, 1)
+        rows: list[torch.Tensor] = []
+        drafted: list[torch.Tensor] = []
+        tops: list[torch.Tensor] = []
+        for k in range(gamma):
+            probs = shape_probs(logits, params)
+            token = pick_tokens(probs, params, generator)
+            rows.append(probs)
+            drafted.append(token)
+            tops.append(probs[0].max().reshape(1))
+            if k + 1 < gamma:
+                logits = lm.logits_of(token, len(ids) + k)
+        sure = torch.cat(tops) >= self.stop_below
+        # Positions before the first unsure one, plus that one (it is still proposed), at most γ.
+        count = torch.clamp(sure.long().cumprod(0).sum() + 1, max=gamma)
+        p_draft = _pad_columns(torch.cat(rows), self.vocab_width)
+        return DeviceDraft(tokens=torch.cat(drafted), p_draft=p_draft, count=count, lm=lm)
 
 
 class NgramDrafter:

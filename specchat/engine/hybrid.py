@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from specchat.engine.drafters import Draft, ModelDrafter, NgramDrafter, lookup_continuation
+from specchat.engine.drafters import DeviceDraft, Draft, ModelDrafter, NgramDrafter, lookup_continuation
 from specchat.engine.events import DrafterName
 from specchat.engine.params import GAMMA_MAX
 from specchat.engine.sampling import SamplingParams
@@ -47,7 +47,7 @@ class HybridDrafter:
 
     def propose(
         self, ids: list[int], gamma: int, params: SamplingParams, generator: torch.Generator | None
-    ) -> Draft:
+    ) -> Draft | DeviceDraft:
         # The same decision next_source announced, so γ was sized for the source that proposes.
         self.name = self.next_source(ids)
         if self.name == "ngram":

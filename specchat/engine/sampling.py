@@ -190,6 +190,8 @@ class RoundVerification:
     top_probs: list[float]
     p_target_own: list[float] | None = None
     """The target's own softmax (temperature 1, unshaped) of each draft; None when not asked."""
+    draft_ids: list[int] | None = None
+    """The drafted ids, read back with the verdict when they stayed on the device (see ``count``)."""
 
     @property
     def from_residual(self) -> bool:
@@ -205,6 +207,7 @@ def verify(
     generator: torch.Generator | None,
     top_k: int = 5,
     p_target_own: torch.Tensor | None = None,
+    count: torch.Tensor | None = None,
 ) -> RoundVerification:
     """Accept a prefix of ``drafts`` and choose the round's closing token.
 
@@ -220,32 +223,45 @@ def verify(
     p_target_own: [γ] the target's own softmax of each draft (:func:`own_probabilities`), read
     back in the same synchronisation for the trace. At T = 0 it is not needed: the greedy rows
     of ``p_target`` are the plain softmax already (:func:`shape_probs`).
+
+    count: for drafts that stayed on the device, a 0-dim tensor n ≤ γ: only the first n drafts
+    are proposed (the draft's stop rule, applied on the device), the rest are ignored. Row n then
+    closes the round from ``p_target`` itself (the bonus), as if only n had been drafted; the
+    drafted ids come back with the verdict (``draft_ids``, n of them).
     """
     gamma = drafts.shape[0]
-    rows = torch.arange(gamma, device=drafts.device)
+    device = drafts.device
+    rows = torch.arange(gamma, device=device)
     pt_drafts = p_target[rows, drafts]
     pd_drafts = p_draft[rows, drafts]
     accept_probs = acceptance_probability(pt_drafts, pd_drafts)
+    all_rows = torch.arange(gamma + 1, device=device)
+    proposed = rows < count if count is not None else None
     if params.greedy:
         argmax = argmax_rows(p_target)
         accept = argmax[:gamma] == drafts
         candidates = argmax
         sources = p_target
-        draws = torch.zeros(0, device=drafts.device)
+        draws = torch.zeros(0, device=device)
     else:
-        draws = torch.rand(gamma, generator=generator, device=drafts.device)
+        draws = torch.rand(gamma, generator=generator, device=device)
         accept = draws < accept_probs
         sources = torch.cat([residual_distribution(p_target[:gamma], p_draft), p_target[gamma:]])
+        if count is not None:  # the row after the last proposed draft is a bonus row, not a residual
+            sources = torch.where((all_rows < count)[:, None], sources, p_target)
         candidates = pick_tokens(sources, params, generator)
-    all_rows = torch.arange(gamma + 1, device=drafts.device)
+    if proposed is not None:
+        accept = accept & proposed
     pt_candidates = p_target[all_rows, candidates]
     # The closing row (the first rejection, or the bonus row) is found on the device, so only its
-    # distribution is ranked: one row's top-k, not γ+1 of them.
+    # distribution is ranked: one row's top-k, not γ+1 of them. index_select, not sources[row]:
+    # indexing by a 0-dim device tensor would read it back to the host.
     closing_row = accept.long().cumprod(0).sum()
-    top_values, top_ids = top_entries(sources[closing_row], top_k)
+    top_values, top_ids = top_entries(sources.index_select(0, closing_row.reshape(1))[0], top_k)
     if params.greedy:
         p_target_own = pt_drafts
-    own = p_target_own if p_target_own is not None else torch.zeros(0, device=drafts.device)
+    own = p_target_own if p_target_own is not None else torch.zeros(0, device=device)
+    extra = [drafts, count.reshape(1)] if count is not None else []
     parts = [
         accept,
         candidates,
@@ -257,23 +273,27 @@ def verify(
         top_ids,
         top_values,
         own,
+        *extra,
     ]
     packed = torch.cat([part.double() for part in parts]).tolist()
     width = top_ids.shape[0]
     sizes = [gamma, gamma + 1, gamma, gamma, gamma, gamma + 1, draws.shape[0], width, width, own.shape[0]]
-    flags, cand, pt_d, pd_d, acc_p, p_cand, u, top_read, top_probs, pt_own = _split(packed, sizes)
-    accepted = next((i for i, ok in enumerate(flags) if not ok), gamma)
+    sizes += [gamma, 1] if count is not None else []
+    flags, cand, pt_d, pd_d, acc_p, p_cand, u, top_read, top_probs, pt_own, *ids_read = _split(packed, sizes)
+    n = int(ids_read[1][0]) if count is not None else gamma
+    accepted = next((i for i, ok in enumerate(flags[:n]) if not ok), n)
     return RoundVerification(
         accepted=accepted,
         next_token=int(cand[accepted]),
-        p_target_drafts=pt_d,
-        p_draft_drafts=pd_d,
-        accept_probs=acc_p,
-        draws=None if params.greedy else u,
+        p_target_drafts=pt_d[:n],
+        p_draft_drafts=pd_d[:n],
+        accept_probs=acc_p[:n],
+        draws=None if params.greedy else u[:n],
         p_target_next=p_cand[accepted],
         top_ids=[int(i) for i in top_read],
         top_probs=top_probs,
-        p_target_own=pt_own if p_target_own is not None else None,
+        p_target_own=pt_own[:n] if p_target_own is not None else None,
+        draft_ids=[int(i) for i in ids_read[0]] if count is not None else None,
     )
 
 

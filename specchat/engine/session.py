@@ -25,9 +25,9 @@ from specchat.engine.detokenize import IncrementalDetokenizer
 from specchat.engine.drafters import Drafter
 from specchat.engine.events import ContextEvent, Event, StopReason, SummaryEvent
 from specchat.engine.gamma import GammaSchedule, make_schedule
-from specchat.engine.kv import CachedLM
 from specchat.engine.registry import DrafterKit, drafter_spec, drafters
 from specchat.engine.speculative import Generation, RoundPlan, SpeculativeDecoder
+from specchat.engine.static import make_cached_lm
 from specchat.errors import ContextTooLongError, InvalidSettingError, OutOfMemoryError
 
 if TYPE_CHECKING:
@@ -70,10 +70,14 @@ class ChatEngine:
         target: PreTrainedModel,
         tokenizer: PreTrainedTokenizerBase,
         draft: PreTrainedModel | None = None,
+        *,
+        kv: str = "auto",
     ) -> None:
+        """``kv``: the models' caches, ``static`` (graphs on CUDA), ``dynamic`` or ``auto`` (static for
+        transformers models on CUDA; see :func:`specchat.engine.static.make_cached_lm`)."""
         self.tokenizer = tokenizer
-        self.target = CachedLM(target)
-        self.draft = CachedLM(draft) if draft is not None else None
+        self.target = make_cached_lm(target, kv)
+        self.draft = make_cached_lm(draft, kv) if draft is not None else None
         widths = [self.target.vocab_width] + ([self.draft.vocab_width] if self.draft else [])
         self.vocab_width = max(widths)
         self.max_context = _min_optional(

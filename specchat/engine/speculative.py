@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from specchat.engine.detokenize import IncrementalDetokenizer
-from specchat.engine.drafters import Draft, Drafter, empty_draft
+from specchat.engine.drafters import DeviceDraft, Draft, Drafter, empty_draft
 from specchat.engine.events import (
     UNKNOWN,
     Candidate,
@@ -37,7 +37,7 @@ from specchat.engine.events import (
     Verdict,
 )
 from specchat.engine.gamma import GammaSchedule
-from specchat.engine.kv import CachedLM, device_sync
+from specchat.engine.kv import CachedLM
 from specchat.engine.metrics import StreamStats
 from specchat.engine.registry import is_model
 from specchat.engine.sampling import (
@@ -47,6 +47,8 @@ from specchat.engine.sampling import (
     shape_probs,
     verify,
 )
+from specchat.engine.static import StaticLM
+from specchat.engine.timing import RoundClock
 from specchat.errors import ContextTooLongError, InvalidSettingError
 
 
@@ -242,28 +244,43 @@ class Generation:
         return max(0, min(gamma, self.max_new_tokens - self.generated - 1, room - 1))
 
     def _round(self, gamma: int, current: RoundPlan) -> tuple[list[Event], list[int], bool]:
-        """One draft → verify → accept round: its events, the ids it adds, and whether it hit a stop token."""
+        """One draft → verify → accept round: its events, the ids it adds, and whether it hit a stop token.
+
+        The round reads the device once, with the verdict: drafts that stayed on the device
+        (:class:`DeviceDraft`) come back with it, and the draft/verify split is timed by device
+        events rather than by waiting for the device in between.
+        """
         decoder = self.decoder
-        t0 = time.perf_counter()
+        target = decoder.target
+        clock = RoundClock(target.device)
         draft = self._draft(gamma, current)
-        device_sync(decoder.target.device)
-        t1 = time.perf_counter()
-        logits = decoder.target.logits_after(self.ids + draft.ids, len(draft.ids) + 1)
+        clock.mark()
+        if isinstance(draft, DeviceDraft) and not isinstance(target, StaticLM):
+            draft = draft.read()
+        if isinstance(draft, DeviceDraft):
+            assert isinstance(target, StaticLM)
+            logits = target.logits_after_tokens(self.ids, draft.tokens)
+        else:
+            logits = target.logits_after(self.ids + draft.ids, len(draft.ids) + 1)
         p_target = shape_probs(logits, current.sampling)
         if p_target.shape[-1] < decoder.vocab_width:
             p_target = F.pad(p_target, (0, decoder.vocab_width - p_target.shape[-1]))
         # At T > 0 the test sees shaped probabilities; the trace also shows the target's own
         # (T = 1), taken from these logits and read back with the verdict (no extra sync).
         own = None if current.sampling.greedy else own_probabilities(logits, draft.tokens)
+        count = draft.count if isinstance(draft, DeviceDraft) else None
         verdict = verify(
-            p_target, draft.p_draft, draft.tokens, current.sampling, self.generator, p_target_own=own
-        )
-        t2 = time.perf_counter()
+            p_target, draft.p_draft, draft.tokens, current.sampling, self.generator,
+            p_target_own=own, count=count,
+        )  # fmt: skip
+        clock.mark()
+        drafted = draft.ids if isinstance(draft, Draft) else _proposed(verdict, draft, decoder.target)
+        draft_ms, verify_ms = clock.spans_ms()
 
         events: list[Event] = []
         emitted: list[int] = []
         eos = False
-        for token in self._round_tokens(draft.ids, verdict):
+        for token in self._round_tokens(drafted, verdict):
             if token.token_id in decoder.stop_ids:
                 eos = True
                 break
@@ -274,12 +291,12 @@ class Generation:
             RoundEvent(
                 round=self.round_no,
                 gamma=gamma,
-                drafted=len(draft.ids),
+                drafted=len(drafted),
                 accepted=verdict.accepted,
-                draft_ms=(t1 - t0) * 1000.0,
-                verify_ms=(t2 - t1) * 1000.0,
+                draft_ms=draft_ms,
+                verify_ms=verify_ms,
                 drafter=current.drafter.name if current.drafter is not None else "none",
-                drafts=self._draft_traces(draft.ids, verdict, current),
+                drafts=self._draft_traces(drafted, verdict, current),
             )
         )
         return events, emitted, eos
@@ -338,11 +355,20 @@ class Generation:
             for i, tok in enumerate(drafted)
         )
 
-    def _draft(self, gamma: int, current: RoundPlan) -> Draft:
+    def _draft(self, gamma: int, current: RoundPlan) -> Draft | DeviceDraft:
         drafter = current.drafter
         if drafter is None or gamma == 0:
             return empty_draft(self.decoder.vocab_width, self.decoder.target.device)
         return drafter.propose(self.ids, gamma, current.sampling, self.generator)
+
+
+def _proposed(verdict: RoundVerification, draft: DeviceDraft, target: CachedLM) -> list[int]:
+    """The ids a device draft proposed, read back with the verdict; both caches learn what they hold."""
+    assert verdict.draft_ids is not None and isinstance(target, StaticLM)
+    every = verdict.draft_ids
+    target.extend_known(every)  # the verify pass cached all γ drafts
+    draft.lm.extend_known(every[:-1])  # the draft model fed all but its last
+    return every[: len(verdict.p_draft_drafts)]
 
 
 def _draft_own(verdict: RoundVerification, current: RoundPlan) -> list[float]:
