@@ -7,6 +7,7 @@ is what keeps speculative sampling exact: the reply is distributed as the shaped
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,15 +26,32 @@ def shape_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """
     logits = logits.float()
     if params.greedy:
-        return torch.softmax(logits, dim=-1)
+        return row_softmax(logits)
     logits = logits / params.temperature
     if params.top_k is not None and params.top_k < logits.shape[-1]:
         kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = torch.softmax(logits, dim=-1)
+    probs = row_softmax(logits)
     if params.top_p < 1.0:
         probs = _keep_top_p(probs, params.top_p)
     return probs
+
+
+Softmax = Callable[[torch.Tensor], torch.Tensor]
+_cuda_softmax: Softmax | None = None
+
+
+def use_cuda_softmax(softmax: Softmax | None) -> None:
+    """Rows on CUDA go through ``softmax`` (a batch-invariant kernel: exact mode), or torch's (None)."""
+    global _cuda_softmax
+    _cuda_softmax = softmax
+
+
+def row_softmax(logits: torch.Tensor) -> torch.Tensor:
+    """Softmax over each row, computed the same way whether the pass had 1 row or γ+1."""
+    if _cuda_softmax is not None and logits.device.type == "cuda":
+        return _cuda_softmax(logits)
+    return torch.softmax(logits, dim=-1)
 
 
 def _keep_top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:

@@ -420,5 +420,3 @@ def is_transformers_model(model: object) -> bool:
     from transformers import PreTrainedModel
 
     return isinstance(model, PreTrainedModel)
-
-

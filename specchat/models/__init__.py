@@ -10,11 +10,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from specchat.models.cache import cache_dir
 from specchat.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET, PACKAGED
 from specchat.models.records import DecodingPair, LoadedModel, LoadProgress, ModelInfo, ProgressCallback
 
 if TYPE_CHECKING:
+    from specchat.models.cache import cache_dir
     from specchat.models.compat import check_tokenizers_compatible
     from specchat.models.device import resolve_device, resolve_dtype
     from specchat.models.hf_loading import load_model
@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from specchat.models.loader import load_for_decoding, load_pair
 
 _HEAVY = {
+    # Light, but it brings platformdirs: the engine's GPU probe imports specchat.models.rows on a
+    # machine without it.
+    "cache_dir": "specchat.models.cache",
     "load_model": "specchat.models.hf_loading",
     "load_pair": "specchat.models.loader",
     "load_for_decoding": "specchat.models.loader",

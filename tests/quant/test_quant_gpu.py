@@ -1,7 +1,7 @@
 """The exactness checks on CUDA: bf16 (the GPU default) and a bitsandbytes 4-bit target.
 
-Skipped without CUDA; `scripts/gpu_check.sh` runs them (with every other `gpu` test) on the day a
-GPU machine is lent, and prints one line per check.
+Skipped without CUDA; on a GPU machine `python -m pytest -m gpu` runs them (the device probe,
+scripts/gpu_probe.py, runs the ones that need no TUI package).
 """
 
 from __future__ import annotations
