@@ -14,6 +14,7 @@ from torch import nn
 from specchat.engine import sampling
 from specchat.errors import InvalidSettingError
 from specchat.kernels import invariant
+from specchat.models.rows import ROWS_ALONE_FLAG, one_row_at_a_time
 
 MODES = ("fast", "exact")
 
@@ -27,5 +28,22 @@ def use_exact_kernels(*models: nn.Module) -> dict[str, int]:
     for model in models:
         for kind, count in invariant.apply(model).items():
             counts[kind] = counts.get(kind, 0) + count
+        counts["rows_alone"] = counts.get("rows_alone", 0) + _rows_alone(model)
     sampling.use_cuda_softmax(invariant.softmax)
     return counts
+
+
+def _rows_alone(model: nn.Module) -> int:
+    """Linear layers whose kernels are not ours (bitsandbytes'): one pass per verify row.
+
+    Exact by construction, at γ+1 of that layer's steps per verify pass: exact mode for a 4-bit
+    target trades its speed-up for the guarantee; the default mode keeps such passes batched.
+    """
+    count = 0
+    for module in model.modules():
+        is_foreign = isinstance(module, nn.Linear) and type(module) is not nn.Linear
+        if is_foreign and not getattr(module, ROWS_ALONE_FLAG, False):
+            setattr(module, "forward", one_row_at_a_time(module.forward))  # noqa: B010 (an instance's forward)
+            setattr(module, ROWS_ALONE_FLAG, True)
+            count += 1
+    return count

@@ -63,8 +63,12 @@ def load_model(
     with local_folder(resolved, progress) as folder:
         model, tokenizer = _load_folder(folder, resolved.name, torch_device, torch_dtype, quant, progress)
     sync_eos_ids(model, tokenizer, from_gguf=resolved.kind in {"packaged", "gguf", "cached"})
-    if quant is not None:
-        # bitsandbytes' kernels compute a row differently in a batch: keep verification exact.
+    if quant is not None and torch_device.type != "cuda":
+        # bitsandbytes' kernels compute a row differently in a batch: keep verification exact on
+        # a CPU, where a one-row pass per verify row costs what it saves. On CUDA a verify pass
+        # stays batched (one weight stream for γ+1 rows, so speculation can pay): its rows may
+        # differ from one-token rows by rounding, which the pair's label says and the device
+        # probe measures (see specchat.models.quant).
         compute_rows_alone(model)
     source = resolved.location if resolved.kind == "hub" else str(folder)
     seconds = time.monotonic() - started

@@ -138,8 +138,16 @@ def load_for_decoding(
         target_name=target_lm.name,
         draft_name=draft_lm.name if draft_lm else None,
         device=target_lm.device,
-        kernels=pair.path if target_lm.quant is None else f"bitsandbytes {target_lm.quant}",
+        kernels=pair.path if target_lm.quant is None else quant_label(target_lm.quant, target_lm.device),
     )
+
+
+def quant_label(quant: str, device: torch.device) -> str:
+    """What the kernels line says about a bitsandbytes target: batched verify on CUDA is not
+    bit-exact against one-token passes (measured, not promised); on a CPU every row is."""
+    if device.type == "cuda":
+        return f"bitsandbytes {quant}, batched verify (rows measured, not bit-exact)"
+    return f"bitsandbytes {quant}"
 
 
 def choose_cpu_path(

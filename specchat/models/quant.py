@@ -13,13 +13,17 @@ rows; tests/quant keeps checking):
 - layers bitsandbytes leaves alone (the output head) and the attention have the same problem as
   in any stock model.
 
-:func:`compute_rows_alone` therefore makes every verify-sized pass (up to γ_max + 1 positions)
+On a CPU, :func:`compute_rows_alone` therefore makes every verify-sized pass (up to γ_max + 1 positions)
 of a quantized target run each of those layers once per row, and its attention row by row (as
 the CPU paths do, see :func:`specchat.models.rows.row_attention_forward`). Each row is
 then, by construction, the very computation a one-token pass makes. The one kind of layer kept
 batched is the 4-bit kernel of bitsandbytes' own CPU library (AVX512-BF16): it accumulates each
 row in its own registers, in the same order, whatever the number of rows (the tests check this
 too).
+
+On CUDA that would make a verify pass cost γ+1 steps, so speculation could never pay: there a
+verify pass stays batched (one weight stream for all its rows) and the pair is labelled "batched
+verify (rows measured, not bit-exact)"; scripts/gpu_probe.py measures how often its rows differ.
 """
 
 from __future__ import annotations

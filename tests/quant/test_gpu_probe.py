@@ -37,7 +37,7 @@ def test_every_section_runs_on_a_cpu(tmp_path: Path) -> None:
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OUT": str(out)}
     result = subprocess.run(
-        [sys.executable, "scripts/gpu_probe.py", "--device", "cpu", "--tiny"],
+        [sys.executable, "scripts/gpu_probe.py", "--device", "cpu", "--tiny", "--budget", "840"],
         cwd=ROOT, capture_output=True, text=True, env=env, timeout=900,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]

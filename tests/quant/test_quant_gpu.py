@@ -6,12 +6,15 @@ scripts/gpu_probe.py, runs the ones that need no TUI package).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
+from specchat.engine import sampling
 from specchat.engine.events import SummaryEvent
+from specchat.engine.exact import use_exact_kernels
 from specchat.engine.session import ChatEngine, Controls
 from specchat.models import load_model
 from specchat.models.records import LoadedModel
@@ -26,11 +29,20 @@ pytestmark = [
 TARGETS = ["bf16", "4bit"]
 
 
+@pytest.fixture(autouse=True)
+def stock_softmax_afterwards() -> Iterator[None]:
+    yield
+    sampling.use_cuda_softmax(None)
+
+
 def cuda_pair(folders: tuple[Path, Path], target: str) -> tuple[LoadedModel, LoadedModel]:
+    """The pair on CUDA with the target in exact mode: the claims below are exact mode's (the fast
+    default mode's rows are measured by scripts/gpu_probe.py, not promised)."""
     if target == "4bit":
         pytest.importorskip("bitsandbytes", reason="bitsandbytes is not installed (the gpu extra)")
     loaded = load_model(str(folders[0]), device="cuda", quant="4bit" if target == "4bit" else None)
     assert loaded.dtype == torch.bfloat16 or not torch.cuda.is_bf16_supported()
+    use_exact_kernels(loaded.model)
     return loaded, load_model(str(folders[1]), device="cuda")
 
 
