@@ -72,6 +72,7 @@ def selftest(
     engine = local_engine(open_for_command(settings))
     controls = controls_after_loading(settings, engine)
     cancel = threading.Event()
+    report_gpu_rows(engine)
     with stop_on_signals(cancel) as signals:
         if greedy:
             ok, data = run_greedy_selftest(engine, controls, settings.system_prompt, cancel)
@@ -86,6 +87,22 @@ def selftest(
         sys.exit(signals.exit_status)
     if not ok:
         sys.exit(UNEXPECTED)
+
+
+def report_gpu_rows(engine: Any) -> None:
+    """On CUDA, say how this GPU's verify rows compare with one-token rows (README, GPU section):
+    exactness there is measured, not promised, unless exact mode's kernels run."""
+    target = getattr(engine, "target", None)
+    if target is None or target.device.type != "cuda":
+        return
+    import torch
+
+    from specchat.engine.exact import row_agreement
+
+    ids = engine.prompt_ids([{"role": "user", "content": "Explain in two sentences what a hash table is."}])
+    agreement = row_agreement(target, (ids * 2)[: max(len(ids), 16)])
+    target.reset()
+    click.echo(agreement.line(torch.cuda.get_device_name(target.device)))
 
 
 def run_greedy_selftest(

@@ -9,9 +9,13 @@ See :mod:`specchat.kernels.invariant` for the kernels and their tests.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import torch
 from torch import nn
 
 from specchat.engine import sampling
+from specchat.engine.kv import CachedLM
 from specchat.errors import InvalidSettingError
 from specchat.kernels import invariant
 from specchat.models.rows import ROWS_ALONE_FLAG, one_row_at_a_time
@@ -47,3 +51,46 @@ def _rows_alone(model: nn.Module) -> int:
             setattr(module, ROWS_ALONE_FLAG, True)
             count += 1
     return count
+
+
+@dataclass(frozen=True)
+class RowAgreement:
+    """How a verify pass's rows compare, bit for bit, with one-token passes over the same tokens."""
+
+    rows: int
+    differ: int
+    """Rows whose logits differ in any bit."""
+    argmax_differ: int
+    """Rows whose most likely token differs (what changes a greedy reply)."""
+    max_abs_diff: float
+
+    def line(self, where: str) -> str:
+        if not self.differ:
+            return f"verify rows on {where}: all {self.rows} equal one-token passes bit for bit"
+        return (
+            f"verify rows on {where}: {self.differ}/{self.rows} differ from one-token passes "
+            f"(max |Δlogit| {self.max_abs_diff:.3g}; the most likely token changed in {self.argmax_differ})"
+        )
+
+
+@torch.inference_mode()
+def row_agreement(lm: CachedLM, ids: list[int], widest: int = 9) -> RowAgreement:
+    """Verify passes of widths 2…``widest`` after ``ids[:-widest]`` against one-token passes.
+
+    What exact mode guarantees (0 rows differ) and what the fast default mode may not: the
+    self-test reports it on the user's GPU, the device probe on the test machine's.
+    """
+    if len(ids) < widest + 1:
+        raise ValueError(f"row_agreement needs at least {widest + 1} ids")
+    context, tail = ids[:-widest], ids[-widest:]
+    singles = torch.stack([lm.logits_after(context + tail[: i + 1], 1)[0].float() for i in range(widest)])
+    rows = differ = argmax_differ = 0
+    worst = 0.0
+    for width in range(2, widest + 1):
+        batch = lm.logits_after(context + tail[:width], width).float()
+        reference = singles[:width]
+        differ += int((batch != reference).any(-1).sum())
+        argmax_differ += int((batch.argmax(-1) != reference.argmax(-1)).sum())
+        worst = max(worst, float((batch - reference).abs().max()))
+        rows += width
+    return RowAgreement(rows, differ, argmax_differ, worst)

@@ -273,3 +273,13 @@ def test_gemma3_rolls_back_past_its_window() -> None:
     assert rejected_at and max(rejected_at) > 6 + 4  # well past the window
     with pytest.raises(RuntimeError, match="crop"):
         list(dynamic.stream_ids(prompt, controls))
+
+
+def test_row_agreement_counts_every_verify_row() -> None:
+    """What the self-test reports on a GPU, measured here on the CPU's static cache."""
+    from specchat.engine.exact import row_agreement
+
+    pair = make_tiny_pair(seed=0)
+    agreement = row_agreement(StaticLM(pair.target), list(range(3, 30)))
+    assert agreement.rows == sum(range(2, 10)) and agreement.argmax_differ == 0
+    assert "verify rows on cpu" in agreement.line("cpu")
