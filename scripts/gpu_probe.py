@@ -464,8 +464,9 @@ def counted_syncs(probe: Probe) -> Iterator[Counter[str]]:
                 torch.cuda.set_sync_debug_mode("default")
         for warning in caught:
             text = str(warning.message)
-            if "synchroniz" in text:
-                counts[text.splitlines()[0][:80]] += 1
+            # Only the syncs themselves: torch also warns once that the debug mode is a prototype.
+            if "called a synchronizing CUDA operation" in text:
+                counts["synchronizing CUDA operation"] += 1
         return
     reads = ("tolist", "item", "__bool__", "__int__", "__float__", "__index__")
     originals = {name: getattr(torch.Tensor, name) for name in reads}
@@ -663,6 +664,69 @@ def section_exact(probe: Probe, target_name: str) -> dict[str, Any]:
     lines = [f"switched {counts}", *rows["summary"], *speed["summary"]]
     return {"switched": counts, "rows": rows, "speed": speed, "seconds_with_compile": time.monotonic() - began,
             "summary": lines}  # fmt: skip
+
+
+COMPILE_BOX_S = 200.0
+"""The compile section stops starting new compilations after this many seconds."""
+
+
+def section_compile(probe: Probe, report: Report) -> dict[str, Any]:
+    """torch.compile (inductor's fusion) inside specchat's own CUDA graphs: compile time and ms
+    per step against the bandwidth floor, for the 1.5B target (widths 1 and 5) and the 0.5B draft.
+
+    Time-boxed: each compilation starts only while the box and the run's budget have room.
+    """
+    import torch
+
+    from specchat.bench.costs import time_pass
+    from specchat.engine.static import StaticLM
+
+    if probe.device.type != "cuda":
+        return {"status": "skip", "summary": ["CUDA only (on a CPU inductor compiles C++ for minutes)"]}
+    began = time.monotonic()
+    data: dict[str, Any] = {"mode": "default", "runs": [], "summary": []}
+    jobs = [("1.5b", 1), ("0.5b", 1), ("1.5b", 5)]
+    lms: dict[str, tuple[Any, Any]] = {}
+    for name, width in jobs:
+        if time.monotonic() - began > COMPILE_BOX_S or report.time_left() < 60:
+            data["summary"].append(f"{name} width {width}: not compiled (out of the time box)")
+            continue
+        model = probe.model(name)
+        ids = probe.prompt(name, PROMPT_TOKENS + 8)
+        context, new = ids[:PROMPT_TOKENS], ids[PROMPT_TOKENS : PROMPT_TOKENS + width]
+        if name not in lms:
+            plain = StaticLM(model, graphs=GRAPHS_OK[0])
+            fused = StaticLM(model, graphs=GRAPHS_OK[0], compile_mode="default")
+            for lm in (plain, fused):
+                lm.logits_after(context, 1)
+            lms[name] = (plain, fused)
+        plain, fused = lms[name]
+        started = time.monotonic()
+        time_pass(fused, context, new)  # compiles, then captures this width
+        compile_s = time.monotonic() - started
+        time_pass(plain, context, new)
+        difference = float((fused.logits_after(context + new, width).float() - plain.logits_after(context + new, width).float()).abs().max())
+        ms = {}
+        for label, lm in (("graphs", plain), ("compile+graphs", fused)):
+            samples = sorted(time_pass(lm, context, new) for _ in range(10))
+            ms[label] = samples[len(samples) // 2]
+        floor_ms = weight_bytes(model) / (probe.copy_gbps * 1e9) * 1000 if probe.copy_gbps else float("nan")
+        run = {"model": name, "width": width, "compile_s": round(compile_s, 1), "ms": ms, "floor_ms": floor_ms,
+               "max_abs_logit_diff": difference, "graph_error": fused.graph_error}  # fmt: skip
+        data["runs"].append(run)
+        data["summary"].append(
+            f"{name} width {width}: graphs {ms['graphs']:.2f} ms, compile+graphs {ms['compile+graphs']:.2f} ms "
+            f"({ms['compile+graphs'] / floor_ms:.1f}x the floor {floor_ms:.2f} ms), compiled in {compile_s:.0f} s, "
+            f"max |Δlogit| {difference:.3g}" + (f", GRAPHS OFF: {fused.graph_error}" if fused.graph_error else "")
+        )
+    steps = {(r["model"], r["width"]): r["ms"] for r in data["runs"]}
+    if ("1.5b", 1) in steps and ("0.5b", 1) in steps:
+        for label in ("graphs", "compile+graphs"):
+            c = steps[("0.5b", 1)][label] / steps[("1.5b", 1)][label]
+            data[f"c_{label}"] = c
+            data["summary"].append(f"c (0.5B draft / 1.5B target step), {label}: {c:.3f}")
+    torch.compiler.reset()
+    return data
 
 
 def quantize_4bit(model: Any) -> int:
@@ -951,6 +1015,7 @@ def main(argv: list[str] | None = None) -> int:
         # Last of the device work: Triton kernels of our own, the likeliest to fail.
         ("stock-ops", lambda: section_stock_ops(probe), 5),
         ("exact-1.5b", lambda: section_exact(probe, "1.5b"), 60),
+        ("compile-1.5b", lambda: section_compile(probe, report), 90),
         ("tiny-tests", lambda: section_tiny_tests(probe, report), 20),
     ]
     for name, run, needs in sections:

@@ -189,6 +189,10 @@ class StaticLM(CachedLM):
     """Seconds spent capturing graphs (the probe reports it)."""
     graph_error: str | None = None
     """Why graphs were turned off, if a capture failed (decoding goes on eagerly)."""
+    compile_mode: str | None = None
+    """torch.compile's mode for the passes that graphs capture (None: the model's modules as they
+    are). Inductor fuses a layer's small kernels (norms, rotary, activations, residual adds) into
+    few; the CUDA graph around them is still this class's own. Prefills stay uncompiled."""
     _positions: PositionCache | None = field(default=None, repr=False)
     _graphs: dict[int, _Graph] = field(default_factory=dict, repr=False)
     _pool: Any = field(default=None, repr=False)
@@ -197,6 +201,7 @@ class StaticLM(CachedLM):
     _steps: torch.Tensor | None = field(default=None, repr=False)
     _plan: MaskPlan | None = field(default=None, repr=False)
     _keyword: str = field(default="cache", repr=False)
+    _compiled: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.graphs is None:
@@ -306,9 +311,13 @@ class StaticLM(CachedLM):
                 return graph.logits
         positions = torch.arange(start, start + width, device=self.device)
         # Only the graphs keep every row's logits: an eager prefill would otherwise hold V per token.
+        if self.compile_mode is not None and width <= self.graph_widths:
+            return self._forward(tokens, positions, width, compiled=True)[-n_logits:]
         return self._forward(tokens, positions, n_logits)
 
-    def _forward(self, tokens: torch.Tensor, positions: torch.Tensor, n_logits: int) -> torch.Tensor:
+    def _forward(
+        self, tokens: torch.Tensor, positions: torch.Tensor, n_logits: int, *, compiled: bool = False
+    ) -> torch.Tensor:
         assert self._plan is not None
         if self._positions is None:
             layers = self.model.config.get_text_config().num_hidden_layers
@@ -316,7 +325,8 @@ class StaticLM(CachedLM):
         cache = self._positions
         cache.positions = positions
         masks = self._plan.masks(positions, cache.capacity, self.model.dtype)
-        out = self.model(
+        model = self._compiled_model() if compiled else self.model
+        out = model(
             input_ids=tokens[None],
             position_ids=positions[None],
             attention_mask=masks,
@@ -348,9 +358,11 @@ class StaticLM(CachedLM):
         ids_buf[:width].copy_(tokens)
         start_buf.fill_(start)
 
+        compiled = self.compile_mode is not None
+
         def body() -> torch.Tensor:
             positions = start_buf + steps[:width]
-            return self._forward(ids_buf[:width], positions, width)
+            return self._forward(ids_buf[:width], positions, width, compiled=compiled)
 
         # The warm-up runs compute this very pass (same ids, same positions): the replay that
         # follows rewrites the same cache entries with the same values.
@@ -366,6 +378,17 @@ class StaticLM(CachedLM):
         with torch.cuda.graph(graph, pool=self._pool):
             logits = body()
         return _Graph(graph, logits)
+
+    def _compiled_model(self) -> Any:
+        if self._compiled is None:
+            import torch._dynamo
+
+            # One compiled graph per pass width (shapes are static); the default limit is 8.
+            for name in ("recompile_limit", "cache_size_limit"):
+                if hasattr(torch._dynamo.config, name):
+                    setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 64))
+            self._compiled = torch.compile(self.model, mode=self.compile_mode, dynamic=False)
+        return self._compiled
 
     def _ensure_capacity(self, needed: int) -> None:
         if needed <= self.capacity:

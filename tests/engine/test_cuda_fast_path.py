@@ -70,7 +70,8 @@ def test_a_round_syncs_once() -> None:
         finally:
             torch.cuda.set_sync_debug_mode("default")
     rounds = sum(isinstance(e, RoundEvent) for e in events)
-    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    # torch's one-off notice that the debug mode is a prototype is not a sync.
+    syncs = [w for w in caught if "called a synchronizing CUDA operation" in str(w.message)]
     assert rounds == 5 and not any(isinstance(e, SummaryEvent) for e in events)
     assert len(syncs) <= rounds, [str(w.message) for w in syncs]
 

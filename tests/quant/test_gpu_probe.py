@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SECTIONS = [
     "environment", "preflight", "costs-1.5b", "syncs", "speed-1.5b", "rows-1.5b", "costs-7b", "speed-7b",
-    "rows-7b", "bnb-4bit", "stock-ops", "exact-1.5b", "tiny-tests",
+    "rows-7b", "bnb-4bit", "stock-ops", "exact-1.5b", "compile-1.5b", "tiny-tests",
 ]  # fmt: skip
 
 
@@ -45,7 +45,7 @@ def test_every_section_runs_on_a_cpu(tmp_path: Path) -> None:
     assert [r["section"] for r in records] == SECTIONS
     status = {r["section"]: r["status"] for r in records}
     assert all(s in ("ok", "skip") for s in status.values()), status
-    for section in SECTIONS[:-3]:  # the kernels and the tests may skip where Triton or CUDA is absent
+    for section in SECTIONS[:-4]:  # kernels, compile and tests may skip where Triton or CUDA is absent
         assert status[section] == "ok" or (section == "bnb-4bit" and status[section] == "skip"), status
     summary = (out / "summary.txt").read_text()
     assert "travels: tree" in summary and "MiB" in summary
