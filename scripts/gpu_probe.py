@@ -695,8 +695,9 @@ def section_compile(probe: Probe, report: Report) -> dict[str, Any]:
         ids = probe.prompt(name, PROMPT_TOKENS + 8)
         context, new = ids[:PROMPT_TOKENS], ids[PROMPT_TOKENS : PROMPT_TOKENS + width]
         if name not in lms:
-            plain = StaticLM(model, graphs=GRAPHS_OK[0])
-            fused = StaticLM(model, graphs=GRAPHS_OK[0], compile_mode="default")
+            graphs = GRAPHS_OK[0] and model.device.type == "cuda"
+            plain = StaticLM(model, graphs=graphs)
+            fused = StaticLM(model, graphs=graphs, compile_mode="default")
             for lm in (plain, fused):
                 lm.logits_after(context, 1)
             lms[name] = (plain, fused)
