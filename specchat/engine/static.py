@@ -21,6 +21,7 @@ against the dynamic cache.
 from __future__ import annotations
 
 import inspect
+import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 KV_CHOICES = ("auto", "static", "dynamic")
+COMPILE_ENV = "SPECCHAT_COMPILE"
+"""torch.compile's mode for the CUDA graphs' passes (e.g. ``default``); unset: no compilation."""
 DEFAULT_CAPACITY = 1024
 """Positions the cache holds at first; it doubles (up to the model's context) when a reply needs more.
 Every pass attends over the whole cache (masked), so a smaller cache is a cheaper pass."""
@@ -428,7 +431,11 @@ def make_cached_lm(model: PreTrainedModel, kv: str = "auto") -> CachedLM:
     if kv == "dynamic" or not is_transformers_model(model):
         return CachedLM(model)
     wanted = kv == "static" or model.device.type == "cuda" or has_sliding_layers(model)
-    return StaticLM(model) if wanted else CachedLM(model)
+    if not wanted:
+        return CachedLM(model)
+    # Opt-in until a GPU run shows fusion pays: SPECCHAT_COMPILE=default compiles the graphed passes.
+    compile_mode = os.environ.get(COMPILE_ENV, "").strip() or None
+    return StaticLM(model, compile_mode=compile_mode if model.device.type == "cuda" else None)
 
 
 def has_sliding_layers(model: PreTrainedModel) -> bool:
