@@ -217,6 +217,7 @@ class Report:
             _free_device_memory()
         seconds = time.monotonic() - started
         status = str(data.pop("status", "ok"))
+        self.failed += status == "fail"
         for line in data.pop("summary", []):
             self.say(f"{name}: {line}")
         self.say(f"{status.upper()} {name} ({seconds:.1f} s)")
@@ -847,7 +848,7 @@ def preflight() -> dict[str, Any]:
         result["graphs"] = {"ok": False, "error": f"{type(err).__name__}: {err}"[:500]}
     problem = invariant.available()
     if problem is not None:
-        result["exact"] = {"ok": False, "error": problem}
+        result["exact"] = {"ok": False, "available": False, "error": problem}
         return result
     try:
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -923,7 +924,9 @@ def section_preflight(probe: Probe, report: Report) -> dict[str, Any]:
         f"CUDA graphs: {'ok' if GRAPHS_OK[0] else 'OFF, ' + str(data['graphs'].get('error'))}",
         f"batch-invariant kernels: {'ok' if probe.exact_problem is None else 'OFF, ' + probe.exact_problem}",
     ]
-    status = "ok" if GRAPHS_OK[0] and probe.exact_problem is None else "fail"
+    # Kernels that cannot run here (no Triton) are a fact to report, not a failure of the probe.
+    exact_failed = probe.exact_problem is not None and data["exact"].get("available", True)
+    status = "fail" if not GRAPHS_OK[0] or exact_failed else "ok"
     return {"status": status, **data, "summary": lines}
 
 
