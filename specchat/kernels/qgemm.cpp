@@ -66,24 +66,36 @@ struct QMat {
        c10::optional<torch::Tensor> dm, int64_t S, int64_t offset, int64_t N, c10::optional<torch::Tensor> bias,
        c10::optional<torch::Tensor> qh)
       : kind(kind), q(q.contiguous()), sc(sc.contiguous()), d(d.contiguous()), S(S), offset(offset), N(N) {
-    if (bias.has_value()) this->bias = bias->to(torch::kFloat32).contiguous();
     if (kind == 16 || kind == 32) {
-      init_float();
+      init_float(bias);
       return;
     }
     TORCH_CHECK(kind == 4 || kind == 5 || kind == 6 || kind == 8, "kind must be 4, 5, 6, 8, 16 or 32");
+    // Every array's size, from the packed layout in this file's header: the kernels index them by
+    // N and K alone, so an array of another size (a damaged or hand-made packed copy) must stop here.
+    TORCH_CHECK(this->q.dim() == 4 && this->q.size(2) == 4 && this->q.size(3) == 64 &&
+                    this->q.scalar_type() == torch::kUInt8,
+                "quantized weights must be uint8 [N/16, groups, 4, 64]");
+    const int64_t blocks = this->q.size(0);
     K = this->q.size(1) * (kind == 8 ? 16 : 32);
-    TORCH_CHECK(K % S == 0 && S % (kind == 8 ? 16 : 32) == 0, "bad super-block size");
+    check_rows(blocks);
+    TORCH_CHECK(K > 0 && S > 0 && K % S == 0 && S % (kind == 8 ? 16 : 32) == 0, "bad super-block size");
     const bool nibbles = kind == 4 || kind == 5;  // q5 is q4 with a fifth bit
+    check_array(this->sc, nibbles ? torch::kUInt8 : torch::kInt8, blocks * (K / (nibbles ? 32 : 16)) * 16, "sc");
+    check_array(this->d, torch::kHalf, blocks * (K / S) * 16, "d");
     if (kind == 5 || kind == 6) {
       TORCH_CHECK(qh.has_value(), "q5 and q6 need their qh array");
       this->qh = qh->contiguous();
+      check_array(this->qh, torch::kUInt8, blocks * (K / 32) * (kind == 5 ? 64 : 128), "qh");
     }
     if (nibbles) {
       TORCH_CHECK(mn.has_value() && dm.has_value(), "q4 and q5 need mins");
       this->mn = mn->contiguous();
       this->dm = dm->contiguous();
+      check_array(this->mn, torch::kUInt8, blocks * (K / 32) * 16, "mn");
+      check_array(this->dm, torch::kHalf, blocks * (K / S) * 16, "dm");
     }
+    keep_bias(bias, blocks);
     view = Matrix{static_cast<int>(kind),
                   this->q.data_ptr<uint8_t>(),
                   nibbles ? this->sc.data_ptr<uint8_t>() : reinterpret_cast<const uint8_t*>(this->sc.data_ptr<int8_t>()),
@@ -96,15 +108,35 @@ struct QMat {
   }
 
   // Float weights [N/16][16][K]: no scales, and the group's input is read unquantized.
-  void init_float() {
+  void init_float(const c10::optional<torch::Tensor>& given_bias) {
     TORCH_CHECK(q.dim() == 3 && q.size(1) == 16, "float weights must be [N/16, 16, K]");
     TORCH_CHECK(q.scalar_type() == (kind == 16 ? torch::kHalf : torch::kFloat32), "float weights of the wrong dtype");
     K = q.size(2);
-    TORCH_CHECK(K % 16 == 0, "float weights need K a multiple of 16");
+    TORCH_CHECK(K > 0 && K % 16 == 0, "float weights need K a multiple of 16");
+    check_rows(q.size(0));
+    keep_bias(given_bias, q.size(0));
     S = K;
     view = Matrix{static_cast<int>(kind), static_cast<const uint8_t*>(q.data_ptr()), nullptr, nullptr, nullptr,
                   nullptr, nullptr, S, 0, N, K, q.size(0),
                   bias.defined() ? bias.data_ptr<float>() : nullptr};
+  }
+
+  // N rows in `blocks` channel blocks of 16, the last one padded.
+  void check_rows(int64_t blocks) const {
+    TORCH_CHECK(blocks >= 1 && N >= 1 && (N + 15) / 16 == blocks, N, " rows cannot fill ", blocks,
+                " channel blocks of 16");
+  }
+
+  static void check_array(const torch::Tensor& t, torch::ScalarType type, int64_t numel, const char* name) {
+    TORCH_CHECK(t.scalar_type() == type && t.numel() == numel, "the ", name, " array holds ", t.numel(), " ",
+                t.scalar_type(), " values where ", numel, " ", type, " are needed");
+  }
+
+  // The bias, padded to whole channel blocks (float32), or none.
+  void keep_bias(const c10::optional<torch::Tensor>& given, int64_t blocks) {
+    if (!given.has_value()) return;
+    bias = given->to(torch::kFloat32).contiguous();
+    TORCH_CHECK(bias.numel() == blocks * 16, "a bias of ", bias.numel(), " values for ", blocks * 16, " padded rows");
   }
 };
 
@@ -161,15 +193,24 @@ struct Model {
       : embed(embed), head(head), norm(norm.to(torch::kFloat32).contiguous()),
         inv_freq(inv_freq.to(torch::kFloat32).contiguous()) {
     TORCH_CHECK(head_dim % 16 == 0 && embed->K % 16 == 0, "head and hidden widths must be multiples of 16");
+    TORCH_CHECK(head_dim > 0 && this->inv_freq.numel() == head_dim / 2, this->inv_freq.numel(),
+                " rotary frequencies for heads ", head_dim, " wide");
+    TORCH_CHECK(this->norm.numel() == embed->K, "a final norm of ", this->norm.numel(), " weights for a hidden width of ",
+                embed->K);
     decoder = Decoder{{}, &embed->view, &head->view, this->norm.data_ptr<float>(), this->inv_freq.data_ptr<float>(),
                       heads, kv_heads, head_dim, embed->K, eps, rope_scale};
   }
+
+  // Whether the decoder can run: every size checked (core/decoder.h); throws (a ValueError) if not.
+  void validate() const { decoder.validate(); }
 
   void add_layer(torch::Tensor attn_norm, torch::Tensor ffn_norm, std::shared_ptr<QMat> q, std::shared_ptr<QMat> k,
                  std::shared_ptr<QMat> v, std::shared_ptr<QMat> o, std::shared_ptr<QMat> gate,
                  std::shared_ptr<QMat> up, std::shared_ptr<QMat> down) {
     TORCH_CHECK(k->K == q->K && v->K == q->K && up->K == gate->K, "matrices of a group must share their input width");
     TORCH_CHECK(gate->N % 16 == 0, "the MLP width must be a multiple of 16");
+    TORCH_CHECK(attn_norm.numel() == decoder.hidden && ffn_norm.numel() == decoder.hidden, "norms of ",
+                attn_norm.numel(), " and ", ffn_norm.numel(), " weights where ", decoder.hidden, " are needed");
     layers.push_back(Layer{attn_norm.to(torch::kFloat32).contiguous(), ffn_norm.to(torch::kFloat32).contiguous(),
                            q, k, v, o, gate, up, down});
     const Layer& L = layers.back();
@@ -192,6 +233,7 @@ struct Model {
                         c10::optional<torch::Tensor> post_attn_norm, c10::optional<torch::Tensor> post_ffn_norm,
                         int64_t window, bool local_rope) {
     TORCH_CHECK(index >= 0 && index < static_cast<int64_t>(layers.size()), "no layer ", index);
+    TORCH_CHECK(window >= 0, "a window of ", window, " positions");
     Layer& L = layers[index];
     LayerWeights& W = decoder.layers[index];
     W.q_norm = keep(q_norm, L.q_norm, decoder.head_dim);
@@ -209,12 +251,19 @@ struct Model {
                         const std::vector<torch::Tensor>& values, int64_t past, int64_t n_logits,
                         int64_t head_rows) const {
     const torch::Tensor ids = ids_in.to(torch::kInt64).contiguous();
+    TORCH_CHECK(ids.dim() == 1 && ids.size(0) >= 1, "expected a non-empty 1-D tensor of ids");
     const int64_t M = ids.size(0);
-    TORCH_CHECK(static_cast<int64_t>(keys.size()) == static_cast<int64_t>(layers.size()), "one K/V per layer");
+    decoder.validate();  // layers.size() >= 1 from here
+    TORCH_CHECK(keys.size() == layers.size() && values.size() == layers.size(), "one K/V per layer");
     const int64_t capacity = keys[0].size(1);
-    TORCH_CHECK(past + M <= capacity, "the K/V cache is too small");
+    TORCH_CHECK(past >= 0 && past + M <= capacity, "the K/V cache is too small");
     std::vector<float*> key_ptrs, value_ptrs;
     for (size_t li = 0; li < layers.size(); ++li) {
+      for (const torch::Tensor* t : {&keys[li], &values[li]})
+        TORCH_CHECK(t->scalar_type() == torch::kFloat32 && t->is_contiguous() && t->dim() == 3 &&
+                        t->size(0) == decoder.kv_heads && t->size(1) == capacity && t->size(2) == decoder.head_dim,
+                    "layer ", li, "'s K/V must be contiguous float32 [", decoder.kv_heads, ", ", capacity, ", ",
+                    decoder.head_dim, "]");
       key_ptrs.push_back(keys[li].data_ptr<float>());
       value_ptrs.push_back(values[li].data_ptr<float>());
     }
@@ -245,6 +294,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(py::init<int64_t, int64_t, int64_t, double, torch::Tensor, double, std::shared_ptr<QMat>,
                     std::shared_ptr<QMat>, torch::Tensor>())
       .def("add_layer", &Model::add_layer)
+      .def("validate", &Model::validate)
       .def("set_options", &Model::set_options, py::arg("embed_scale"), py::arg("attn_scale"), py::arg("gelu"),
            py::arg("inv_freq_local"), py::arg("rope_scale_local"))
       .def("set_layer_extras", &Model::set_layer_extras, py::arg("index"), py::arg("q_norm"), py::arg("k_norm"),

@@ -8,11 +8,41 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "core/kernels.h"
 
 namespace {
+
+// A size the decoder was handed that it cannot compute with. Thrown before a pass touches any
+// buffer, so no caller (a hostile model file's numbers included) can make it read or write past
+// one; the torch binding turns it into a Python ValueError.
+inline void require(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument("the decoder was handed inconsistent sizes: " + what);
+}
+
+inline std::string str(int64_t n) { return std::to_string(n); }
+
+// A matrix's own sizes: N rows in whole channel blocks of 16, K inputs in whole super-blocks of S.
+inline void check_matrix(const Matrix* m, const std::string& name) {
+  require(m != nullptr, name + " is missing");
+  require(m->kind == 4 || m->kind == 5 || m->kind == 6 || m->kind == 8 || m->kind == 16 || m->kind == 32,
+          name + " has kind " + str(m->kind));
+  require(m->N >= 1 && m->blocks >= 1 && (m->N + 15) / 16 == m->blocks,
+          name + " has " + str(m->N) + " rows in " + str(m->blocks) + " blocks of 16");
+  require(m->K >= 16 && m->K % 16 == 0, name + " is " + str(m->K) + " inputs wide (a multiple of 16 is needed)");
+  require(m->S >= 16 && m->K % m->S == 0, name + " has super-blocks of " + str(m->S) + " over " + str(m->K) + " inputs");
+  require(m->q != nullptr && (m->is_float() || (m->sc != nullptr && m->d != nullptr)), name + " lacks its arrays");
+}
+
+// `m` reads `inputs` values and writes `outputs` rows.
+inline void check_shape(const Matrix* m, const std::string& name, int64_t inputs, int64_t outputs) {
+  check_matrix(m, name);
+  require(m->K == inputs, name + " reads " + str(m->K) + " inputs where " + str(inputs) + " are given");
+  require(m->N == outputs, name + " has " + str(m->N) + " rows where " + str(outputs) + " are needed");
+}
 
 struct LayerWeights {
   const float* attn_norm;
@@ -39,6 +69,54 @@ struct Decoder {
   float embed_scale = 1.f;  // embeddings are multiplied by it (Gemma: √hidden)
   float attn_scale = 0.f;   // attention logits are multiplied by it (0: 1/√head_dim)
   bool gelu = false;        // the MLP's gate goes through GELU (tanh form), not SiLU
+
+  // Every size forward() computes with, checked against the matrices and the others (cheap: a
+  // few comparisons per layer); throws std::invalid_argument naming the first that disagrees.
+  void validate() const {
+    require(heads >= 1 && kv_heads >= 1, str(heads) + " heads and " + str(kv_heads) + " key/value heads");
+    require(heads % kv_heads == 0, str(heads) + " heads cannot share " + str(kv_heads) + " key/value heads evenly");
+    require(head_dim >= 16 && head_dim % 16 == 0, "heads " + str(head_dim) + " wide (a multiple of 16 is needed)");
+    require(hidden >= 16 && hidden % 16 == 0, "a hidden width of " + str(hidden) + " (a multiple of 16 is needed)");
+    require(norm != nullptr && inv_freq != nullptr, "the final norm or the rotary frequencies are missing");
+    require(std::isfinite(eps) && eps >= 0, "a norm epsilon of " + std::to_string(eps));
+    require(std::isfinite(rope_scale) && std::isfinite(rope_scale_local), "a rotary scale that is not finite");
+    check_matrix(embed, "the embedding");
+    require(embed->K == hidden, "the embedding is " + str(embed->K) + " wide, the hidden width " + str(hidden));
+    check_matrix(head, "the output head");
+    require(head->K == hidden, "the output head reads " + str(head->K) + " inputs, the hidden width is " + str(hidden));
+    require(!layers.empty(), "no layers");
+    const int64_t qd = heads * head_dim, kvd = kv_heads * head_dim;
+    for (size_t i = 0; i < layers.size(); ++i) {
+      const LayerWeights& L = layers[i];
+      const std::string at = "layer " + std::to_string(i) + "'s ";
+      require(L.attn_norm != nullptr && L.ffn_norm != nullptr, at + "norms are missing");
+      check_shape(L.q, at + "q", hidden, qd);
+      check_shape(L.k, at + "k", hidden, kvd);
+      check_shape(L.v, at + "v", hidden, kvd);
+      check_shape(L.o, at + "o", qd, hidden);
+      check_matrix(L.gate, at + "gate");
+      require(L.gate->N % 16 == 0, at + "MLP is " + str(L.gate->N) + " wide (a multiple of 16 is needed)");
+      check_shape(L.gate, at + "gate", hidden, L.gate->N);
+      check_shape(L.up, at + "up", hidden, L.gate->N);
+      check_shape(L.down, at + "down", L.gate->N, hidden);
+      require(L.window >= 0, at + "window is " + str(L.window));
+    }
+  }
+
+  // validate(), and the pass's own arguments: every id a row of the embedding, the new positions
+  // inside the K/V capacity, the logits asked for among the new rows.
+  void check_pass(const int64_t* id, int64_t M, int64_t capacity, int64_t past, int64_t n_logits,
+                  int64_t head_rows) const {
+    validate();
+    require(M >= 1 && id != nullptr, str(M) + " new ids");
+    require(past >= 0 && capacity >= past + M,
+            str(past) + " past and " + str(M) + " new positions in a K/V cache of " + str(capacity));
+    require(n_logits >= 0 && n_logits <= M, str(n_logits) + " rows of logits from " + str(M) + " new positions");
+    require(head_rows >= 0, str(head_rows) + " head rows");
+    for (int64_t m = 0; m < M; ++m)
+      require(id[m] >= 0 && id[m] < embed->N,
+              "token id " + str(id[m]) + ", and the embedding has " + str(embed->N) + " rows");
+  }
 
   // out = w · x/rms(x), row by row over `width` entries (a multiple of 16), rows ld apart.
   void rms_norm(const float* x, const float* w, float* out, int64_t M, int64_t width, int64_t ld) const {
@@ -161,6 +239,7 @@ struct Decoder {
   // positions, written for the new ones (past + M <= capacity).
   void forward(const int64_t* id, int64_t M, float* const* keys, float* const* values, int64_t capacity,
                int64_t past, int64_t n_logits, int64_t head_rows, float* logits) const {
+    check_pass(id, M, capacity, past, n_logits, head_rows);
     const int64_t qd = heads * head_dim;
     std::vector<float> h(M * hidden), x(M * hidden), attn(M * qd);
     for (int64_t m = 0; m < M; ++m) dequantize_row(*embed, id[m], h.data() + m * hidden);
