@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,7 +42,6 @@ from specchat.kernels.formats import (
 )
 from specchat.kernels.qlinear import qmat_from_tensors
 from specchat.models.architectures import BY_MODEL_TYPE, BY_NAME, GGUF_TENSOR_NAMES
-from specchat.models.gguf_report import gguf_problem
 from specchat.models.lean import LeanCache, LeanOutput
 
 PROJECTIONS = ("q", "k", "v", "o", "gate", "up", "down")
@@ -220,6 +220,7 @@ def native_model(packed: PackedModel, config: Any, generation_config: Any = None
         mats = [mat(f"{prefix}.{p}") for p in PROJECTIONS]
         model.add_layer(packed.tensors[f"{prefix}.attn_norm"], packed.tensors[f"{prefix}.ffn_norm"], *mats)
     _set_family_options(model, packed)
+    model.validate()  # every size the decoder will compute with (a ValueError if one disagrees)
     return NativeCausalLM(model, s, config, generation_config)
 
 
@@ -485,75 +486,78 @@ def pack_gguf(
     types, requantize the rest to q4 (drafts, fewer bytes); "q8": requantize everything to q8.
     ``on_layer(done, layers)`` runs after each layer: progress for the caller, and the point where
     it may raise to abandon packing.
+
+    The file goes through specchat's validation layer first (:func:`read_gguf`, then
+    :func:`decoder_dims`): every dimension used here is one the tensors were checked to hold, and
+    a file whose metadata disagrees with them is refused (ModelLoadError) before anything is packed.
     """
     if mode not in KEPT_TYPES:
         raise ValueError(f"unknown packing mode {mode!r}")
     import gguf
-    from gguf import GGUFReader
 
-    reader = GGUFReader(path)
-    tensors = {t.name: t for t in reader.tensors}
-    arch = str(reader.fields["general.architecture"].contents())
-    problem = gguf_problem(reader)
+    from specchat.models.gguf_check import read_gguf
+    from specchat.models.gguf_shape import decoder_dims, gguf_problem
+
+    source = read_gguf(Path(path))
+    arch = source.architecture or "?"
+    problem = gguf_problem(source)
+    if problem is None:
+        dims = decoder_dims(source)
+        problem = gguf_problem(source, dims)
     if problem is not None:
         raise ValueError(f"{problem}: use --cpu-path int8/dyn8+head32768 or none")
-
-    def meta(key: str, default: Any = None) -> Any:
-        found = reader.fields.get(f"{arch}.{key}")
-        if found is None and default is None:
-            raise ValueError(f"{path}: the GGUF has no {arch}.{key}")
-        return default if found is None else found.contents()
-
-    heads = int(meta("attention.head_count"))
-    hidden = int(meta("embedding_length"))
-    head_dim = int(meta("attention.key_length", hidden // heads))
-    head_name = "output.weight" if "output.weight" in tensors else "token_embd.weight"
-    vocab = int(tensors[head_name].shape[1])
+    tensors = source.tensors
+    hidden = dims.hidden
+    head_name = "token_embd.weight" if dims.tied else "output.weight"
+    vocab = dims.head_rows
     shape = Shape(
-        layers=int(meta("block_count")),
+        layers=dims.layers,
         hidden=hidden,
-        heads=heads,
-        kv_heads=int(meta("attention.head_count_kv")),
-        head_dim=head_dim,
+        heads=dims.heads,
+        kv_heads=dims.kv_heads,
+        head_dim=dims.head_dim,
         vocab=min(vocab, head_rows) if head_rows else vocab,
-        eps=float(meta("attention.layer_norm_rms_epsilon")),
-        rope_theta=float(meta("rope.freq_base", 10000.0)),
+        eps=dims.eps,
+        rope_theta=dims.rope_theta,
     )
     factors = (
-        np.asarray(tensors["rope_freqs.weight"].data, np.float32) if "rope_freqs.weight" in tensors else None
+        np.asarray(source.tensor_data("rope_freqs.weight"), np.float32).reshape(-1)
+        if "rope_freqs.weight" in tensors
+        else None
     )
-    inv_freq = _gguf_rotary_frequencies(
-        shape, str(meta("rope.scaling.type", "none")), float(meta("rope.scaling.factor", 1.0)), factors
-    )
+    inv_freq = _gguf_rotary_frequencies(shape, dims.rope_scaling, dims.rope_factor, factors)
 
-    def matrix(tensor: Any, rows: int | None = None) -> Unpacked:
-        k, n = int(tensor.shape[0]), int(tensor.shape[1])
-        raw = np.asarray(tensor.data)
-        kept = KEPT_TYPES[mode].get(tensor.tensor_type.name)
+    def matrix(name: str, rows: int | None = None) -> Unpacked:
+        tensor = tensors[name]
+        k, n = tensor.dims[0], tensor.dims[1]
+        raw = np.asarray(source.tensor_data(name))
+        kept = KEPT_TYPES[mode].get(tensor.type_name)
         if kept is not None and rows is None:
             return kept(raw, n, k)
-        weights = gguf.quants.dequantize(raw, tensor.tensor_type).reshape(n, k)[:rows]
+        weights = gguf.quants.dequantize(raw, tensor.ggml_type).reshape(n, k)[:rows]
         return (quantize_q4 if mode == "q4" else quantize_q8)(weights)
 
     def vector(name: str) -> torch.Tensor:
-        return torch.from_numpy(np.asarray(tensors[name].data, dtype=np.float32).copy())
+        tensor = tensors[name]
+        values = gguf.quants.dequantize(np.asarray(source.tensor_data(name)), tensor.ggml_type)
+        return torch.from_numpy(np.asarray(values, dtype=np.float32).reshape(-1).copy())
 
     packed = PackedModel(shape, 1.0, {}, {"inv_freq": inv_freq})
-    packed.add_matrix("embed", matrix(tensors["token_embd.weight"]))
+    packed.add_matrix("embed", matrix("token_embd.weight"))
     narrow = head_rows if head_rows is not None and head_rows < vocab else None
-    packed.add_matrix("head", matrix(tensors[head_name], narrow))
+    packed.add_matrix("head", matrix(head_name, narrow))
     packed.tensors["norm"] = vector("output_norm.weight")
     architecture = BY_NAME[arch]
 
     def layer_matrices(i: int) -> dict[str, Unpacked]:
         """Layer i's projections; a family that fuses them (q/k/v, gate/up) has its rows split."""
         if not architecture.fused_qkv:
-            return {part: matrix(tensors[gguf_tensor_name(f"layers.{i}.{part}")]) for part in PROJECTIONS}
+            return {part: matrix(gguf_tensor_name(f"layers.{i}.{part}")) for part in PROJECTIONS}
         return {
-            **split_qkv(matrix(tensors[f"blk.{i}.attn_qkv.weight"]), shape),
-            **split_gate_up(matrix(tensors[f"blk.{i}.ffn_up.weight"])),
-            "o": matrix(tensors[gguf_tensor_name(f"layers.{i}.o")]),
-            "down": matrix(tensors[gguf_tensor_name(f"layers.{i}.down")]),
+            **split_qkv(matrix(f"blk.{i}.attn_qkv.weight"), shape),
+            **split_gate_up(matrix(f"blk.{i}.ffn_up.weight")),
+            "o": matrix(gguf_tensor_name(f"layers.{i}.o")),
+            "down": matrix(gguf_tensor_name(f"layers.{i}.down")),
         }
 
     for i in range(shape.layers):
@@ -575,7 +579,7 @@ def pack_gguf(
         if on_layer is not None:
             on_layer(i + 1, shape.layers)
     if architecture.sliding_window:
-        _gguf_windows(packed, int(meta("attention.sliding_window", 0)), shape)
+        _gguf_windows(packed, dims.window, shape)
     if architecture.activation != "silu" or architecture.embedding_scale:
         packed.options = replace(
             packed.options,

@@ -22,10 +22,12 @@ from typing import TYPE_CHECKING, TypeVar
 import torch
 
 from specchat.errors import ModelLoadError, SpecchatError
-from specchat.models.cache import CONVERTED_MARKER, MISSING, cache_write_error, converted_dir
+from specchat.models.architectures import BY_NAME
+from specchat.models.cache import CONVERTED_MARKER, MISSING, cache_write_error, converted_dir, safe_entry_name
 from specchat.models.cache_writes import staged
 from specchat.models.errors_util import as_load_error, memory_guard, one_line, quiet_library_bars
-from specchat.models.gguf_check import check_gguf
+from specchat.models.gguf_check import lazy_gguf_reading, read_gguf
+from specchat.models.gguf_shape import check_metadata, decoder_dims
 from specchat.models.manifest import quick_problem, record_files, safetensors_problem
 from specchat.models.records import LoadProgress, ProgressCallback, emit
 
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
 
 
 def converted_folder(name: str, key: str) -> Path:
-    return converted_dir() / f"{name}-{key}"
+    return converted_dir() / f"{safe_entry_name(name)}-{key}"
 
 
 def file_key(path: Path) -> str:
@@ -78,8 +80,14 @@ def converted_problem(dest: Path) -> str | None:
 def convert(
     gguf: Path, dest: Path, *, name: str, origin: str, progress: ProgressCallback | None = None
 ) -> Path:
-    """Dequantize `gguf` into the safetensors folder `dest`; the caller holds `dest`'s entry lock."""
-    check_gguf(gguf)
+    """Dequantize `gguf` into the safetensors folder `dest`; the caller holds `dest`'s entry lock.
+    The file passes the validation layer first (structure, caps, and for a family specchat's
+    decoders know, every dimension against the tensors)."""
+    checked = read_gguf(gguf)
+    if checked.architecture in BY_NAME:
+        decoder_dims(checked)
+    else:
+        check_metadata(checked)  # what decoder_dims checks of every family
     started = time.monotonic()
     model, tokenizer = _read_gguf(gguf, name, progress)
     emit(progress, LoadProgress(name, "convert", 0, None, f"converting {name}: saving to the cache"))
@@ -142,6 +150,7 @@ def _read_gguf(
         as_load_error(f"cannot convert {gguf}"),
         _tensor_progress(name, progress),
         quiet_library_bars(progress is not None),
+        lazy_gguf_reading(),
     ):
         # fp32 keeps the dequantized values exact; a smaller dtype is chosen when loading the copy.
         # dequantize=True: with the optional `kernels` package installed, transformers would

@@ -1,19 +1,23 @@
 """What a user's GGUF file holds, and whether specchat's fast path runs it: ``specchat models FILE``.
 
-Only the header is read (the tensors are memory-mapped, never touched), so a 10 GB file is
-described in a moment. Every string taken from the file is made visible and clipped before it
-is shown: a file's name or architecture may hold terminal control sequences.
+Only the header is read (the tensors are never touched), so a 10 GB file is described in a
+moment. It goes through the same validation layer as a start (specchat.models.gguf_check, then
+gguf_shape), so a file ``generate`` would refuse is refused here with the same line. Every
+string taken from the file is made visible and clipped before it is shown: a file's name or
+architecture may hold terminal control sequences.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from math import prod
 from pathlib import Path
-from typing import Any
 
 from specchat.kernels.formats import packed_bytes, super_block_for
-from specchat.models.architectures import BY_NAME, fast_path_problem
+from specchat.models.architectures import BY_NAME
+from specchat.models.gguf_check import GgufFile, read_gguf
+from specchat.models.gguf_shape import check_metadata, decoder_dims, gguf_problem
 from specchat.untrusted import clipped, visible
 
 GROUPS = {
@@ -65,83 +69,57 @@ class GgufReport:
 
 
 def describe_gguf(path: Path) -> GgufReport:
-    """The report for ``path``; raises ValueError (one line) for a file that is not a readable GGUF."""
-    from gguf import GGUFReader
-
-    try:
-        reader = GGUFReader(str(path))
-    except (ValueError, OSError, IndexError, KeyError) as error:  # gguf-py raises what it meets
-        reason = visible(clipped(str(error), 200))  # gguf-py's message may quote the file's bytes
-        raise ValueError(f"{visible(path.name)} is not a GGUF file specchat can read ({reason})") from None
-    arch = _text(reader, "general.architecture") or "?"
+    """The report for ``path``. The file goes through the checks a start runs before packing it
+    (:func:`read_gguf`, then the dimensions against the tensors): ModelLoadError, one line, for a
+    file that is not a sound GGUF or whose metadata disagrees with its tensors."""
+    gguf = read_gguf(path)
+    arch = gguf.architecture or "?"
+    dims = decoder_dims(gguf) if arch in BY_NAME else None
+    if dims is None:
+        check_metadata(gguf)  # what decoder_dims checks of every family
 
     def number(key: str) -> int | None:
-        value = _field(reader, f"{arch}.{key}")
-        return int(value) if isinstance(value, int | float) else None
+        value = gguf.value(f"{arch}.{key}")
+        return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
     report = GgufReport(
         path=path,
-        size=path.stat().st_size,
+        size=gguf.size,
         architecture=arch,
-        name=_text(reader, "general.name") or path.stem,
-        context_length=number("context_length"),
-        layers=number("block_count"),
-        hidden=number("embedding_length"),
-        heads=number("attention.head_count"),
-        kv_heads=number("attention.head_count_kv"),
+        name=_text(gguf, "general.name") or path.stem,
+        context_length=dims.context_length if dims else number("context_length"),
+        layers=dims.layers if dims else number("block_count"),
+        hidden=dims.hidden if dims else number("embedding_length"),
+        heads=dims.heads if dims else number("attention.head_count"),
+        kv_heads=dims.kv_heads if dims else number("attention.head_count_kv"),
         vocab=None,
-        rope=_rope(reader, arch),
+        rope=_rope(gguf, arch),
     )
-    head_dim = number("attention.key_length") or (report.hidden or 0) // (report.heads or 1)
+    head_dim = dims.head_dim if dims else (report.hidden or 0) // (report.heads or 1)
     # The rotary frequencies (a file's rope_freqs are folded into them), and a second table for
     # windowed layers that rotate with their own base (Gemma 3).
-    family = BY_NAME.get(arch)
-    windowed = family is not None and family.sliding_window and (number("attention.sliding_window") or 0) > 0
+    windowed = dims is not None and dims.window > 0
     packed = head_dim // 2 * 4 * (2 if windowed else 1)
-    head_has_own_tensor = "output.weight" in _names(reader)
-    for tensor in reader.tensors:
+    head_has_own_tensor = "output.weight" in gguf.tensors
+    for tensor in gguf.tensors.values():
         if tensor.name == "rope_freqs.weight":
             continue
         group = GROUPS.get(tensor.name.split(".")[-2] if tensor.name.startswith("blk.") else tensor.name[:-7])
-        type_name = tensor.tensor_type.name
-        if group is None or len(tensor.shape) < 2:
-            packed += int(tensor.n_elements) * 4  # vectors (norms, biases) are kept as float32
+        type_name = tensor.type_name
+        if group is None or len(tensor.dims) < 2:
+            packed += prod(tensor.dims) * 4  # vectors (norms, biases) are kept as float32
             continue
         report.types.setdefault(group, Counter())[type_name] += 1
-        k, n = int(tensor.shape[0]), int(tensor.shape[1])
-        if group == ("output head" if "output.weight" in _names(reader) else "embedding"):
+        k, n = tensor.dims[0], tensor.dims[1]
+        if group == ("output head" if head_has_own_tensor else "embedding"):
             report.vocab = n
         kind = KERNEL_FORMAT.get(type_name, "q8")
         super_block = SUPER_BLOCK.get(type_name, 32 if type_name in KERNEL_FORMAT else super_block_for(k, 16))
         copies = 2 if tensor.name == "token_embd.weight" and not head_has_own_tensor else 1
         packed += copies * packed_bytes(kind, n, k, super_block)  # a tied head is packed as its own matrix
     report.packed_size = packed
-    report.problem = gguf_problem(reader)
+    report.problem = gguf_problem(gguf, dims)
     return report
-
-
-def gguf_problem(reader: Any) -> str | None:
-    """Why specchat's decoders cannot compute the model in an open GGUF as llama.cpp does (None:
-    they can). Packing and ``specchat models FILE`` both ask this, so they never disagree."""
-    arch = _text(reader, "general.architecture") or "?"
-    names = _names(reader)
-    heads = _field(reader, f"{arch}.attention.head_count")
-    hidden = _field(reader, f"{arch}.embedding_length")
-    head_dim = _field(reader, f"{arch}.attention.key_length") or (
-        hidden // heads if hidden and heads else None
-    )
-    scaling = _text(reader, f"{arch}.rope.scaling.type") or "none"
-    if problem := fast_path_problem(arch):
-        return problem
-    if "rope_factors_short.weight" in names:
-        return "LongRoPE scaling (short and long factors) is not supported yet"
-    if scaling not in ("none", "linear"):
-        return f"RoPE scaling {scaling!r} is not supported yet (linear and Llama 3 factors are)"
-    if head_dim and _field(reader, f"{arch}.rope.dimension_count") not in (None, head_dim):
-        return "rotary embeddings over part of each head are not supported yet"
-    if any(name.endswith("attn_qkv.bias") for name in names):
-        return "a fused q/k/v bias is not supported yet"
-    return None
 
 
 def report_lines(report: GgufReport) -> list[str]:
@@ -177,25 +155,17 @@ def report_lines(report: GgufReport) -> list[str]:
     return lines
 
 
-def _field(reader: Any, key: str) -> Any:
-    found = reader.fields.get(key)
-    return None if found is None else found.contents()
-
-
-def _text(reader: Any, key: str) -> str | None:
-    value = _field(reader, key)
+def _text(gguf: GgufFile, key: str) -> str | None:
+    value = gguf.value(key)
     return None if value is None else str(value)
 
 
-def _names(reader: Any) -> set[str]:
-    return {t.name for t in reader.tensors}
-
-
-def _rope(reader: Any, arch: str) -> str:
-    base = _field(reader, f"{arch}.rope.freq_base") or 10000.0
-    scaling = _text(reader, f"{arch}.rope.scaling.type") or "none"
-    if "rope_freqs.weight" in _names(reader):
+def _rope(gguf: GgufFile, arch: str) -> str:
+    base = gguf.value(f"{arch}.rope.freq_base")
+    base = base if isinstance(base, int | float) and not isinstance(base, bool) else 10000.0
+    scaling = _text(gguf, f"{arch}.rope.scaling.type") or "none"
+    if "rope_freqs.weight" in gguf.tensors:
         scaling = "per-frequency factors (Llama 3)"
-    if "rope_factors_short.weight" in _names(reader):
+    if "rope_factors_short.weight" in gguf.tensors:
         scaling = "LongRoPE"
     return f"base {base:g}, scaling {scaling}"
