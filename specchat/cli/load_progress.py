@@ -67,15 +67,19 @@ class LoadProgressPrinter:
         self.progress.stop()
 
     def __call__(self, event: Any) -> None:
+        message = visible(event.message)  # names a file's name chose (emit shows them already)
         if event.stage == "notice":  # worth keeping (a damaged cache rebuilt): above the bar, every one
-            self.console.print(f"specchat: {event.message}", markup=False, highlight=False, soft_wrap=True)
+            self.console.print(f"specchat: {message}", markup=False, highlight=False, soft_wrap=True)
             return
         if not self.console.is_terminal:  # a log, not a bar: one line per stage of each model
             step = f"{event.model}:{event.stage}"
             if step != self.last_step:
-                click.echo(f"specchat: {event.message}", err=True)
+                click.echo(f"specchat: {message}", err=True)
             self.last_step = step
             return
+        from rich.markup import escape
+
+        description = escape(message)  # the bar's text is rich markup
         if self.task is None:
-            self.task = self.progress.add_task(event.message, total=event.total)
-        self.progress.update(self.task, description=event.message, completed=event.done, total=event.total)
+            self.task = self.progress.add_task(description, total=event.total)
+        self.progress.update(self.task, description=description, completed=event.done, total=event.total)

@@ -12,6 +12,7 @@ import click
 
 from specchat.cli.exits import reports_errors
 from specchat.errors import InvalidSettingError
+from specchat.untrusted import visible
 
 
 @click.command()
@@ -41,7 +42,8 @@ def models(
 ) -> None:
     """List the packaged models and what the cache holds for each; clear or verify the cache.
     With FILE.gguf: what that file holds (architecture, types per tensor group, context length),
-    whether the fast path runs it and why not, and its packed size. Only the header is read.
+    whether the fast path runs it and why not, and its packed size. Only the header is read, and
+    checked as a start checks it: a file a start would refuse is refused here (exit status 2).
 
     Exit status: 0 done; 1 nothing deleted (declined), something skipped (another specchat is
     using it) or something found damaged; 2 a bad name, kind or file.
@@ -61,13 +63,15 @@ def models(
     if verify_name:
         sys.exit(_verify_cache(verify_name, kinds))
     infos = list_models()
-    width = max(20, *(len(info.name) + 1 for info in infos))
+    width = max(20, *(len(visible(info.name)) + 1 for info in infos))
     click.echo(f"{'name':<{width}} {'kind':<9} {'role':<7} {'installed':<9} {'cached':<6} {'size':<8} about")
     for info in infos:
         size = human_bytes(info.size_bytes) if info.size_bytes else "–"
+        # Names and origins of cached files come from file names: shown, never obeyed.
         click.echo(
-            f"{info.name:<{width}} {info.kind:<9} {info.role:<7} {'yes' if info.installed else 'no':<9} "
-            f"{'yes' if info.cached else 'no':<6} {size:<8} {info.description}"
+            f"{visible(info.name):<{width}} {info.kind:<9} {info.role:<7} "
+            f"{'yes' if info.installed else 'no':<9} {'yes' if info.cached else 'no':<6} {size:<8} "
+            f"{visible(info.description)}"
         )
     click.echo()
     click.echo(_kernels_line())
@@ -78,7 +82,6 @@ def _describe_file(path: Path) -> None:
     """Print what the GGUF at ``path`` holds; a path that is not a readable GGUF is one line."""
     from specchat.files import require_regular_file
     from specchat.models.gguf_report import describe_gguf, report_lines
-    from specchat.untrusted import visible
 
     try:
         require_regular_file(path)
@@ -115,18 +118,20 @@ def _print_cache_usage() -> None:
     root = cache_dir()
     items = cache_items()
     if root.exists() and not root.is_dir():
-        click.echo(f"cache: {root} is a file, not a folder; move it away or set SPECCHAT_CACHE_DIR")
+        click.echo(
+            f"cache: {visible(str(root))} is a file, not a folder; move it away or set SPECCHAT_CACHE_DIR"
+        )
         return
     if not items:
-        click.echo(f"cache: {root} (empty)")
+        click.echo(f"cache: {visible(str(root))} (empty)")
         return
     kinds, rows = usage(items)
-    click.echo(f"cache: {root} ({human_bytes(sum(row.total for row in rows))})")
-    width = max(len(row.owner) for row in [*rows]) + 2
-    click.echo(f"{'model':<{width}}" + "".join(f"{kind:<11}" for kind in kinds) + "total")
+    click.echo(f"cache: {visible(str(root))} ({human_bytes(sum(row.total for row in rows))})")
+    width = max(len(visible(row.owner)) for row in [*rows]) + 2
+    click.echo(f"{'model':<{width}}" + "".join(f"{visible(kind):<11}" for kind in kinds) + "total")
     for row in rows:
         cells = "".join(f"{human_bytes(row.by_kind[k]) if k in row.by_kind else '–':<11}" for k in kinds)
-        click.echo(f"{row.owner:<{width}}{cells}{human_bytes(row.total)}")
+        click.echo(f"{visible(row.owner):<{width}}{cells}{human_bytes(row.total)}")
     if any(row.owner == UNFINISHED for row in rows):
         click.echo(f"{UNFINISHED}: left by an interrupted run (removed at the next start), or being written")
     click.echo("free space: specchat models --clear NAME|all [--kind KIND]")
@@ -164,7 +169,10 @@ def _clear_cache(name: str, kinds: tuple[str, ...], yes: bool) -> int:
         return 0
     total = sum(item.size for item in chosen)
     for item in chosen:
-        click.echo(f"  {item.owner} ({item.kind}): {item.path} · {human_bytes(item.size)}")
+        click.echo(
+            f"  {visible(item.owner)} ({visible(item.kind)}): {visible(str(item.path))} · "
+            f"{human_bytes(item.size)}"
+        )
     if not yes:
         try:
             question = f"Delete {human_bytes(total)} from the model cache?"
@@ -179,7 +187,8 @@ def _clear_cache(name: str, kinds: tuple[str, ...], yes: bool) -> int:
     click.echo(f"freed {human_bytes(report.freed)}")
     for item, why in report.skipped:
         click.echo(
-            f"specchat: skipped {item.owner} ({item.kind}): {why}; close it, or clear again when it is done",
+            f"specchat: skipped {visible(item.owner)} ({visible(item.kind)}): {visible(why)}; close it, "
+            "or clear again when it is done",
             err=True,
         )
     return 1 if report.skipped else 0
@@ -191,7 +200,9 @@ def _verify_cache(name: str, kinds: tuple[str, ...]) -> int:
 
     damaged = 0
     for item in verifiable(_chosen_items(name, kinds)):
-        click.echo(f"{item.owner} ({item.kind}): ", nl=False)  # the verdict follows once hashed
+        click.echo(
+            f"{visible(item.owner)} ({visible(item.kind)}): ", nl=False
+        )  # the verdict follows once hashed
         try:
             with entry_lock(item.guard, "verifying the cache", wait=False):
                 problem = verify(item)
@@ -206,5 +217,5 @@ def _verify_cache(name: str, kinds: tuple[str, ...]) -> int:
             damaged += 1
             removed = not clear([item]).skipped
             outcome = "removed, the next start rebuilds it" if removed else "could not remove it"
-            click.echo(f"damaged ({problem}); {outcome}")
+            click.echo(f"damaged ({visible(problem)}); {outcome}")
     return 1 if damaged else 0

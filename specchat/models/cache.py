@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from pathlib import Path
 
 # Re-exported: the model cache's callers know them from here.
@@ -55,6 +56,19 @@ MISSING = "missing"
 
 CONVERTED_MARKER = "specchat.json"
 """Written last into a converted folder: its presence means the conversion finished."""
+
+
+ENTRY_NAME_LIMIT = 80
+"""Characters of a model's name kept in its cache entries' names (the rest is a hash)."""
+_UNSAFE = re.compile(r"[^\w.+-]+")
+
+
+def safe_entry_name(name: str) -> str:
+    """``name`` fit to name a folder: letters, digits, ``. _ + -`` only (a file's name may hold a
+    slash, a control sequence, or start with the dot that marks the cache's own bookkeeping), and
+    at most ENTRY_NAME_LIMIT characters. What the cache lists is then safe to print as it is."""
+    safe = _UNSAFE.sub("_", name).lstrip(".")[:ENTRY_NAME_LIMIT]
+    return safe or "model"
 
 
 def is_converted(folder: Path) -> bool:

@@ -36,7 +36,7 @@ from specchat.models.records import (
     emit,
     notice,
 )
-from specchat.models.resolve import Resolved, resolve_spec
+from specchat.models.resolve import Resolved, display_name, resolve_spec
 from specchat.models.rows import compute_rows_alone
 
 if TYPE_CHECKING:
@@ -144,7 +144,7 @@ def _plan_for_cached(resolved: Resolved) -> ConversionPlan:
     if packaged is not None and converted_folder(packaged.name, packaged.key) == dest:
         return ConversionPlan(resolved.name, dest, origin, packaged=packaged)
     gguf = Path(origin)
-    if origin and gguf.is_file() and converted_folder(gguf.stem, file_key(gguf)) == dest:
+    if origin and gguf.is_file() and converted_folder(display_name(gguf.stem), file_key(gguf)) == dest:
         return ConversionPlan(resolved.name, dest, origin, gguf=gguf)
     return ConversionPlan(resolved.name, dest, origin)
 

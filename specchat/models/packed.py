@@ -21,16 +21,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specchat.errors import ModelLoadError
 from specchat.models.architectures import exact_context
-from specchat.models.cache import CONVERTED_MARKER, MISSING, cache_dir, cache_write_error, human_bytes
-from specchat.models.cache_writes import entry_lock, set_doing, staged
+from specchat.models.cache import (
+    CONVERTED_MARKER,
+    MISSING,
+    cache_dir,
+    cache_write_error,
+    human_bytes,
+    safe_entry_name,
+)
+from specchat.models.cache_writes import entry_lock, set_doing, staged, sweep_partials
 from specchat.models.manifest import quick_problem, record_files
 from specchat.models.records import LoadProgress, ProgressCallback, Waiter, emit, notice
 
 WEIGHTS = "weights.safetensors"
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 """Bumped whenever the packed layout or the GGUF types kept at their own bits change, so older
-folders are packed anew."""
+folders are packed anew. 6: packed only after the model passed the GGUF validation layer (an
+older copy of a file whose metadata disagreed with its tensors is packed anew, and refused)."""
 
 
 def packed_dir() -> Path:
@@ -52,7 +61,7 @@ class PackRecipe:
 
 def packed_folder(name: str, source_key: str, recipe: PackRecipe) -> Path:
     key = hashlib.sha256(f"{source_key}\0{recipe.label}\0{FORMAT_VERSION}".encode()).hexdigest()[:12]
-    return packed_dir() / f"{name}-{recipe.label}-{key}"
+    return packed_dir() / f"{safe_entry_name(name)}-{recipe.label}-{key}"
 
 
 def is_packed(folder: Path) -> bool:
@@ -110,13 +119,18 @@ def load_packed(
     from safetensors import safe_open
     from transformers import GenerationConfig, PretrainedConfig
 
-    from specchat.kernels.native import PackedModel, native_model
+    from specchat.kernels.native import PackedModel
 
     emit(progress, LoadProgress(name, "load", 0, 1, f"loading {name} (packed CPU kernels)"))
-    with safe_open(str(folder / WEIGHTS), framework="pt") as handle:
-        meta = json.loads(handle.metadata()["specchat"])
-        tensors = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 - not a dict
-    packed = PackedModel.from_meta(meta, tensors)
+    try:
+        with safe_open(str(folder / WEIGHTS), framework="pt") as handle:
+            meta = json.loads(handle.metadata()["specchat"])
+            tensors = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 - not a dict
+        packed = PackedModel.from_meta(meta, tensors)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        from specchat.models.errors_util import one_line
+
+        raise PackedCopyBroken(f"its record of the model's shape is unreadable ({one_line(err)})") from err
     # The kernels take their shapes from the packed record; the engine reads only plain fields of
     # the config (context length, stop ids), so the generic class serves and AutoConfig's imports
     # (about 0.4 s at every start) are skipped.
@@ -128,9 +142,28 @@ def load_packed(
     )
     if tokenizer is None:
         tokenizer = load_tokenizer(folder)
-    model = native_model(packed, config, generation)
+    model = checked_native_model(packed, config, generation)
     emit(progress, LoadProgress(name, "load", 1, 1, f"loading {name}: done"))
     return model, tokenizer
+
+
+class PackedCopyBroken(Exception):
+    """A packed copy whose tensors and shape disagree: packed by a specchat without the checks, or
+    tampered with. Its model is packed anew from the source, which is checked first."""
+
+
+def checked_native_model(packed: Any, config: Any, generation: Any = None) -> Any:
+    """The native model over ``packed``, once the C++ decoder has checked every size it is handed
+    (PackedCopyBroken naming the first that disagrees, never a crash in native code)."""
+    from specchat.kernels.native import native_model
+    from specchat.models.errors_util import is_oom, one_line
+
+    try:
+        return native_model(packed, config, generation)
+    except (ValueError, RuntimeError, KeyError, IndexError) as err:
+        if isinstance(err, RuntimeError) and is_oom(err):
+            raise
+        raise PackedCopyBroken(one_line(err)) from err
 
 
 TOKENIZER_SETTINGS_SKIPPED = (
@@ -215,6 +248,8 @@ def load_native(
     from specchat.models.resolve import resolve_spec
 
     resolved = resolve_spec(spec)
+    # What a killed packing left (a temporary of the packed size), before this start adds its own.
+    sweep_partials(lambda message: notice(progress, resolved.name, message))
     folder = packed_folder(resolved.name, _source_key(resolved), recipe)
     waiter = Waiter(resolved.name, progress)
     with entry_lock(folder, f"packing {resolved.name}", notify=waiter.notify, heartbeat=waiter.heartbeat):
@@ -224,7 +259,15 @@ def load_native(
         shared = None
         if share_tokenizer is not None and same_vocabulary(folder, share_tokenizer.folder):
             shared = share_tokenizer.tokenizer
-        model, tokenizer = load_packed(folder, resolved.name, progress, tokenizer=shared)
+        try:
+            model, tokenizer = load_packed(folder, resolved.name, progress, tokenizer=shared)
+        except PackedCopyBroken as broken:
+            if problem is not None:  # packed just now, from a source that passed the checks
+                raise ModelLoadError(
+                    f"the packed copy of {resolved.name} cannot be run ({broken})"
+                ) from broken
+            _pack(spec, resolved, recipe, folder, f"its sizes disagree: {broken}", progress)
+            model, tokenizer = load_packed(folder, resolved.name, progress, tokenizer=shared)
     return NativeModel(model, tokenizer, resolved.name, folder)
 
 
@@ -256,7 +299,7 @@ def _pack(
 def _drop_superseded(folder: Path, name: str, recipe: PackRecipe, progress: ProgressCallback | None) -> None:
     """Delete the same model's packed copies in another format version: nothing reads them once
     ``folder`` is packed, and each holds as many bytes again."""
-    pattern = re.compile(re.escape(f"{name}-{recipe.label}-") + "[0-9a-f]{12}")
+    pattern = re.compile(re.escape(f"{safe_entry_name(name)}-{recipe.label}-") + "[0-9a-f]{12}")
     for other in folder.parent.iterdir():
         if other == folder or not pattern.fullmatch(other.name) or not is_packed(other):
             continue
@@ -289,17 +332,14 @@ def _source_key(resolved: Any) -> str:
 
 
 def _source_gguf(resolved: Any, progress: ProgressCallback | None) -> Path | None:
-    """The GGUF to pack from, checksummed first (packing damaged blocks would cache them for good);
-    None for a float model."""
+    """The GGUF to pack from, checksummed first where specchat knows its sum (packing damaged
+    blocks would cache them for good); None for a float model. pack_gguf checks every file."""
     from specchat.models.assemble import packaged_gguf
-    from specchat.models.gguf_check import check_gguf
 
     if resolved.kind == "packaged":
         return packaged_gguf(resolved.packaged, progress, verify=True, wait=Waiter(resolved.name, progress))
     if resolved.kind == "gguf":
-        path = Path(resolved.location)
-        check_gguf(path)
-        return path
+        return Path(resolved.location)
     return None
 
 
@@ -310,20 +350,33 @@ def _pack_gguf(
 
     from specchat.kernels.native import pack_gguf
     from specchat.models.errors_util import as_load_error
+    from specchat.models.gguf_check import lazy_gguf_reading
 
     with as_load_error(f"cannot pack {gguf} for the CPU kernels"):
         each_layer = _layer_progress(name, recipe, progress)
+        # pack_gguf runs the validation layer: nothing below reads a file that has not passed it.
         packed = pack_gguf(str(gguf), mode=recipe.mode, head_rows=recipe.head_rows, on_layer=each_layer)
-        config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        with lazy_gguf_reading():
+            config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # the packed copy is not a GGUF-quantized transformers model
     config.max_position_embeddings = exact_context(config)
     generation = GenerationConfig.from_model_config(config)
     _sync_eos(config, generation, tokenizer, packed.shape.vocab)
+    _check_before_caching(packed, config, name)
     save_packed(
         folder, packed, config=config, generation_config=generation, tokenizer=tokenizer, origin=str(gguf)
     )
+
+
+def _check_before_caching(packed: Any, config: Any, name: str) -> None:
+    """The C++ decoder checks every size of the freshly packed model before the copy is written:
+    a copy in the cache is one that runs."""
+    try:
+        checked_native_model(packed, config)
+    except PackedCopyBroken as broken:
+        raise ModelLoadError(f"cannot pack {name} for the CPU kernels: {broken}") from broken
 
 
 def _layer_progress(
@@ -352,6 +405,7 @@ def _pack_float(
         each_layer = _layer_progress(name, recipe, progress)
         packed = pack_hf(loaded.model, bits=bits, head_rows=recipe.head_rows, on_layer=each_layer)
     loaded.model.config.max_position_embeddings = exact_context(loaded.model.config)
+    _check_before_caching(packed, loaded.model.config, name)
     save_packed(
         folder,
         packed,

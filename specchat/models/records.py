@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
+
+from specchat.untrusted import visible
 
 if TYPE_CHECKING:
     import torch
@@ -88,14 +90,15 @@ class ModelInfo:
 
 
 def emit(progress: ProgressCallback | None, event: LoadProgress) -> None:
-    """Send an event if anyone listens; a progress callback is always optional."""
+    """Send an event if anyone listens; a progress callback is always optional. Its text names
+    models and paths a file's name chose, so it is made visible here, once for every front end."""
     if progress is not None:
-        progress(event)
+        progress(replace(event, model=visible(event.model), message=visible(event.message)))
 
 
 def notice(progress: ProgressCallback | None, model: str, message: str) -> None:
     """A line the user should read (also logged, for callers that pass no progress callback)."""
-    logging.getLogger("specchat.models").info(message)
+    logging.getLogger("specchat.models").info(visible(message))
     emit(progress, LoadProgress(model, "notice", 0, None, message))
 
 

@@ -15,8 +15,12 @@ from typing import Literal
 from specchat.errors import ModelLoadError, ModelNotFoundError
 from specchat.models.cache import converted_dir, is_converted
 from specchat.models.catalog import PACKAGED, PackagedModel
+from specchat.untrusted import visible
 
 Kind = Literal["packaged", "folder", "gguf", "cached", "hub"]
+
+NAME_LIMIT = 120
+"""Characters of a file's name a model is shown by."""
 
 # One slash, GitHub-like names on both sides: `Qwen/Qwen2.5-0.5B-Instruct`.
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
@@ -55,21 +59,41 @@ def resolve_spec(spec: str) -> Resolved:
 
 
 def _resolve_path(path: Path) -> Resolved:
-    path = path.resolve()
     if path.is_dir():
-        return _resolve_folder(path)
+        return _resolve_folder(path.resolve())
     if path.suffix.lower() == ".gguf":
-        return Resolved("gguf", path.stem, str(path))
+        return _gguf(path)
+    path = path.resolve()
     raise ModelLoadError(f"{path} is neither a .gguf file nor a model folder; pass a .gguf file or a folder")
+
+
+def _gguf(path: Path) -> Resolved:
+    """A GGUF file, refused at once unless it is a regular file: a FIFO would block the start
+    (nothing writes to it), a device never ends. Checked under the name the user gave, so a
+    link to /dev/zero is named as they typed it."""
+    from specchat.files import require_regular_file
+
+    try:
+        require_regular_file(path)
+    except OSError as err:
+        raise ModelLoadError(f"cannot read {visible(str(path))}: {err}") from None
+    path = path.resolve()
+    return Resolved("gguf", display_name(path.stem), str(path))
+
+
+def display_name(text: str) -> str:
+    """A model's name taken from a file or folder name, as it is shown: its control characters
+    made visible, cut to a line's worth (cache entries take a stricter form, see cache.py)."""
+    return visible(text)[:NAME_LIMIT]
 
 
 def _resolve_folder(path: Path) -> Resolved:
     if (path / "config.json").is_file():
-        return Resolved("folder", path.name, str(path))
+        return Resolved("folder", display_name(path.name), str(path))
     # A folder holding one GGUF is what people download; accept it rather than make them name the file.
     ggufs = sorted(path.glob("*.gguf"))
     if len(ggufs) == 1:
-        return Resolved("gguf", ggufs[0].stem, str(ggufs[0]))
+        return _gguf(ggufs[0])
     found = f"{len(ggufs)} .gguf files" if ggufs else "no config.json"
     raise ModelLoadError(
         f"{path} is not a model folder ({found}); pass a Hugging Face folder with config.json or a .gguf file"

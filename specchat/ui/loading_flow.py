@@ -77,7 +77,7 @@ class LoadingFlow:
         if self.screen is not None:
             self.screen.show_progress(message.progress)
         if message.progress.stage == "notice":  # worth reading after the loading screen has closed
-            self.app.notify(message.progress.message, timeout=12)
+            self.app.notify(message.progress.message, timeout=12, markup=False)  # a file's name is no markup
 
     def loaded(self, loaded: LoadedEngine) -> None:
         """Close the loading screen and anything opened over it meanwhile (help, say), chat with
