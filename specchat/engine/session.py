@@ -28,6 +28,7 @@ from specchat.engine.gamma import GammaSchedule, make_schedule
 from specchat.engine.registry import DrafterKit, drafter_spec, drafters
 from specchat.engine.speculative import Generation, RoundPlan, SpeculativeDecoder
 from specchat.engine.static import make_cached_lm
+from specchat.engine.template_budget import render_chat, warm_up
 from specchat.errors import ContextTooLongError, InvalidSettingError, OutOfMemoryError
 
 if TYPE_CHECKING:
@@ -91,6 +92,8 @@ class ChatEngine:
             if drafter is not None or not spec.needs_draft_model:
                 self._drafters[spec.name] = drafter
         self.token_text = lru_cache(maxsize=1 << 16)(self._token_text)
+        if self.chat_template is not None:
+            warm_up()  # the template's renderer starts while the caller gets ready
         self._schedules: dict[str, GammaSchedule] = {}
         self._decoder = SpeculativeDecoder(
             self.target, self._detokenizer, self.stop_ids, self.max_context, self.vocab_width, self.token_text
@@ -150,15 +153,21 @@ class ChatEngine:
         ``thinking`` False asks the template to skip reasoning (where it has the switch; others
         ignore the variable). ``raw`` feeds the turns' text exactly as written, one after the
         other: no template, no system prompt, the tokenizer's own beginning-of-sequence token as
-        the file says (what llama-server's ``/completion`` does with a text prompt)."""
+        the file says (what llama-server's ``/completion`` does with a text prompt). The template
+        is the model file's code: it is rendered within a time, memory and output budget
+        (specchat.engine.template_budget), then tokenized as apply_chat_template does."""
         if raw:
             return self.raw_ids("".join(m["content"] for m in messages if m["role"] != "system"))
         if self.chat_template is not None:
             options: dict[str, Any] = {} if thinking else {THINKING_SWITCH: False}
-            # transformers 5 returns a BatchEncoding here; pass return_dict so that is guaranteed.
-            encoded: Any = self.tokenizer.apply_chat_template(
-                list(messages), add_generation_prompt=True, tokenize=True, return_dict=True, **options
+            text = render_chat(
+                self.tokenizer,
+                list(messages),
+                context_tokens=self.max_context,
+                template=self.chat_template,
+                **options,
             )
+            encoded: Any = self.tokenizer(text, add_special_tokens=False)
             return [int(i) for i in encoded["input_ids"]]
         # No template (a base model): plain concatenation of the turns.
         text = "\n\n".join(m["content"] for m in messages)
