@@ -234,7 +234,9 @@ def _must_not_load(*args: object, **kwargs: object) -> None:
 
 
 def test_the_corpus_is_large_enough() -> None:
-    from . import test_conversations, test_keys_and_themes, test_signals
+    from . import test_conversations, test_hostile_models, test_keys_and_themes, test_signals
 
     size = len(CASES) + test_conversations.SIZE + test_keys_and_themes.SIZE + test_signals.SIZE
+    size += test_hostile_models.SIZE
     assert size >= 60, size
+    assert test_hostile_models.SIZE >= 100, test_hostile_models.SIZE  # crafted model files, both commands
