@@ -28,6 +28,8 @@ import pytest
 
 from tests.hostile_gguf import CLASSES, LLAMA, OSC52_BEL, Case, cases
 
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the runner forks and reads /proc (Linux)")
+
 RUNNER = Path(__file__).with_name("hostile_runner.py")
 SECONDS = 60
 MEMORY = 2 << 30

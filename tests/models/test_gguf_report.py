@@ -62,7 +62,7 @@ def test_strings_from_the_file_cannot_reach_the_terminal(tiny_pair: TinyPair, tm
 def test_a_file_that_is_not_a_gguf_is_one_line(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "bad.gguf"
     path.write_bytes(content)
-    with pytest.raises(ModelLoadError, match="is not a GGUF file|damaged GGUF file|truncated") as refused:
+    with pytest.raises(ModelLoadError, match=r"is not a GGUF file|damaged GGUF file|truncated") as refused:
         describe_gguf(path)
     assert "\n" not in str(refused.value)
 

@@ -113,7 +113,8 @@ def test_a_packed_copy_whose_sizes_disagree_is_packed_again(tmp_path: Path) -> N
     save_file(tensors, str(weights), metadata={"specchat": json.dumps(meta)})
     marker = first.folder / "specchat.json"
     record = json.loads(marker.read_text())
-    record["files"] = record_files(first.folder, skip=frozenset({"specchat.json"}))  # only its sizes give it away
+    # Its record agrees with its files: only its sizes give it away.
+    record["files"] = record_files(first.folder, skip=frozenset({"specchat.json"}))
     marker.write_text(json.dumps(record))
     said: list[str] = []
 
