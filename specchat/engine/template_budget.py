@@ -121,10 +121,9 @@ class _Renderer:
     def render(self, request: dict[str, Any], context_tokens: int | None) -> str:
         with self._lock:
             child = self._spawn()
+            if not self._ready:
+                self._wait_until_ready(child)
             try:
-                if not self._ready:
-                    _expect(_receive(child, START_SECONDS), "ready")
-                    self._ready = True
                 _send(child, request)
                 reply = _receive(child, RENDER_SECONDS)
             except TimeoutError:
@@ -140,6 +139,18 @@ class _Renderer:
                     f"more than {RENDER_MEMORY >> 20} MiB"
                 ) from None
         return _rendered(reply, request["limit"], context_tokens)
+
+    def _wait_until_ready(self, child: subprocess.Popen[bytes]) -> None:
+        try:
+            _expect(_receive(child, START_SECONDS), "ready")
+        except (TimeoutError, OSError, EOFError, ValueError) as err:
+            self._stop()
+            reason = _shown(err) if str(err) else f"not ready after {START_SECONDS:.0f} s"
+            raise ChatTemplateError(
+                f"the process that renders chat templates could not start ({reason}); is transformers "
+                f"importable by {visible(sys.executable)}?"
+            ) from None
+        self._ready = True
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         if self._child is not None and self._child.poll() is None:

@@ -545,10 +545,7 @@ def lazy_gguf_reading() -> Iterator[None]:
     import gguf
 
     swaps: list[tuple[Any, str, Any]] = [(gguf, "GGUFReader", LazyGGUFReader)]
-    try:
-        from transformers.integrations.gguf import reader as hf_reader
-    except ImportError:
-        hf_reader = None
+    hf_reader = _transformers_reader()
     if hf_reader is not None and hasattr(hf_reader, "_read_metadata") and hasattr(hf_reader, "_read_value"):
         swaps.append((hf_reader, "_read_metadata", _lazy_metadata_reader(hf_reader._read_value)))
     with _reading:
@@ -560,6 +557,15 @@ def lazy_gguf_reading() -> Iterator[None]:
         finally:
             for owner, name, original in originals:
                 setattr(owner, name, original)
+
+
+def _transformers_reader() -> Any:
+    """transformers' own GGUF reader module (None in a transformers without one)."""
+    try:
+        from transformers.integrations.gguf import reader
+    except ImportError:
+        return None
+    return reader
 
 
 def _lazy_metadata_reader(read_value: Any) -> Any:
