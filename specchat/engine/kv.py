@@ -53,6 +53,15 @@ class CachedLM:
         return int(self.model.get_output_embeddings().weight.shape[0])
 
     @property
+    def input_rows(self) -> int | None:
+        """Rows of the model's embedding (None where it does not say): ids past them have none."""
+        rows = getattr(self.model, "input_rows", None)
+        if rows is None:
+            embeddings = getattr(self.model, "get_input_embeddings", None)
+            rows = getattr(embeddings(), "num_embeddings", None) if callable(embeddings) else None
+        return int(rows) if isinstance(rows, int) else None
+
+    @property
     def max_positions(self) -> int | None:
         value = getattr(self.model.config, "max_position_embeddings", None)
         return int(value) if value else None

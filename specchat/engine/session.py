@@ -84,6 +84,8 @@ class ChatEngine:
         self.max_context = _min_optional(
             self.target.max_positions, self.draft.max_positions if self.draft else None
         )
+        self.input_rows = _min_optional(self.target.input_rows, self.draft.input_rows if self.draft else None)
+        """Every prompt id must be below it: the models have no embedding for the ids past it."""
         self.stop_ids = _stop_ids(target, tokenizer)
         kit = DrafterKit(self.target, self.draft, self.vocab_width, self.target.device)
         self._drafters: dict[str, Drafter | None] = {}
@@ -288,6 +290,12 @@ class ChatEngine:
         controls.validate()
         controls.sampling()
         self.drafter(controls.drafter)
+        past = [i for i in prompt_ids if i < 0 or (self.input_rows is not None and i >= self.input_rows)]
+        if past:
+            raise InvalidSettingError(
+                f"the prompt holds token id {past[0]}, and the model has embeddings for ids 0 to "
+                f"{(self.input_rows or 1) - 1} only: its tokenizer and its weights disagree"
+            )
         if self.max_context is not None and len(prompt_ids) >= self.max_context:
             # Chats have left out every older exchange by now (see fit): only the newest remains.
             raise ContextTooLongError(

@@ -95,9 +95,18 @@ class _Head:
 class NativeCausalLM:
     """The decoding forward of a Llama-style model on specchat's CPU kernels."""
 
-    def __init__(self, model: Any, shape: Shape, config: Any, generation_config: Any = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        shape: Shape,
+        config: Any,
+        generation_config: Any = None,
+        input_rows: int | None = None,
+    ) -> None:
         self._model = model
         self.shape = shape
+        self.input_rows = input_rows if input_rows is not None else shape.vocab
+        """Rows of the embedding: every id a pass is given must be below it (the decoder checks)."""
         self.config = config
         self.generation_config = generation_config
         self._head = _Head(shape.vocab, shape.hidden)
@@ -221,7 +230,7 @@ def native_model(packed: PackedModel, config: Any, generation_config: Any = None
         model.add_layer(packed.tensors[f"{prefix}.attn_norm"], packed.tensors[f"{prefix}.ffn_norm"], *mats)
     _set_family_options(model, packed)
     model.validate()  # every size the decoder will compute with (a ValueError if one disagrees)
-    return NativeCausalLM(model, s, config, generation_config)
+    return NativeCausalLM(model, s, config, generation_config, packed.matrices["embed"].rows)
 
 
 def _set_family_options(model: Any, packed: PackedModel) -> None:

@@ -162,6 +162,10 @@ class LeanCausalLM(nn.Module):
     def get_output_embeddings(self) -> nn.Module:
         return self.head
 
+    @property
+    def input_rows(self) -> int:
+        return int(self.embed.num_embeddings)
+
     def new_cache(self) -> LeanCache:
         return LeanCache(len(self.decoder), self.kv_heads, self.head_dim, torch.float32)
 
