@@ -26,14 +26,14 @@ import atexit
 import contextlib
 import json
 import os
+import queue
 import struct
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from specchat.errors import SpecchatError
 from specchat.untrusted import clipped, visible
@@ -106,13 +106,57 @@ def _shown(err: BaseException | str) -> str:
     return visible(clipped(" ".join(str(err).split()) or type(err).__name__, 200))
 
 
+class _Child:
+    """One rendering process, and the thread that reads its answers: a blocking read works on
+    pipes on every platform, and the queue gives each wait its deadline."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self.process = process
+        self.ready = False
+        self.answers: queue.Queue[Any] = queue.Queue()
+        threading.Thread(target=self._read, name="chat template renderer", daemon=True).start()
+
+    def _read(self) -> None:
+        stream = self.process.stdout
+        assert stream is not None
+        with contextlib.suppress(OSError, ValueError):
+            while len(header := stream.read(8)) == 8:
+                (length,) = struct.unpack("<Q", header)
+                body = stream.read(length)
+                if len(body) < length:
+                    break
+                self.answers.put(json.loads(body))
+        self.answers.put(EOFError("it ended without an answer"))
+
+    def send(self, message: Any) -> None:
+        assert self.process.stdin is not None
+        data = json.dumps(message).encode()
+        self.process.stdin.write(struct.pack("<Q", len(data)) + data)
+        self.process.stdin.flush()
+
+    def receive(self, seconds: float) -> Any:
+        """The next answer, or TimeoutError once ``seconds`` pass without one."""
+        try:
+            answer = self.answers.get(timeout=seconds)
+        except queue.Empty:
+            raise TimeoutError from None
+        if isinstance(answer, EOFError):
+            raise answer
+        return answer
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self.process.kill()
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            self.process.wait(timeout=5)
+
+
 class _Renderer:
     """One rendering child, shared by every engine of the process; a failed child is replaced."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._child: subprocess.Popen[bytes] | None = None
-        self._ready = False
+        self._child: _Child | None = None
 
     def start(self) -> None:
         with self._lock:
@@ -121,11 +165,11 @@ class _Renderer:
     def render(self, request: dict[str, Any], context_tokens: int | None) -> str:
         with self._lock:
             child = self._spawn()
-            if not self._ready:
+            if not child.ready:
                 self._wait_until_ready(child)
             try:
-                _send(child, request)
-                reply = _receive(child, RENDER_SECONDS)
+                child.send(request)
+                reply = child.receive(RENDER_SECONDS)
             except TimeoutError:
                 self._stop()
                 raise ChatTemplateError(
@@ -140,9 +184,9 @@ class _Renderer:
                 ) from None
         return _rendered(reply, request["limit"], context_tokens)
 
-    def _wait_until_ready(self, child: subprocess.Popen[bytes]) -> None:
+    def _wait_until_ready(self, child: _Child) -> None:
         try:
-            _expect(_receive(child, START_SECONDS), "ready")
+            _expect(child.receive(START_SECONDS), "ready")
         except (TimeoutError, OSError, EOFError, ValueError) as err:
             self._stop()
             reason = _shown(err) if str(err) else f"not ready after {START_SECONDS:.0f} s"
@@ -150,37 +194,31 @@ class _Renderer:
                 f"the process that renders chat templates could not start ({reason}); is transformers "
                 f"importable by {visible(sys.executable)}?"
             ) from None
-        self._ready = True
+        child.ready = True
 
-    def _spawn(self) -> subprocess.Popen[bytes]:
-        if self._child is not None and self._child.poll() is None:
+    def _spawn(self) -> _Child:
+        if self._child is not None and self._child.process.poll() is None:
             return self._child
         package_root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
-        self._child = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "specchat.engine.template_child",
-                str(RENDER_MEMORY),
-                str(RENDER_CPU_SECONDS),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=env,
+        command = [
+            sys.executable,
+            "-m",
+            "specchat.engine.template_child",
+            str(RENDER_MEMORY),
+            str(RENDER_CPU_SECONDS),
+        ]
+        process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
         )
-        self._ready = False
+        self._child = _Child(process)
         return self._child
 
     def _stop(self) -> None:
         child, self._child = self._child, None
         if child is not None:
-            with contextlib.suppress(OSError):
-                child.kill()
-            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-                child.wait(timeout=5)
+            child.stop()
 
     def close(self) -> None:
         with self._lock:
@@ -210,43 +248,6 @@ def _rendered(reply: Any, limit: int, context_tokens: int | None) -> str:
 def _expect(reply: Any, word: str) -> None:
     if reply != word:
         raise ValueError(f"it said {clipped(repr(reply), 80)} when starting")
-
-
-def _send(child: subprocess.Popen[bytes], message: Any) -> None:
-    assert child.stdin is not None
-    data = json.dumps(message).encode()
-    child.stdin.write(struct.pack("<Q", len(data)) + data)
-    child.stdin.flush()
-
-
-def _receive(child: subprocess.Popen[bytes], seconds: float) -> Any:
-    """One message from the child, or TimeoutError once ``seconds`` pass without it."""
-    assert child.stdout is not None
-    deadline = time.monotonic() + seconds
-    header = _read_exactly(child.stdout, 8, deadline)
-    (length,) = struct.unpack("<Q", header)
-    return json.loads(_read_exactly(child.stdout, length, deadline))
-
-
-def _read_exactly(stream: IO[bytes], count: int, deadline: float) -> bytes:
-    import select
-
-    parts: list[bytes] = []
-    left = count
-    fd = stream.fileno()
-    while left:
-        wait = deadline - time.monotonic()
-        if wait <= 0:
-            raise TimeoutError
-        ready, _, _ = select.select([fd], [], [], wait)
-        if not ready:
-            raise TimeoutError
-        chunk = os.read(fd, min(left, 1 << 20))
-        if not chunk:
-            raise EOFError("it ended without an answer")
-        parts.append(chunk)
-        left -= len(chunk)
-    return b"".join(parts)
 
 
 _RENDERER: _Renderer | None = None

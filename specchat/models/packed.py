@@ -155,14 +155,15 @@ class PackedCopyBroken(Exception):
 def checked_native_model(packed: Any, config: Any, generation: Any = None) -> Any:
     """The native model over ``packed``, once the C++ decoder has checked every size it is handed
     (PackedCopyBroken naming the first that disagrees, never a crash in native code)."""
+    from specchat.kernels.library import KernelsUnavailable
     from specchat.kernels.native import native_model
     from specchat.models.errors_util import is_oom, one_line
 
     try:
         return native_model(packed, config, generation)
     except (ValueError, RuntimeError, KeyError, IndexError) as err:
-        if isinstance(err, RuntimeError) and is_oom(err):
-            raise
+        if isinstance(err, KernelsUnavailable) or (isinstance(err, RuntimeError) and is_oom(err)):
+            raise  # nothing to do with this copy
         raise PackedCopyBroken(one_line(err)) from err
 
 
