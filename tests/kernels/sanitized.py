@@ -26,7 +26,7 @@ NAME = "specchat_qgemm_sanitized"
 def sanitized_library() -> tuple[Library, Path]:
     variant = kernels.choose_variant()
     # -O0 after the variant's -O3: the instrumented torch headers compile faster (608 s against 800 s
-    # at -O1 on a loaded 2-core VM), and the tiny models the tests run need no speed.
+    # at -O1, both on a 2-core VM under a load of 9), and the tiny models the tests run need no speed.
     library = Library(
         NAME, kernels.SOURCE, (*variant.cflags, "-O0", "-g1", *SANITIZE), (*kernels.link_flags(), *SANITIZE)
     )
