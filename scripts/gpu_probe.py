@@ -311,6 +311,11 @@ def weight_bytes(model: Any) -> int:
 class NullDetokenizer:
     """Random-weight models have no tokenizer: the probe counts tokens, it never shows text."""
 
+    def __init__(self) -> None:
+        from specchat.engine.reasoning import ReasoningMarker
+
+        self.reasoning = ReasoningMarker()  # the decoders mark each token's text, here always ""
+
     def add(self, token_id: int) -> str:
         return ""
 

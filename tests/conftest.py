@@ -13,6 +13,11 @@ import torch
 if TYPE_CHECKING:
     from specchat.engine.session import ChatEngine
 
+# Triton decides at import whether its own library functions run in its interpreter, and the
+# invariant kernels' tests need them to (there is no GPU here). Whichever test imports Triton first
+# (bitsandbytes does, for --quant) must therefore already see this.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
 # Tiny test models run fastest on one thread, and several test processes (or an editor's
 # language server) sharing two cores make multi-threaded spin-waits very slow.
 # Tests on the real packaged models raise this again for their own duration.
