@@ -1,0 +1,115 @@
+"""Trace the adaptive γ schedule through a real `specchat bench` run, round by round.
+
+    SPECCHAT_TRACE=trace.jsonl python scripts/trace_schedule.py [bench options…]
+    python scripts/trace_schedule.py --show trace.jsonl
+
+The first form runs ``specchat bench`` with the given options in this process, with every
+adaptive schedule wrapped so that each decision and each observed round is written to
+SPECCHAT_TRACE as one JSON line: the round's γ, source, drafted, accepted, draft_ms and
+verify_ms, and the schedule's estimates when it chose γ (α, the sure α, evidence, c, v(γ), the
+predicted speed-ups, plain streak and probe interval). The second prints a trace as a table, one
+round a line, grouped by the reply (method and prompt) it belonged to.
+
+Nothing in the schedule changes: the wrapper only reads it. Used for docs/lab/2026-12-04-schedule.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _install(trace_path: Path) -> None:
+    from specchat.bench import runner
+    from specchat.engine import gamma as gamma_module
+    from specchat.engine.events import RoundEvent
+
+    out = trace_path.open("w", encoding="utf-8")
+    current: dict[str, str] = {"method": "", "prompt": ""}
+    original_next, original_observe = (
+        gamma_module.AdaptiveGamma.next_gamma,
+        gamma_module.AdaptiveGamma.observe,
+    )
+
+    def next_gamma(self: Any, source: str = "model") -> int:
+        chosen = original_next(self, source)
+        estimates = self.estimates()
+        model = self.costs.model(self.drafter)
+        out.write(json.dumps({
+            "kind": "decision", **current, "source": source, "gamma": chosen,
+            "alpha": round(self.alpha, 4), "sure_alpha": round(self.sure_alpha, 4),
+            "evidence": round(self.evidence, 2), "plain_ms": estimates.plain_ms,
+            "c": None if model is None else round(model.c, 4),
+            "v": {} if model is None else {g: round(model.v(g), 3) for g in range(1, 7)},
+            "speedup": {g: round(s, 3) for g, s in estimates.speedup.items()},
+            "plain_streak": self._plain_streak, "probe_interval": self._probe_interval,
+        }) + "\n")  # fmt: skip
+        return chosen
+
+    def observe(self: Any, event: RoundEvent) -> None:
+        original_observe(self, event)
+        data = {k: v for k, v in event.to_json().items() if k != "drafts"}
+        out.write(json.dumps({"kind": "round", **current, **data}) + "\n")
+        out.flush()
+
+    gamma_module.AdaptiveGamma.next_gamma = next_gamma  # type: ignore[method-assign]
+    gamma_module.AdaptiveGamma.observe = observe  # type: ignore[method-assign]
+    original_run = runner.run_method
+
+    def run_method(engine: Any, prompt: Any, prompt_ids: Any, method: Any, *args: Any, **kwargs: Any) -> Any:
+        current.update(method=method.name, prompt=prompt.id)
+        return original_run(engine, prompt, prompt_ids, method, *args, **kwargs)
+
+    runner.run_method = run_method  # type: ignore[assignment]
+
+
+def show(path: Path) -> None:
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    reply = None
+    pending: dict[str, Any] | None = None
+    for row in rows:
+        if (row["method"], row["prompt"]) != reply:
+            reply = (row["method"], row["prompt"])
+            print(f"\n== {row['method']} on {row['prompt']}")
+            print(
+                " rnd src   γ dr ac  draft_ms verify_ms |  α    α_sure  evid   c  "
+                "   v1    v2    v3    v4   best-pred"
+            )
+        if row["kind"] == "decision":
+            pending = row
+            continue
+        d = pending or {}
+        pred = d.get("speedup") or {}
+        best = max(pred, key=lambda g: pred[g]) if pred else "-"
+        best_text = f"γ{best} {pred[best]:.2f}" if pred else "-"
+        v = d.get("v") or {}
+        vs = " ".join(f"{v.get(str(g), float('nan')):5.2f}" for g in range(1, 5))
+        c = d.get("c")
+        print(
+            f" {row['round']:3d} {d.get('source', '?')[:5]:5s} {row['gamma']:2d} {row['drafted']:2d} "
+            f"{row['accepted']:2d} {row['draft_ms']:8.1f} {row['verify_ms']:8.1f} | "
+            f"{d.get('alpha', 0):.3f} {d.get('sure_alpha', 0):.3f} {d.get('evidence', 0):5.1f} "
+            f"{c if c is not None else float('nan'):5.3f} {vs}  {best_text}"
+        )
+        pending = None
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["--show"]:
+        show(Path(argv[1]))
+        return
+    trace = os.environ.get("SPECCHAT_TRACE")
+    if not trace:
+        sys.exit("set SPECCHAT_TRACE to the JSON lines file to write")
+    _install(Path(trace))
+    from specchat.cli import main as cli_main
+
+    sys.argv = ["specchat", "bench", *argv]
+    cli_main()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
