@@ -1,14 +1,18 @@
 """Trace the adaptive γ schedule through a real `specchat bench` run, round by round.
 
-    SPECCHAT_TRACE=trace.jsonl python scripts/trace_schedule.py [bench options…]
+    SPECCHAT_TRACE=trace.jsonl python scripts/trace_schedule.py [bench options…] --json run.json
     python scripts/trace_schedule.py --show trace.jsonl
+    python scripts/trace_schedule.py --where run.json
 
 The first form runs ``specchat bench`` with the given options in this process, with every
 adaptive schedule wrapped so that each decision and each observed round is written to
 SPECCHAT_TRACE as one JSON line: the round's γ, source, drafted, accepted, draft_ms and
 verify_ms, and the schedule's estimates when it chose γ (α, the sure α, evidence, c, v(γ), the
 predicted speed-ups, plain streak and probe interval). The second prints a trace as a table, one
-round a line, grouped by the reply (method and prompt) it belonged to.
+round a line, grouped by the reply (method and prompt) it belonged to. The third splits each
+run of a bench JSON file into what the schedule sees and what it does not: the decoding time the
+bench counts, the part before the first round (a draft model's prompt prefill, when it reads the
+prompt up front), the rounds' drafting and verifying, and the time between rounds.
 
 Nothing in the schedule changes: the wrapper only reads it. Used for docs/lab/2026-12-04-schedule.md.
 """
@@ -97,9 +101,40 @@ def show(path: Path) -> None:
         pending = None
 
 
+def where(path: Path) -> None:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    meta = data["meta"]
+    print(meta["command"], meta["machine"]["load_before"], meta["cpu_path"])
+    print(
+        f"{'method':12} {'prompt':14} tok rounds decode_s before-loop  Σdraft Σverify between"
+        f"  rounds-only×  bench×"
+    )
+    plain: dict[str, tuple[float, float]] = {}
+    rows = [r for r in data["records"] if r["summary"]]
+    for record in sorted(rows, key=lambda r: r["kind"] != "plain"):
+        summary, rounds = record["summary"], record["round_events"]
+        drafting = sum(e["draft_ms"] for e in rounds) / 1000
+        verifying = sum(e["verify_ms"] for e in rounds) / 1000
+        before = record["decode_wall_s"] - summary["decode_s"]
+        between = summary["decode_s"] - drafting - verifying
+        rate, loop_rate = record["tok_s"], record["tokens"] / summary["decode_s"]
+        if record["kind"] == "plain":
+            plain[record["prompt_id"]] = (rate, loop_rate)
+        base, loop_base = plain.get(record["prompt_id"], (rate, loop_rate))
+        print(
+            f"{record['method']:12} {record['prompt_id']:14} {record['tokens']:3d} {len(rounds):6d} "
+            f"{record['decode_wall_s']:8.2f} {before:6.2f} ({before / record['decode_wall_s']:4.0%}) "
+            f"{drafting:7.2f} {verifying:7.2f} {between:7.2f}  {loop_rate / loop_base:10.2f}  "
+            f"{rate / base:6.2f}"
+        )
+
+
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--show"]:
         show(Path(argv[1]))
+        return
+    if argv[:1] == ["--where"]:
+        where(Path(argv[1]))
         return
     trace = os.environ.get("SPECCHAT_TRACE")
     if not trace:

@@ -312,14 +312,21 @@ class RecentMedian:
         return median(self._values) if self._values else None
 
 
+ROUTINE_CATCH_UP = 2
+"""Tokens a draft model reads at the start of every drafted round after a drafted round: the
+round's closing token, and after a fully accepted round also the last draft. Part of d; more
+than this is a catch-up (the prompt at a reply's first draft, the tokens of plain rounds)."""
+
+
 class CostEstimator:
     """c and v(γ) measured live from RoundEvents' own timings (recent rounds' medians).
 
     Plain rounds (nothing drafted) time V(0); drafted rounds time V(γ) by the width they
     verified and d per drafter ("model", "ngram": a lookup costs next to nothing). Rounds without
-    timings (a server) are ignored. After a run of plain rounds a draft model first catches up on
-    the tokens it skipped, a one-off cost that is not the per-token price of drafting, so such a
-    round's drafting time is not taken as d (unless nothing else is known yet).
+    timings (a server) are ignored. A round whose draft model first caught up on more than
+    :data:`ROUTINE_CATCH_UP` tokens (RoundEvent.caught_up) paid a one-off prefill besides its
+    drafting: it is not taken as d but as a sample of what catching up costs per token
+    (:meth:`catch_up_ms`).
 
     A wider pass never costs less, so the widths' medians are read through their closest
     non-decreasing fit (:func:`monotone_fit`, each width weighted by its samples): one slow pass
@@ -334,14 +341,11 @@ class CostEstimator:
         self.plain = RecentMedian(window)
         self.verify: dict[int, RecentMedian] = {}
         self.draft_per_token: dict[str, RecentMedian] = {}
-        self._plain_streak = 0
+        self._catch_ups: dict[str, deque[tuple[float, int, int]]] = {}
+        """Drafter → recent catch-up rounds as (draft_ms, drafted, caught_up)."""
         self._rounds = 0
         self._last_timed: dict[int, int] = {}
         """Width → the round (counted by this estimator) in which it was last timed."""
-
-    def begin_reply(self) -> None:
-        """A new reply: its drafter was prefilled with the prompt, so nothing is caught up."""
-        self._plain_streak = 0
 
     def observe(self, event: RoundEvent) -> None:
         if not known(event.verify_ms) or not known(event.draft_ms):
@@ -355,15 +359,16 @@ class CostEstimator:
             if stale:
                 self.plain = RecentMedian(self.window)
             self.plain.add(event.verify_ms + event.draft_ms)  # a failed lookup is part of the step
-            self._plain_streak += 1
             return
         if stale:
             self.verify.pop(event.drafted, None)
         self.verify.setdefault(event.drafted, RecentMedian(self.window)).add(event.verify_ms)
+        if event.caught_up > ROUTINE_CATCH_UP:
+            rounds = self._catch_ups.setdefault(event.drafter, deque(maxlen=self.window))
+            rounds.append((event.draft_ms, event.drafted, event.caught_up))
+            return
         per_token = self.draft_per_token.setdefault(event.drafter, RecentMedian(self.window))
-        if self._plain_streak <= 1 or not len(per_token):
-            per_token.add(event.draft_ms / event.drafted)
-        self._plain_streak = 0
+        per_token.add(event.draft_ms / event.drafted)
 
     def extend(self, events: Iterable[Event]) -> None:
         for event in events:
@@ -378,6 +383,14 @@ class CostEstimator:
     def draft_ms(self, drafter: str) -> float | None:
         found = self.draft_per_token.get(drafter)
         return found.value if found is not None else None
+
+    def catch_up_ms(self, drafter: str) -> float | None:
+        """Milliseconds per token the drafter paid to catch up, beyond its drafting (median of
+        its recent catch-up rounds, with d as known now); None until both were timed."""
+        per_token, rounds = self.draft_ms(drafter), self._catch_ups.get(drafter)
+        if per_token is None or not rounds:
+            return None
+        return median(max(ms - drafted * per_token, 0.0) / caught for ms, drafted, caught in rounds)
 
     def _timings(self) -> dict[int, RecentMedian]:
         timings = dict(self.verify)

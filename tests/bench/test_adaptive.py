@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -88,14 +89,16 @@ def test_turns_speculation_off_when_it_cannot_pay() -> None:
     assert all(s < 1.0 for s in estimates.speedup.values())
 
 
-def test_probes_back_off_while_speculation_stays_off() -> None:
-    schedule = AdaptiveGamma(2, probe_first=4, probe_max=64)
+def test_probes_cost_at_most_their_share_of_plain_decoding() -> None:
+    schedule = AdaptiveGamma(2, probe_first=4, probe_share=0.05)
     chosen = drive(schedule, 250, plain_ms=100.0, draft_ms_per_token=80.0, verify=190.0, accept=0.2)
-    probes = [i for i, g in enumerate(chosen) if g > 0 and i > 1]
-    assert probes, "an occasional probe refreshes α"
-    gaps = [b - a for a, b in itertools.pairwise(probes)]
-    assert gaps == sorted(gaps) and gaps[-1] > gaps[0]  # growing intervals
-    assert len(probes) <= 6  # about 2% of 250 rounds
+    probes = [i for i, g in enumerate(chosen) if g > 0 and i > 1 and chosen[i - 1] == 0]
+    assert len(probes) >= 3, "probes keep refreshing α and the costs while drafting is off"
+    later = probes[1:]  # after the first: by then drafting was already known not to pay
+    extra = sum(chosen[i] * 80.0 + 190.0 - 100.0 for i in later)
+    plain_time = 100.0 * sum(1 for g in chosen[probes[0] :] if g == 0)
+    assert extra <= 0.05 * plain_time + 250.0, (extra, plain_time)
+    assert min(b - a for a, b in itertools.pairwise(probes)) >= 4
 
 
 def test_drafts_when_it_pays_and_grows_gamma_with_acceptance() -> None:
@@ -129,8 +132,11 @@ def test_slow_catch_up_after_a_pause_is_not_taken_as_the_drafting_price() -> Non
     schedule.observe(drafted_round(1, 2, 2, draft_ms_per_token=5.0, verify_ms=105.0))
     for n in range(2, 12):
         schedule.observe(plain_round(n))
-    schedule.observe(drafted_round(12, 2, 2, draft_ms_per_token=500.0, verify_ms=105.0))
+    # The draft read the ten plain rounds' tokens (2 ms each) before drafting its two (5 ms each).
+    caught = replace(drafted_round(12, 2, 2, draft_ms_per_token=15.0, verify_ms=105.0), caught_up=10)
+    schedule.observe(caught)
     assert schedule.estimates().draft_ms_per_token == pytest.approx(5.0)
+    assert schedule.costs.catch_up_ms("model") == pytest.approx(2.0)
 
 
 def test_estimates_are_kept_per_drafter() -> None:

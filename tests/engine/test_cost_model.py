@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -83,12 +84,13 @@ def test_catch_up_after_plain_rounds_is_not_the_price_of_drafting() -> None:
     estimator.observe(timed_round(0, 2, 2, 10.0, 50.0))
     for n in range(1, 5):
         estimator.observe(timed_round(n, 0, 0, 0.0, 40.0))
-    estimator.observe(timed_round(5, 2, 2, 400.0, 50.0))
+    # The draft read the 4 plain rounds' tokens plus its usual one (78 ms each) before drafting.
+    estimator.observe(replace(timed_round(5, 2, 2, 400.0, 50.0), caught_up=5))
     assert estimator.draft_ms("model") == pytest.approx(5.0)
-    estimator.begin_reply()  # a new reply prefilled its drafter: its first draft is ordinary
-    estimator.observe(timed_round(6, 0, 0, 0.0, 40.0))
-    estimator.observe(timed_round(7, 2, 2, 14.0, 50.0))
+    assert estimator.catch_up_ms("model") == pytest.approx(78.0)
+    estimator.observe(replace(timed_round(7, 2, 2, 14.0, 50.0), caught_up=2))  # an ordinary round
     assert estimator.draft_ms("model") == pytest.approx(6.0)  # median of 5 and 7
+    assert estimator.catch_up_ms("model") == pytest.approx((400.0 - 2 * 6.0) / 5)  # with d as known now
 
 
 def test_acceptance_per_position_counts_tested_positions_only() -> None:
