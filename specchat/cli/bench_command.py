@@ -126,6 +126,13 @@ def machine_load() -> dict[str, Any]:
 )
 @click.option("--detail", is_flag=True, help="Also print every (method, category) row.")
 @click.option(
+    "--methods",
+    "only_methods",
+    default=None,
+    metavar="NAMES",
+    help="Only these rows, comma-separated (e.g. hybrid for the defaults; plain always runs).",
+)
+@click.option(
     "--llama-cpp",
     "llama_cpp",
     type=click.Path(file_okay=False, path_type=Path),
@@ -240,6 +247,7 @@ def _bench(
     threads: int | None,
     repeats: int,
     detail: bool,
+    only_methods: str | None,
     llama_cpp: Path | None,
     llama_cpp_draft_max: int,
 ) -> None:
@@ -269,10 +277,23 @@ def _bench(
             raise BenchError("the llama.cpp rows decode greedily: leave --temperature at 0 with --llama-cpp.")
         ggufs = (gguf_for(settings.target), gguf_for(settings.draft) if settings.draft else None)
 
+    from specchat.bench.runner import BenchSettings, build_methods
+
+    wanted_methods = _wanted_methods(
+        only_methods,
+        build_methods(
+            sweep,
+            start_gamma=start_gamma,
+            ngram_gamma=ngram_gamma,
+            hf_gammas=hf_sweep,
+            hf_plain=hf_extra and not no_hf,
+            hf_default=hf_extra and not no_hf,
+            llama_cpp_draft_max=llama_cpp_draft_max if llama_cpp is not None else None,
+        ),
+    )
     from rich.console import Console
 
     console = Console(stderr=True)
-    from specchat.bench.runner import BenchSettings, build_methods
 
     wants_hf = bool(hf_sweep) or (hf_extra and not no_hf)
     loaded = _open(settings, no_lean, threads, console, hf_note=wants_hf)
@@ -295,6 +316,8 @@ def _bench(
         has_draft=engine.draft is not None,
         llama_cpp_draft_max=llama_cpp_draft_max if llama_cpp is not None else None,
     )
+    if wanted_methods is not None:
+        methods = [m for m in methods if m.name in wanted_methods or m.kind == "plain"]
 
     probe_ids = max((engine.prompt_ids(p.messages) for p in prompts), key=len)
     with contextlib.ExitStack() as stack:
@@ -464,6 +487,18 @@ def _run_and_report(
         title = f"{pair_name} · {meta['device']} · {loaded.kernels}"
         write_plot(plot_path, records, methods, costs, title=title)
         out.print(f"wrote {plot_path}", highlight=False)
+
+
+def _wanted_methods(text: str | None, every: Any) -> set[str] | None:
+    """--methods as a set of row names, checked against the rows this run could have."""
+    if text is None:
+        return None
+    names = {part.strip() for part in text.split(",") if part.strip()}
+    known = [m.name for m in every]
+    unknown = sorted(names - set(known))
+    if unknown or not names:
+        raise BenchError(f"unknown method {', '.join(unknown) or '(none given)'}: use {', '.join(known)}.")
+    return names
 
 
 def _described(prompt_id: str, method: str, id_width: int, method_width: int) -> str:
