@@ -178,13 +178,15 @@ class AdaptiveGamma:
     changed?) whenever the plain decoding since the last draft has cost ``1 / probe_share`` times
     what the probe would add, so probing never costs more than that share of decoding time.
 
-    The first round is a plain step (it measures V(0)); the second drafts the ``start`` γ the user
-    set (at most 3, so that one unlucky first round costs little); after that γ may move anywhere
+    The first rounds are plain steps (they measure V(0), again whenever its timings grow old); the
+    first draft is the ``start`` γ the user set (at most 3, so that one unlucky first round costs
+    little); after that γ may move anywhere
     in [0, ``cap``], at most two above the widest verify pass measured so far, and a neighbour
     of the best γ predicted nearly as fast is tried when its cost was timed too rarely or too
     long ago to rule it out. Speculation is switched off as soon as even the most α could
-    plausibly be (a 95 % upper bound, :attr:`alpha_upper`) could not pay for the measured costs,
-    and by the point estimate of α once ``min_evidence`` draft positions were tested. Estimates are kept per
+    plausibly be (a 95 % upper bound, :attr:`alpha_bounds`) could not pay for the measured costs,
+    and by the point estimate of α once ``min_evidence`` draft positions were tested; once off,
+    it comes back on when even the least α could plausibly be would pay. Estimates are kept per
     drafter, so switching drafters mid-reply is fine. :attr:`note` says why the latest γ was
     chosen; the engine stamps it on the round's event.
     """
@@ -200,12 +202,11 @@ class AdaptiveGamma:
         decay: float = 0.97,
         prior_alpha: float = 0.7,
         prior_weight: float = 1.0,
-        min_evidence: float = 12.0,
+        min_evidence: float = 8.0,
         probe_first: int = 8,
         probe_share: float = 0.02,
         refresh_slack: float = 0.15,
         catch_up_prior: float = 0.25,
-        resume_margin: float = 0.08,
         probe_window: int = 48,
     ) -> None:
         self._start = start if callable(start) else (lambda: start)
@@ -226,8 +227,6 @@ class AdaptiveGamma:
         """A probe by a drafter further behind than this drafts from only the last this many
         tokens: its cost stays bounded however long drafting was off (its α a little low)."""
         self.window: int | None = None
-        self.resume_margin = resume_margin
-        """The predicted gain that turns drafting back on once it was off (``margin`` keeps it on)."""
         self.catch_up_prior = catch_up_prior
         """A draft model's catch-up per token, as a share of its per-token drafting cost, until
         a catch-up is timed (a prefill reads tokens in one batched pass, several times cheaper
@@ -245,9 +244,9 @@ class AdaptiveGamma:
         self._plain_streak = 0
         self._plain_ms_since_draft = 0.0
         self._gamma = 0
+        self._probe_soon = False
         self._off: set[str] = set()
-        """Drafters the schedule turned off for want of pay (until a prediction clears the
-        resume margin)."""
+        """Drafters the schedule turned off for want of pay (until even α's lower bound pays)."""
 
     def begin_reply(self, gamma: Callable[[], int]) -> None:
         """Keep the measured costs and α (decayed as ever): later replies start informed, so their
@@ -269,10 +268,12 @@ class AdaptiveGamma:
         name = event.drafter
         tested = positions_tested(event)
         keep = self.decay**tested  # forget per tested position: recent text weighs more
-        if name in self._off and event.accepted == event.drafted:
+        if name in self._off:
             # A probe that went through whole is a sign the text changed: the α measured before
-            # it counts for half, so a few such probes bring drafting back, not dozens.
-            keep *= 0.5
+            # it counts for half, and the next probe comes soon, so a few such probes in a row
+            # bring drafting back, not dozens spread over the budget.
+            self._probe_soon = event.accepted == event.drafted
+            keep *= 0.5 if self._probe_soon else 1.0
         self._accepted[name] = keep * self._accepted.get(name, 0.0) + event.accepted
         self._tested[name] = keep * self._tested.get(name, 0.0) + tested
         sure_accepted, sure_tested = sure_positions(event)
@@ -292,14 +293,15 @@ class AdaptiveGamma:
         return self._alpha_of(self._sure_accepted, self._sure_tested)
 
     @property
-    def alpha_upper(self) -> float:
-        """The most α could plausibly be given the positions tested so far: the upper end of a
-        one-sided 95 % Wilson interval on the (decayed, prior-weighted) counts."""
+    def alpha_bounds(self) -> tuple[float, float]:
+        """The least and the most α could plausibly be given the positions tested so far: the
+        ends of one-sided 95 % Wilson intervals on the (decayed, prior-weighted) counts."""
         n = self._tested.get(self.drafter, 0.0) + self.prior_weight
         p = self.alpha
         z2 = WILSON_Z**2
-        spread = WILSON_Z * math.sqrt(p * (1.0 - p) / n + z2 / (4.0 * n * n))
-        return min((p + z2 / (2.0 * n) + spread) / (1.0 + z2 / n), 1.0)
+        centre = (p + z2 / (2.0 * n)) / (1.0 + z2 / n)
+        spread = WILSON_Z * math.sqrt(p * (1.0 - p) / n + z2 / (4.0 * n * n)) / (1.0 + z2 / n)
+        return max(centre - spread, 0.0), min(centre + spread, 1.0)
 
     def _alpha_of(self, accepted: dict[str, float], tested: dict[str, float]) -> float:
         name = self.drafter
@@ -352,8 +354,11 @@ class AdaptiveGamma:
         return self._gamma
 
     def _decide(self, outlook: RoundOutlook) -> tuple[int, str]:
-        if self.costs.plain_ms is None:
-            return 0, "plain: timing one plain step first (the yardstick)"
+        # The plain step is the yardstick every cost is divided by: timed like any width, a few
+        # times and again when old. One slow first step (it follows the prompt's prefill) once
+        # stood for V(0) all reply, and the fit read every wider pass as costing one step.
+        if self.costs.needs_refresh(0):
+            return 0, "plain: timing plain steps, the yardstick every cost is measured against"
         predicted = self._speedups()
         if not predicted:  # nothing drafted by this drafter yet: try the user's γ
             gamma = min(max(self._start(), 1), 3, self.cap)
@@ -363,19 +368,22 @@ class AdaptiveGamma:
         sizing = self._speedups(alpha=self.sure_alpha)
         best = max(sizing, key=lambda g: sizing[g])
         top = max(predicted.values())
-        # Once off, drafting must be predicted to clear a wider margin to come back on, so that
-        # one lucky probe near the break-even point does not start a run of losing rounds.
-        margin = self.resume_margin if self.drafter in self._off else self.margin
-        if top >= 1.0 + margin:
+        off = self.drafter in self._off
+        if off:
+            # Coming back on costs a catch-up: the least α could plausibly be (a 95 % lower
+            # bound), not the estimate, must pay, so one lucky probe near the break-even point
+            # does not start a run of losing rounds. Probes gather the evidence.
+            top = max(self._speedups(alpha=self.alpha_bounds[0]).values())
+        if top >= 1.0 + self.margin:
             if not self._repays_catch_up(top, outlook):
                 return 0, self._why_not_catch_up(top, outlook)
             self._off.discard(self.drafter)
             gamma = self._refresh_or(best, sizing)
             return gamma, f"γ {gamma}: predicted {predicted[gamma]:.2f}× ({self._figures(gamma)})"
-        if self.evidence < self.min_evidence:
+        if self.evidence < self.min_evidence and not off:
             # Too few positions to blame α yet: keep measuring while the most α could plausibly
             # be (its upper confidence bound) would still pay.
-            ceiling = max(self._speedups(alpha=self.alpha_upper).values())
+            ceiling = max(self._speedups(alpha=self.alpha_bounds[1]).values())
             if ceiling >= 1.0 + self.margin and self._repays_catch_up(ceiling, outlook):
                 tested = f"{self.evidence:.0f} of {self.min_evidence:.0f} positions tested"
                 return best, f"γ {best}: measuring α before judging it ({tested})"
@@ -434,6 +442,8 @@ class AdaptiveGamma:
         model = self.costs.model(self.drafter)
         if self._plain_streak < self.probe_first or model is None:
             return False
+        if self._probe_soon:
+            return True
         reads = RoundOutlook(outlook.remaining, min(outlook.behind, self.probe_window))
         extra = self._catch_up_cost_ms(reads) + gamma * model.draft_ms + model.verify(gamma) - model.plain_ms
         return self._plain_ms_since_draft * self.probe_share >= extra

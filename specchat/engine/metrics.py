@@ -318,6 +318,16 @@ round's closing token, and after a fully accepted round also the last draft. Par
 than this is a catch-up (the prompt at a reply's first draft, the tokens of plain rounds)."""
 
 
+FASTER_NOW = 0.8
+"""A pass this much faster than its width's median means the machine changed (another job
+ended): interference only ever slows a pass, so the old timings go rather than outvote it."""
+
+
+def _much_faster(ms: float, timings: RecentMedian | None) -> bool:
+    median_ms = timings.value if timings is not None else None
+    return median_ms is not None and ms < FASTER_NOW * median_ms
+
+
 class CostEstimator:
     """c and v(γ) measured live from RoundEvents' own timings (recent rounds' medians).
 
@@ -331,7 +341,8 @@ class CostEstimator:
     A wider pass never costs less, so the widths' medians are read through their closest
     non-decreasing fit (:func:`monotone_fit`, each width weighted by its samples): one slow pass
     timed at a width the schedule then stopped choosing would otherwise stand for that width
-    forever. :meth:`needs_refresh` says which widths rest on too little, or too old, evidence.
+    forever. :meth:`needs_refresh` says which widths rest on too little, or too old, evidence,
+    and a pass much faster than its width's median replaces the old timings (:data:`FASTER_NOW`).
     """
 
     def __init__(self, window: int = 9, *, min_samples: int = 3, stale_after: int = 64) -> None:
@@ -356,12 +367,14 @@ class CostEstimator:
         stale = event.drafted in self._last_timed and self._timed_long_ago(event.drafted)
         self._last_timed[event.drafted] = self._rounds
         if event.drafted == 0:
-            if stale:
+            step = event.verify_ms + event.draft_ms  # a failed lookup is part of the step
+            if stale or _much_faster(step, self.plain):
                 self.plain = RecentMedian(self.window)
-            self.plain.add(event.verify_ms + event.draft_ms)  # a failed lookup is part of the step
+            self.plain.add(step)
             return
-        if stale:
+        if stale or _much_faster(event.verify_ms, self.verify.get(event.drafted)):
             self.verify.pop(event.drafted, None)
+        self._forget_narrower_than(event.drafted, event.verify_ms)
         self.verify.setdefault(event.drafted, RecentMedian(self.window)).add(event.verify_ms)
         if event.caught_up > ROUTINE_CATCH_UP:
             rounds = self._catch_ups.setdefault(event.drafter, deque(maxlen=self.window))
@@ -369,6 +382,15 @@ class CostEstimator:
             return
         per_token = self.draft_per_token.setdefault(event.drafter, RecentMedian(self.window))
         per_token.add(event.draft_ms / event.drafted)
+
+    def _forget_narrower_than(self, width: int, ms: float) -> None:
+        """A narrower pass never costs more than a wider one: narrower widths whose timings are
+        much slower than this pass were timed on a busier machine, and go (the plain step too)."""
+        for narrower in [w for w in self.verify if w < width]:
+            if _much_faster(ms, self.verify[narrower]):
+                del self.verify[narrower]
+        if _much_faster(ms, self.plain):
+            self.plain = RecentMedian(self.window)
 
     def extend(self, events: Iterable[Event]) -> None:
         for event in events:

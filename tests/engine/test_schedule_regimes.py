@@ -145,7 +145,7 @@ def test_off_within_16_rounds_where_drafting_cannot_pay(machine: Machine, alpha:
         # little that a lucky one may also bring a few rounds of drafting: the cost bound
         # below is what holds them.
         assert all("a probe" in e.note or "measuring α" in e.note for e in later if e.drafted)
-    assert all(e.note.startswith("plain: drafting cannot pay") for e in off), off[-1].note
+    assert all(e.note.startswith(("plain: drafting cannot pay", "plain: timing")) for e in off), off[-1].note
     # What the probes add, over decoding those rounds plainly: at most the probe share (2 %).
     spent = sum(e.draft_ms + e.verify_ms for e in later)
     produced = len(off) + sum(e.accepted + 1 for e in later if e.drafted)
@@ -201,7 +201,7 @@ def test_the_draft_reads_the_prompt_only_if_it_drafts() -> None:
     schedule = AdaptiveGamma(4)
     played = play(schedule, AVX512_TODAY, steady(0.75), 30, prompt=200)
     first_draft = next(e for e in played.events if e.drafted)
-    assert first_draft.caught_up == 201  # the prompt and the plain round's token
+    assert first_draft.caught_up == 203  # the prompt and the three plain rounds' tokens
     assert schedule.costs.catch_up_ms("model") == pytest.approx(2.2, rel=0.05)
 
 
@@ -210,9 +210,10 @@ def test_drafting_comes_back_when_the_text_turns_predictable() -> None:
     schedule = AdaptiveGamma(4)
     played = play(schedule, LOOKUPS, lambda n: 0.08 if n < 150 else 0.95, 400)
     assert all("a probe" in e.note for e in played.events[30:150] if e.drafted)
-    back = next(n for n, e in enumerate(played.events) if n >= 150 and e.drafted and e.accepted == e.drafted)
+    back = next(n for n, e in enumerate(played.events) if n >= 150 and e.drafted and "predicted" in e.note)
     assert back - 150 <= 60, back
-    assert all(e.drafted for e in played.events[back + 20 :])
+    after = played.events[back:]
+    assert sum(1 for e in after if e.drafted) >= 0.95 * len(after)
 
 
 def test_drafting_comes_back_when_the_machine_frees_up() -> None:
