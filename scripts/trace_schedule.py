@@ -38,8 +38,8 @@ def _install(trace_path: Path) -> None:
         gamma_module.AdaptiveGamma.observe,
     )
 
-    def next_gamma(self: Any, source: str = "model") -> int:
-        chosen = original_next(self, source)
+    def next_gamma(self: Any, source: str = "model", outlook: Any = gamma_module.NO_OUTLOOK) -> int:
+        chosen = original_next(self, source, outlook)
         estimates = self.estimates()
         model = self.costs.model(self.drafter)
         out.write(json.dumps({
@@ -49,7 +49,8 @@ def _install(trace_path: Path) -> None:
             "c": None if model is None else round(model.c, 4),
             "v": {} if model is None else {g: round(model.v(g), 3) for g in range(1, 7)},
             "speedup": {g: round(s, 3) for g, s in estimates.speedup.items()},
-            "plain_streak": self._plain_streak, "probe_interval": self._probe_interval,
+            "plain_streak": self._plain_streak, "behind": outlook.behind, "remaining": outlook.remaining,
+            "note": self.note,
         }) + "\n")  # fmt: skip
         return chosen
 
