@@ -380,6 +380,4 @@ def why_no_gamma_pays(view: TheoryView) -> str:
 
 def extrapolation_note(widest: int) -> str:
     """Where the advisor's curve stops being measured, so a falling tail is read as a forecast."""
-    return (
-        f"past γ {widest} (dotted): no wider verify pass timed yet, v(γ) is extrapolated"
-    )
+    return f"past γ {widest} (dotted): no wider verify pass timed yet, v(γ) is extrapolated"
