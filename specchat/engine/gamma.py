@@ -393,6 +393,8 @@ class AdaptiveGamma:
             why = "has the text or the machine changed?"
             return best, f"γ {best}: a probe while drafting is off{read} ({why})"
         self._off.add(self.drafter)
+        if off and max(predicted.values()) >= 1.0 + self.margin:
+            return 0, self._why_not_sure(predicted)
         return 0, self._why_off(predicted)
 
     def _figures(self, gamma: int) -> str:
@@ -410,6 +412,16 @@ class AdaptiveGamma:
         return (
             f"plain: drafting cannot pay; at best γ {best}, γ·c + v = {cost:.2f} steps bring "
             f"E[T] = {earned:.2f} tokens ({predicted[best]:.2f}×; {self._figures(best)})"
+        )
+
+    def _why_not_sure(self, predicted: dict[int, float]) -> str:
+        """Why drafting stays off although α's estimate says it would pay: coming back on needs
+        even α's lower bound to pay, and the probes have not yet tested enough positions."""
+        low = self.alpha_bounds[0]
+        at_low = max(self._speedups(alpha=low).values())
+        return (
+            f"plain: drafting cannot pay for sure yet; {max(predicted.values()):.2f}× at α "
+            f"{self.alpha:.2f}, {at_low:.2f}× at its 95 % lower bound {low:.2f} (probes measure α)"
         )
 
     def _catch_up_cost_ms(self, outlook: RoundOutlook) -> float:

@@ -239,3 +239,16 @@ def test_a_model_probe_reads_only_the_last_tokens_so_it_stays_cheap() -> None:
     back = next(n for n, e in enumerate(played.events) if n >= 100 and e.drafted and "predicted" in e.note)
     assert back <= 100 + 450, back
     assert sum(1 for e in played.events[back + 30 :] if e.drafted) >= 0.9 * len(played.events[back + 30 :])
+
+
+def test_while_off_a_note_says_when_only_the_estimate_would_pay() -> None:
+    # Off after chat text (α 0.15); then lucky probes lift α's estimate past break-even while its
+    # lower bound still is not: the note must not read "cannot pay" beside a speed-up above 1×.
+    schedule = AdaptiveGamma(4)
+    played = play(schedule, AVX512_TODAY, lambda n: 0.15 if n < 100 else 0.9, 700)
+    unsure = [e for e in played.events if "for sure yet" in e.note]
+    assert unsure, [e.note for e in played.events[100:160]]
+    for event in unsure:
+        figures = event.note.split(";")[1].split(",")[:2]
+        estimate, at_low = (float(part.split("×")[0].split()[-1]) for part in figures)
+        assert estimate >= 1.03 > at_low, event.note
