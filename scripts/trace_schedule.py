@@ -7,8 +7,9 @@
 The first form runs ``specchat bench`` with the given options in this process, with every
 adaptive schedule wrapped so that each decision and each observed round is written to
 SPECCHAT_TRACE as one JSON line: the round's γ, source, drafted, accepted, draft_ms and
-verify_ms, and the schedule's estimates when it chose γ (α, the sure α, evidence, c, v(γ), the
-predicted speed-ups, plain streak and probe interval). The second prints a trace as a table, one
+verify_ms, and the schedule's estimates when it chose γ (α, the sure α, α's 95 % bounds,
+evidence, c, v(γ), the predicted speed-ups, plain streak, how far the draft is behind, the
+tokens left and the schedule's note). The second prints a trace as a table, one
 round a line, grouped by the reply (method and prompt) it belonged to. The third splits each
 run of a bench JSON file into what the schedule sees and what it does not: the decoding time the
 bench counts, the part before the first round (a draft model's prompt prefill, when it reads the
@@ -45,6 +46,7 @@ def _install(trace_path: Path) -> None:
         out.write(json.dumps({
             "kind": "decision", **current, "source": source, "gamma": chosen,
             "alpha": round(self.alpha, 4), "sure_alpha": round(self.sure_alpha, 4),
+            "alpha_bounds": [round(b, 4) for b in self.alpha_bounds],
             "evidence": round(self.evidence, 2), "plain_ms": estimates.plain_ms,
             "c": None if model is None else round(model.c, 4),
             "v": {} if model is None else {g: round(model.v(g), 3) for g in range(1, 7)},
