@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from specchat.bench.prompts import BenchPrompt
-from specchat.bench.runner import PLAIN, BenchSettings, Method, RunRecord, check_greedy, run_method
+from specchat.bench.runner import PLAIN, BenchSettings, Method, RunRecord, check_greedy, run_turns
 from specchat.engine.gamma import SCHEDULES
 from specchat.engine.session import ChatEngine
 
@@ -120,12 +120,10 @@ def run_check(
     for prompt in prompts:
         prompt_ids = engine.prompt_ids(prompt.messages)
         for method in [PLAIN, *methods]:
-            if before_run is not None:
-                before_run(prompt, method)
-            record = run_method(engine, prompt, prompt_ids, method, settings)
-            records.append(record)
-            if progress is not None:
-                progress(record)
+            for record in run_turns(engine, prompt, prompt_ids, method, settings, before_run=before_run):
+                records.append(record)
+                if progress is not None:
+                    progress(record)
     check_greedy(records)
     return CheckResult(
         prompts=tuple(p.id for p in prompts),

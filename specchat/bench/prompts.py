@@ -1,12 +1,14 @@
-"""The benchmark's prompt set, shipped in the package as prompts.json, and the extra prompts
-of the greedy-equality check (check_prompts.json, same categories)."""
+"""The benchmark's prompts: the set shipped in the package (prompts.json), the extra prompts
+of the greedy-equality check (check_prompts.json, same categories), or the field's question
+files (:mod:`specchat.bench.question_file`: Spec-Bench's and MT-Bench's ``question.jsonl``)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
+from pathlib import Path
 
 from specchat.bench import BenchError
 
@@ -19,6 +21,35 @@ class BenchPrompt:
     category: str
     messages: tuple[Message, ...]
     quick: bool = False
+    follow_ups: tuple[str, ...] = ()
+    """User turns still to come, each asked after the method's own answer to the one before, as
+    Spec-Bench and MT-Bench run their multi-turn questions (see :meth:`next_turn`)."""
+    turn: int = 1
+    """Which user turn of its question this prompt ends with (1: the first)."""
+
+    def next_turn(self, answer: str) -> BenchPrompt | None:
+        """The question's next turn after ``answer`` (this turn's reply), or None after the last.
+
+        The conversation so far, the reply and the next user turn: the second turn of a
+        multi-turn question follows whatever the method answered first, so at T > 0 each
+        method is asked its own follow-up, as in Spec-Bench. Its id is the question's with
+        ``/t2``, ``/t3``… appended, so every turn is a prompt of its own in the records.
+        """
+        if not self.follow_ups:
+            return None
+        question = self.id.rsplit("/t", 1)[0] if self.turn > 1 else self.id
+        messages = (
+            *self.messages,
+            {"role": "assistant", "content": answer},
+            {"role": "user", "content": self.follow_ups[0]},
+        )
+        return replace(
+            self,
+            id=f"{question}/t{self.turn + 1}",
+            messages=messages,
+            follow_ups=self.follow_ups[1:],
+            turn=self.turn + 1,
+        )
 
 
 def categories() -> list[str]:
@@ -31,34 +62,51 @@ def load_prompts(
     only: Sequence[str] | None = None,
     per_category: int | None = None,
     check: bool = False,
+    path: Path | None = None,
 ) -> list[BenchPrompt]:
     """The prompts in file order: all of them, the quick subset, or some categories.
 
     ``per_category`` keeps the first n prompts of each category (quick ones first). ``check``
-    adds the greedy-equality check's own prompts after the bench's.
+    adds the greedy-equality check's own prompts after the bench's. ``path`` reads a question
+    file instead of the shipped set (its quick subset: the first question of each category).
     """
-    data = _load()
-    known = list(data["categories"])
+    if path is not None:
+        from specchat.bench.question_file import read_questions
+
+        candidates = read_questions(path)
+        known = list(dict.fromkeys(p.category for p in candidates))
+    else:
+        data = _load()
+        known = list(data["categories"])
+        rows = data["prompts"] + (_load("check_prompts.json")["prompts"] if check else [])
+        candidates = [
+            BenchPrompt(p["id"], p["category"], tuple(p["messages"]), bool(p.get("quick", False)))
+            for p in rows
+        ]
     wanted = list(only) if only else known
     unknown = [c for c in wanted if c not in known]
     if unknown:
-        raise BenchError(f"unknown category {', '.join(unknown)}: use {', '.join(known)}.")
-    rows = data["prompts"] + (_load("check_prompts.json")["prompts"] if check else [])
-    prompts = [
-        BenchPrompt(p["id"], p["category"], tuple(p["messages"]), bool(p.get("quick", False)))
-        for p in rows
-        if p["category"] in wanted and (p.get("quick", False) or not quick)
-    ]
+        raise BenchError(f"unknown category {_listed(unknown)}: use {_listed(known)}.")
+    prompts = [p for p in candidates if p.category in wanted and (p.quick or not quick)]
     if per_category is not None:
         kept: list[BenchPrompt] = []
         for category in wanted:
-            rows = sorted((p for p in prompts if p.category == category), key=lambda p: not p.quick)
-            kept.extend(rows[:per_category])
+            of_category = sorted((p for p in prompts if p.category == category), key=lambda p: not p.quick)
+            kept.extend(of_category[:per_category])
         order = {p.id: i for i, p in enumerate(prompts)}
         prompts = sorted(kept, key=lambda p: order[p.id])
     if not prompts:
         raise BenchError("no prompts selected: check --categories.")
     return prompts
+
+
+def _listed(names: Sequence[str], limit: int = 12) -> str:
+    """Category names for a message: shown safely, and not a thousand of them."""
+    from specchat.untrusted import clipped, visible
+
+    shown = ", ".join(visible(name) for name in names[:limit])
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return clipped(shown) + more
 
 
 def _load(name: str = "prompts.json") -> dict:  # type: ignore[type-arg]

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from specchat.bench.costs import Costs
 from specchat.bench.llamacpp_peer import PLAIN_ROW as LLAMA_PLAIN
 from specchat.bench.llamacpp_peer import SPECULATIVE_ROW as LLAMA_SPECULATIVE
+from specchat.bench.question_file import TASKS
 from specchat.bench.runner import Method, RunRecord, fastest
 from specchat.engine.events import RoundEvent
 from specchat.engine.gamma import positions_tested
@@ -146,6 +147,29 @@ def decode_rate(records: Sequence[RunRecord]) -> float | None:
     return tokens / seconds if tokens and seconds > 0 else None
 
 
+def report_categories(records: Sequence[RunRecord]) -> list[str]:
+    """The records' categories in order of appearance, then any task they make up together.
+
+    Spec-Bench reports MT-Bench's eight categories as one task, ``mt_bench``
+    (:data:`~specchat.bench.question_file.TASKS`): where a question file brings two or more of
+    them, that column is added, so the table lines up with Spec-Bench's published one.
+    """
+    categories = list(dict.fromkeys(r.category for r in records))
+    present = set(categories)
+    for task, members in TASKS.items():
+        if task not in present and len(members & present) >= 2:
+            categories.append(task)
+    return categories
+
+
+def in_category(record: RunRecord, category: str) -> bool:
+    """Whether ``record`` counts towards ``category`` (ALL, a task of several, or its own)."""
+    if category == ALL or category == record.category:
+        return True
+    members = TASKS.get(category)
+    return members is not None and record.category in members
+
+
 def _ratio(num: float, den: float) -> float | None:
     return num / den if den else None
 
@@ -155,9 +179,9 @@ def group(records: Sequence[RunRecord], method: str, category: str, costs: Costs
 
     The greedy check covers every repeat.
     """
-    checked = [r for r in records if r.method == method and category in (ALL, r.category)]
+    checked = [r for r in records if r.method == method and in_category(r, category)]
     records = fastest(records)
-    rows = [r for r in records if r.method == method and category in (ALL, r.category)]
+    rows = [r for r in records if r.method == method and in_category(r, category)]
     if not rows:
         return None
     prompts = {r.prompt_id for r in rows}
@@ -208,7 +232,7 @@ def refusals(records: Sequence[RunRecord]) -> list[str]:
 
 
 def all_groups(records: Sequence[RunRecord], methods: Sequence[Method], costs: Costs) -> list[Group]:
-    categories = list(dict.fromkeys(r.category for r in records))
+    categories = report_categories(records)
     out: list[Group] = []
     for method in methods:
         for category in [ALL, *categories]:
@@ -245,7 +269,7 @@ def event_costs(records: Sequence[RunRecord]) -> dict[str, object]:
 def summarize(records: Sequence[RunRecord], methods: Sequence[Method], costs: Costs) -> dict[str, object]:
     """The headline: the best specchat configuration against plain and against HF assisted."""
     overall = {g.method: g for g in all_groups(records, methods, costs) if g.category == ALL}
-    categories = list(dict.fromkeys(r.category for r in records))
+    categories = report_categories(records)
     plain = overall.get("plain")
     spec = [g for g in overall.values() if g.kind == "specchat" and g.speedup is not None]
     hf_assisted = [g for name, g in overall.items() if g.kind == "hf" and name != "hf-plain"]
@@ -386,10 +410,11 @@ def _equal(value: bool | None) -> str:
 
 def render_tables(records: Sequence[RunRecord], methods: Sequence[Method], costs: Costs) -> list[object]:
     """rich renderables: the per-method table and the speedup-by-category table."""
+    from rich.markup import escape
     from rich.table import Table
 
     groups = all_groups(records, methods, costs)
-    categories = list(dict.fromkeys(r.category for r in records))
+    categories = report_categories(records)
     overall = [g for g in groups if g.category == ALL]
     main = Table(title="specchat bench · all prompts", title_justify="left")
     for column in ("method", "tok/s", "e2e", "speedup", "α", "τ", "γ̄", "predicted", "meas/pred", "= ref"):
@@ -410,7 +435,7 @@ def render_tables(records: Sequence[RunRecord], methods: Sequence[Method], costs
     by_cat = Table(title="speedup over plain by category (tok/s in the plain row)", title_justify="left")
     by_cat.add_column("method")
     for category in categories:
-        by_cat.add_column(category, justify="right")
+        by_cat.add_column(escape(category), justify="right")  # a question file's name, not markup
     index = {(g.method, g.category): g for g in groups}
     for g in overall:
         cells = []
@@ -430,6 +455,7 @@ def render_tables(records: Sequence[RunRecord], methods: Sequence[Method], costs
 
 def render_detail(records: Sequence[RunRecord], methods: Sequence[Method], costs: Costs) -> object:
     """Every (method, category) row: tok/s, α, τ, speedup, predicted, measured/predicted."""
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="per method and category", title_justify="left")
@@ -441,7 +467,7 @@ def render_detail(records: Sequence[RunRecord], methods: Sequence[Method], costs
             continue
         table.add_row(
             g.method,
-            g.category,
+            escape(g.category),
             _speed(g),
             _fmt(g.alpha),
             _fmt(g.tau),

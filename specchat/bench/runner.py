@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -450,16 +450,45 @@ def run_bench(
         for repeat in range(repeats):
             shift = (index + repeat) % len(methods)
             for method in [*methods[shift:], *methods[:shift]]:
-                if before_run is not None:
-                    before_run(prompt, method)
-                record = run_method(engine, prompt, prompt_ids, method, settings, peer, llama)
-                record.repeat = repeat
-                records.append(record)
-                if progress is not None:
-                    progress(record)
+                for record in run_turns(
+                    engine, prompt, prompt_ids, method, settings, peer, llama, before_run=before_run
+                ):
+                    record.repeat = repeat
+                    records.append(record)
+                    if progress is not None:
+                        progress(record)
     if settings.greedy:
         check_greedy(records)
     return records
+
+
+def run_turns(
+    engine: ChatEngine,
+    prompt: BenchPrompt,
+    prompt_ids: list[int],
+    method: Method,
+    settings: BenchSettings,
+    peer: Peer | None = None,
+    llama: LlamaCppPeer | None = None,
+    *,
+    before_run: Callable[[BenchPrompt, Method], None] | None = None,
+) -> Iterator[RunRecord]:
+    """One method on every turn of a question, each turn a record of its own.
+
+    A later turn is asked after this method's own reply to the turn before
+    (:meth:`BenchPrompt.next_turn`), as Spec-Bench runs MT-Bench's questions; each turn starts
+    from empty caches like any run, so its time includes prefilling the conversation so far.
+    """
+    turn: BenchPrompt | None = prompt
+    ids = prompt_ids
+    while turn is not None:
+        if before_run is not None:
+            before_run(turn, method)
+        record = run_method(engine, turn, ids, method, settings, peer, llama)
+        yield record
+        turn = turn.next_turn(record.text)
+        if turn is not None:
+            ids = engine.prompt_ids(turn.messages)
 
 
 def fastest(records: Sequence[RunRecord]) -> list[RunRecord]:

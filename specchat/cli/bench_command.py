@@ -88,6 +88,16 @@ def machine_load() -> dict[str, Any]:
     "--hf-extra", is_flag=True, help="Also run HF plain generate and HF assisted with its defaults."
 )
 @sampling_options
+@click.option(
+    "--prompts",
+    "prompts_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="FILE.jsonl",
+    help="Questions from a Spec-Bench or MT-Bench question.jsonl (question_id, category, turns) "
+    "instead of the built-in set; reported by its categories, later turns following each "
+    "method's own answers.",
+)
 @click.option("--categories", default=None, help="Comma-separated subset, e.g. code,math.")
 @click.option("--per-category", type=int, default=None, help="At most this many prompts per category.")
 # Checked by click, before any model loads: a bad γ used to surface only after minutes of loading.
@@ -115,6 +125,13 @@ def machine_load() -> dict[str, Any]:
     help="Run everything this many times; figures use the fastest run of each (prompt, method).",
 )
 @click.option("--detail", is_flag=True, help="Also print every (method, category) row.")
+@click.option(
+    "--methods",
+    "only_methods",
+    default=None,
+    metavar="NAMES",
+    help="Only these rows, comma-separated (e.g. hybrid for the defaults; plain always runs).",
+)
 @click.option(
     "--llama-cpp",
     "llama_cpp",
@@ -177,7 +194,14 @@ def _bench_server(settings: Settings, baseline: str | None, options: dict[str, A
     quick = options["quick"]
     categories = options["categories"] or ""
     wanted = [c.strip() for c in categories.split(",") if c.strip()] or None
-    prompts = load_prompts(quick=quick, only=wanted, per_category=options["per_category"])
+    prompts = load_prompts(
+        quick=quick, only=wanted, per_category=options["per_category"], path=options["prompts_path"]
+    )
+    if any(p.follow_ups for p in prompts):
+        raise BenchError(
+            "--server runs one reply per question: this file has multi-turn questions; pick "
+            "single-turn categories with --categories or bench the local engine."
+        )
     controls = Controls(
         gamma=options["start_gamma"],
         temperature=options["temperature"],
@@ -214,6 +238,7 @@ def _bench(
     top_k: int | None,
     top_p: float,
     seed: int,
+    prompts_path: Path | None,
     categories: str | None,
     per_category: int | None,
     start_gamma: int,
@@ -222,6 +247,7 @@ def _bench(
     threads: int | None,
     repeats: int,
     detail: bool,
+    only_methods: str | None,
     llama_cpp: Path | None,
     llama_cpp_draft_max: int,
 ) -> None:
@@ -234,7 +260,7 @@ def _bench(
     )
     new_tokens = _budget(max_new_tokens, 64 if quick else 128)
     wanted = [c.strip() for c in categories.split(",") if c.strip()] if categories else None
-    prompts = load_prompts(quick=quick, only=wanted, per_category=per_category)
+    prompts = load_prompts(quick=quick, only=wanted, per_category=per_category, path=prompts_path)
     _check_folders(json_path, plot_path)
     from specchat.models.cpu_quant import parse_cpu_path
 
@@ -251,10 +277,23 @@ def _bench(
             raise BenchError("the llama.cpp rows decode greedily: leave --temperature at 0 with --llama-cpp.")
         ggufs = (gguf_for(settings.target), gguf_for(settings.draft) if settings.draft else None)
 
+    from specchat.bench.runner import BenchSettings, build_methods
+
+    wanted_methods = _wanted_methods(
+        only_methods,
+        build_methods(
+            sweep,
+            start_gamma=start_gamma,
+            ngram_gamma=ngram_gamma,
+            hf_gammas=hf_sweep,
+            hf_plain=hf_extra and not no_hf,
+            hf_default=hf_extra and not no_hf,
+            llama_cpp_draft_max=llama_cpp_draft_max if llama_cpp is not None else None,
+        ),
+    )
     from rich.console import Console
 
     console = Console(stderr=True)
-    from specchat.bench.runner import BenchSettings, build_methods
 
     wants_hf = bool(hf_sweep) or (hf_extra and not no_hf)
     loaded = _open(settings, no_lean, threads, console, hf_note=wants_hf)
@@ -277,12 +316,14 @@ def _bench(
         has_draft=engine.draft is not None,
         llama_cpp_draft_max=llama_cpp_draft_max if llama_cpp is not None else None,
     )
+    if wanted_methods is not None:
+        methods = [m for m in methods if m.name in wanted_methods or m.kind == "plain"]
 
     probe_ids = max((engine.prompt_ids(p.messages) for p in prompts), key=len)
     with contextlib.ExitStack() as stack:
         llama = None
         if llama_cpp is not None and ggufs is not None:
-            longest = len(probe_ids) + new_tokens
+            longest = _longest_conversation(engine, prompts, new_tokens)
             llama = _start_llama_cpp(llama_cpp, ggufs, loaded, llama_cpp_draft_max, longest, console)
             stack.callback(llama.close)
         _run_and_report(
@@ -301,6 +342,7 @@ def _bench(
             detail=detail,
             json_path=json_path,
             plot_path=plot_path,
+            prompts_file=prompts_path,
         )
 
 
@@ -350,6 +392,7 @@ def _run_and_report(
     detail: bool,
     json_path: Path | None,
     plot_path: Path | None,
+    prompts_file: Path | None,
 ) -> None:
     """Warm up, measure the costs, run every method on every prompt, print and write the report."""
     from rich.console import Console
@@ -367,7 +410,7 @@ def _run_and_report(
 
     load_before = machine_load()
     started = time.perf_counter()
-    total = len(prompts) * len(methods) * repeats
+    total = _turns(prompts) * len(methods) * repeats
     with _progress_bar(console) as bar:
         task = bar.add_task("benchmarking", total=total)
         records = run_bench(
@@ -376,7 +419,7 @@ def _run_and_report(
             methods,
             settings,
             repeats=repeats,
-            before_run=lambda p, m: bar.update(task, description=f"{p.id:<16} {m.name:<22}"),
+            before_run=lambda p, m: bar.update(task, description=_described(p.id, m.name, 16, 22)),
             progress=lambda r: bar.advance(task),
             peer=loaded.peer,
             llama=llama,
@@ -429,6 +472,8 @@ def _run_and_report(
             "aggregation": "fastest repeat of each (prompt, method)",
         },
         "prompts": [p.id for p in prompts],
+        "prompts_file": str(prompts_file) if prompts_file is not None else None,
+        "turns": _turns(prompts),
         "elapsed_s": round(elapsed, 1),
         "llama_cpp": llama.meta() if llama is not None else None,
     }
@@ -442,6 +487,43 @@ def _run_and_report(
         title = f"{pair_name} · {meta['device']} · {loaded.kernels}"
         write_plot(plot_path, records, methods, costs, title=title)
         out.print(f"wrote {plot_path}", highlight=False)
+
+
+def _wanted_methods(text: str | None, every: Any) -> set[str] | None:
+    """--methods as a set of row names, checked against the rows this run could have."""
+    if text is None:
+        return None
+    names = {part.strip() for part in text.split(",") if part.strip()}
+    known = [m.name for m in every]
+    unknown = sorted(names - set(known))
+    if unknown or not names:
+        raise BenchError(f"unknown method {', '.join(unknown) or '(none given)'}: use {', '.join(known)}.")
+    return names
+
+
+def _described(prompt_id: str, method: str, id_width: int, method_width: int) -> str:
+    """The progress bar's line: a prompt id from a question file is shown, not read as markup."""
+    from rich.markup import escape
+
+    return f"{escape(prompt_id):<{id_width}} {method:<{method_width}}"
+
+
+def _turns(prompts: Any) -> int:
+    """Replies the prompts ask for: one per turn of each question."""
+    return sum(1 + len(p.follow_ups) for p in prompts)
+
+
+def _longest_conversation(engine: Any, prompts: Any, new_tokens: int) -> int:
+    """Tokens of the longest conversation a run can reach: every turn of a question asked, each
+    answered with the whole token budget (a later turn's prompt holds the answers before it)."""
+    longest = 0
+    for prompt in prompts:
+        messages = list(prompt.messages)
+        for turn in prompt.follow_ups:
+            messages += [{"role": "assistant", "content": ""}, {"role": "user", "content": turn}]
+        replies = 1 + len(prompt.follow_ups)
+        longest = max(longest, len(engine.prompt_ids(messages)) + replies * new_tokens)
+    return longest
 
 
 def _progress_bar(console: Any) -> Any:
@@ -505,6 +587,7 @@ def _check(
     plot_path: Path | None,
     max_new_tokens: int | None,
     temperature: float,
+    prompts_path: Path | None,
     categories: str | None,
     per_category: int | None,
     start_gamma: int,
@@ -526,7 +609,9 @@ def _check(
     new_tokens = _budget(max_new_tokens, 48)
     check_gamma(start_gamma)
     wanted = [c.strip() for c in categories.split(",") if c.strip()] if categories else None
-    prompts = load_prompts(quick=quick, only=wanted, per_category=per_category, check=True)
+    prompts = load_prompts(
+        quick=quick, only=wanted, per_category=per_category, check=prompts_path is None, path=prompts_path
+    )
     _check_folders(json_path)
     parse_cpu_path(settings.cpu_path)
 
@@ -540,13 +625,13 @@ def _check(
     methods = check_methods(engine, start_gamma)
     started = time.perf_counter()
     with _progress_bar(console) as bar:
-        task = bar.add_task("checking", total=len(prompts) * (len(methods) + 1))
+        task = bar.add_task("checking", total=_turns(prompts) * (len(methods) + 1))
         result = run_check(
             engine,
             prompts,
             methods,
             new_tokens,
-            before_run=lambda p, m: bar.update(task, description=f"{p.id:<22} {m.name:<20}"),
+            before_run=lambda p, m: bar.update(task, description=_described(p.id, m.name, 22, 20)),
             progress=lambda r: bar.advance(task),
         )
     elapsed = time.perf_counter() - started

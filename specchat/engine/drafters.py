@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from specchat.engine.events import DrafterName
-from specchat.engine.kv import CachedLM
+from specchat.engine.kv import CachedLM, common_prefix_length
 from specchat.engine.params import DRAFT_STOP_BELOW, SamplingParams
 from specchat.engine.sampling import pick_tokens, shape_probs
 from specchat.engine.static import StaticLM
@@ -65,8 +65,11 @@ class Drafter(Protocol):
         """Who will propose the next draft after ``ids`` (the schedule sizes γ for that source)."""
         ...
 
-    def prefill(self, ids: list[int]) -> None:
-        """Warm any state for this prompt (optional work; propose catches up regardless)."""
+    def behind(self, ids: list[int]) -> int:
+        """Tokens of ``ids`` the drafter must still read before it can draft after them (0 for a
+        lookup). A model drafter reads the prompt only when it first drafts (the schedule may
+        never ask it to); after a drafted round it is 1 or 2 tokens behind, after plain rounds
+        as many as they produced."""
         ...
 
     def propose(
@@ -111,8 +114,8 @@ class ModelDrafter:
     def next_source(self, ids: list[int]) -> DrafterName:
         return "model"
 
-    def prefill(self, ids: list[int]) -> None:
-        self.lm.prefill(ids)
+    def behind(self, ids: list[int]) -> int:
+        return max(len(ids) - common_prefix_length(self.lm.cached_ids, ids), 1) if ids else 0
 
     def propose(
         self, ids: list[int], gamma: int, params: SamplingParams, generator: torch.Generator | None
@@ -188,8 +191,8 @@ class NgramDrafter:
     def next_source(self, ids: list[int]) -> DrafterName:
         return "ngram"
 
-    def prefill(self, ids: list[int]) -> None:
-        pass
+    def behind(self, ids: list[int]) -> int:
+        return 0
 
     def propose(
         self, ids: list[int], gamma: int, params: SamplingParams, generator: torch.Generator | None

@@ -18,7 +18,9 @@ included), and each closing :class:`TokenEvent` carries the top of the distribut
 drawn from (the residual after a rejection at T > 0, the target otherwise). Later each
 :class:`DraftTrace` also gained both models' own softmax probabilities of the drafted token
 (temperature 1, unshaped), so a greedy round, whose test is argmax equality, still shows how
-sure each model was; files written before read them back as unknown.
+sure each model was; files written before read them back as unknown. Later still each
+:class:`RoundEvent` gained how many tokens the draft caught up on and the schedule's reason
+for its γ; files written before read back as 0 and "".
 
 Backends that cannot know a figure (a remote server reports no token ids, no probabilities and
 no per-round timings) say so with the "unknown" values below, never with an invented number:
@@ -250,6 +252,13 @@ class RoundEvent:
     drafted); a combined drafter's rounds carry the name of the part that proposed."""
     drafts: tuple[DraftTrace, ...] = ()
     """(v2) Every drafted token in order, accepted, rejected and untested alike."""
+    caught_up: int = 0
+    """Tokens the draft model read before drafting this round, inside ``draft_ms``: 1 or 2
+    after a drafted round, the whole prompt at a reply's first draft, the tokens of any plain
+    rounds in between (0: a lookup, a plain round, or not reported)."""
+    note: str = ""
+    """Why the γ schedule chose this round's γ, in a few words (the adaptive schedule; empty
+    for schedules that only follow a setting)."""
 
     @property
     def rejected(self) -> tuple[DraftTrace, ...]:
@@ -267,6 +276,8 @@ class RoundEvent:
             "verify_ms": _json_float(round(self.verify_ms, 3)),
             "drafter": self.drafter,
             "drafts": [d.to_json() for d in self.drafts],
+            "caught_up": self.caught_up,
+            "note": self.note,
         }
 
     @classmethod
@@ -280,6 +291,8 @@ class RoundEvent:
             _read_float(data["verify_ms"]),
             str(data["drafter"]),
             tuple(DraftTrace.from_json(d) for d in data.get("drafts") or ()),
+            int(data.get("caught_up") or 0),
+            str(data.get("note") or ""),
         )
 
 

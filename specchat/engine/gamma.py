@@ -7,30 +7,41 @@ answer 0: the round then drafts nothing and is one plain target step.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from specchat.engine.events import DrafterName, RoundEvent
-from specchat.engine.metrics import CostEstimator, positions_tested
+from specchat.engine.events import DrafterName, RoundEvent, known
+from specchat.engine.metrics import (
+    ROUTINE_CATCH_UP,
+    CostEstimator,
+    expected_tokens_per_round,
+    positions_tested,
+)
 from specchat.engine.params import GAMMA_MAX
 from specchat.engine.registry import is_model, proposes
 from specchat.errors import InvalidSettingError
 
 __all__ = [
     "GAMMA_MAX",
+    "NO_OUTLOOK",
     "SCHEDULES",
     "AdaptiveEstimates",
     "AdaptiveGamma",
     "FixedGamma",
     "GammaSchedule",
     "HeuristicGamma",
+    "RoundOutlook",
     "check_gamma",
     "make_schedule",
     "positions_tested",
 ]
 
 ScheduleName = Literal["fixed", "heuristic", "adaptive"]
+WILSON_Z = 1.64
+"""z of a one-sided 95 % bound: how optimistic the adaptive schedule is about α it has not yet
+measured well enough to rule drafting out."""
 SCHEDULES: tuple[ScheduleName, ...] = ("fixed", "heuristic", "adaptive")
 
 
@@ -40,11 +51,36 @@ def check_gamma(gamma: int) -> int:
     return gamma
 
 
+@dataclass(frozen=True, slots=True)
+class RoundOutlook:
+    """What the next round faces beyond a schedule's own measurements (from the reply)."""
+
+    remaining: int | None = None
+    """Tokens the reply may still produce (its budget left); None: not bounded."""
+    behind: int = 0
+    """Tokens the drafter must read before it drafts (:meth:`Drafter.behind`): the prompt at a
+    reply's first draft, the tokens of plain rounds since the last one, else 1 or 2."""
+
+
+NO_OUTLOOK = RoundOutlook()
+
+
 class GammaSchedule(Protocol):
     name: str
 
-    def next_gamma(self, source: DrafterName = "model") -> int:
+    def next_gamma(self, source: DrafterName = "model", outlook: RoundOutlook = NO_OUTLOOK) -> int:
         """γ for the next round, whose draft ``source`` will propose (a lookup or the model)."""
+        ...
+
+    @property
+    def note(self) -> str:
+        """Why the latest γ was chosen, in a few words ("" when it only follows a setting)."""
+        ...
+
+    @property
+    def window(self) -> int | None:
+        """For the latest γ: draft from only the last this many tokens (a cheap probe by a
+        drafter far behind), or None for the whole text."""
         ...
 
     def observe(self, event: RoundEvent) -> None: ...
@@ -59,10 +95,13 @@ class FixedGamma:
 
     name = "fixed"
 
+    note = ""
+    window = None
+
     def __init__(self, gamma: int | Callable[[], int]) -> None:
         self._read = gamma if callable(gamma) else (lambda: gamma)
 
-    def next_gamma(self, source: DrafterName = "model") -> int:
+    def next_gamma(self, source: DrafterName = "model", outlook: RoundOutlook = NO_OUTLOOK) -> int:
         return self._read()
 
     def observe(self, event: RoundEvent) -> None:
@@ -76,12 +115,14 @@ class HeuristicGamma:
     """Transformers' assisted-generation rule: +2 after a fully accepted round, −1 otherwise."""
 
     name = "heuristic"
+    note = ""
+    window = None
 
     def __init__(self, start: int, low: int = 1, high: int = GAMMA_MAX) -> None:
         self.low, self.high = low, high
         self.gamma = min(max(start, low), high)
 
-    def next_gamma(self, source: DrafterName = "model") -> int:
+    def next_gamma(self, source: DrafterName = "model", outlook: RoundOutlook = NO_OUTLOOK) -> int:
         return self.gamma
 
     def observe(self, event: RoundEvent) -> None:
@@ -128,18 +169,26 @@ class AdaptiveGamma:
     engine's one cost model (:class:`~specchat.engine.metrics.CostEstimator`).
 
     γ = 0, a plain target step, is always a candidate and is kept unless drafting is predicted to
-    beat it by ``margin``: where speculation cannot pay, it is switched off. While off, a probe
-    round now and then (at growing intervals, so that probes cost almost nothing) refreshes α in
-    case the text turns predictable.
+    beat it by ``margin``: where speculation cannot pay, it is switched off. A draft model that
+    has fallen behind (it reads the prompt only when it first drafts, and skips plain rounds)
+    must catch up before it drafts; that one-off cost is weighed against what drafting would
+    save over the tokens the reply may still produce, so a short reply after a long prompt is
+    decoded plainly rather than pay for a draft that cannot earn its prefill back. While off, a
+    probe round refreshes α (has the text turned predictable?) and the costs (has the machine
+    changed?) whenever the plain decoding since the last draft has cost ``1 / probe_share`` times
+    what the probe would add, so probing never costs more than that share of decoding time.
 
-    The first round is a plain step (it measures V(0)); the second drafts the ``start`` γ the user
-    set (at most 3, so that one unlucky first round costs little); after that γ may move anywhere
+    The first rounds are plain steps (they measure V(0), again whenever its timings grow old); the
+    first draft is the ``start`` γ the user set (at most 3, so that one unlucky first round costs
+    little); after that γ may move anywhere
     in [0, ``cap``], at most two above the widest verify pass measured so far, and a neighbour
     of the best γ predicted nearly as fast is tried when its cost was timed too rarely or too
-    long ago to rule it out. Speculation is
-    switched off at once if even perfect acceptance could not pay for the measured costs, but
-    for low acceptance only after ``min_evidence`` draft positions were tested, since one round
-    says little about α. Estimates are kept per drafter, so switching drafters mid-reply is fine.
+    long ago to rule it out. Speculation is switched off as soon as even the most α could
+    plausibly be (a 95 % upper bound, :attr:`alpha_bounds`) could not pay for the measured costs,
+    and by the point estimate of α once ``min_evidence`` draft positions were tested; once off,
+    it comes back on when even the least α could plausibly be would pay. Estimates are kept per
+    drafter, so switching drafters mid-reply is fine. :attr:`note` says why the latest γ was
+    chosen; the engine stamps it on the round's event.
     """
 
     name = "adaptive"
@@ -152,11 +201,13 @@ class AdaptiveGamma:
         margin: float = 0.03,
         decay: float = 0.97,
         prior_alpha: float = 0.7,
-        prior_weight: float = 3.0,
-        min_evidence: float = 12.0,
+        prior_weight: float = 1.0,
+        min_evidence: float = 8.0,
         probe_first: int = 8,
-        probe_max: int = 128,
+        probe_share: float = 0.02,
         refresh_slack: float = 0.15,
+        catch_up_prior: float = 0.25,
+        probe_window: int = 48,
     ) -> None:
         self._start = start if callable(start) else (lambda: start)
         self.cap = min(max(cap, 1), GAMMA_MAX)
@@ -166,30 +217,43 @@ class AdaptiveGamma:
         self.prior_weight = prior_weight
         self.min_evidence = min_evidence
         self.probe_first = probe_first
-        self.probe_max = probe_max
+        """The fewest plain rounds between a draft and a probe."""
+        self.probe_share = probe_share
+        """The most of the plain decoding time, while drafting is off, that probes may add."""
         self.refresh_slack = refresh_slack
         """How much slower than the best a neighbouring γ may be predicted and still be timed
         again when its timings are few or old (at most a few rounds per width in sixty-four)."""
+        self.probe_window = probe_window
+        """A probe by a drafter further behind than this drafts from only the last this many
+        tokens: its cost stays bounded however long drafting was off (its α a little low)."""
+        self.window: int | None = None
+        self.catch_up_prior = catch_up_prior
+        """A draft model's catch-up per token, as a share of its per-token drafting cost, until
+        a catch-up is timed (a prefill reads tokens in one batched pass, several times cheaper
+        per token than drafting them one at a time: 0.2 on the default pair)."""
         self.drafter = "model"
         """Drafter of the latest observed round; estimates below are looked up for it."""
         self.costs = CostEstimator()
-        """c and v(γ), from the rounds this schedule observed."""
+        """c, v(γ) and the draft's catch-up, from the rounds this schedule observed."""
+        self.note = ""
         self._accepted: dict[str, float] = {}
         self._tested: dict[str, float] = {}
         self._sure_accepted: dict[str, float] = {}
         self._sure_tested: dict[str, float] = {}
         self._rounds = 0
         self._plain_streak = 0
-        self._probe_interval = probe_first
+        self._plain_ms_since_draft = 0.0
         self._gamma = 0
+        self._probe_soon = False
+        self._off: set[str] = set()
+        """Drafters the schedule turned off for want of pay (until even α's lower bound pays)."""
 
     def begin_reply(self, gamma: Callable[[], int]) -> None:
         """Keep the measured costs and α (decayed as ever): later replies start informed, so their
         first rounds neither re-measure a plain step nor try a γ the measurements rule out."""
         self._start = gamma
         self._plain_streak = 0
-        self._probe_interval = self.probe_first
-        self.costs.begin_reply()
+        self._plain_ms_since_draft = 0.0
 
     # ------------------------------------------------------------------ observation
     def observe(self, event: RoundEvent) -> None:
@@ -198,21 +262,25 @@ class AdaptiveGamma:
         self.costs.observe(event)
         if event.drafted == 0:
             self._plain_streak += 1
+            spent = event.draft_ms + event.verify_ms
+            self._plain_ms_since_draft += spent if known(spent) else (self.costs.plain_ms or 0.0)
             return
         name = event.drafter
         tested = positions_tested(event)
         keep = self.decay**tested  # forget per tested position: recent text weighs more
+        if name in self._off:
+            # A probe that went through whole is a sign the text changed: the α measured before
+            # it counts for half, and the next probe comes soon, so a few such probes in a row
+            # bring drafting back, not dozens spread over the budget.
+            self._probe_soon = event.accepted == event.drafted
+            keep *= 0.5 if self._probe_soon else 1.0
         self._accepted[name] = keep * self._accepted.get(name, 0.0) + event.accepted
         self._tested[name] = keep * self._tested.get(name, 0.0) + tested
         sure_accepted, sure_tested = sure_positions(event)
         self._sure_accepted[name] = keep * self._sure_accepted.get(name, 0.0) + sure_accepted
         self._sure_tested[name] = keep * self._sure_tested.get(name, 0.0) + sure_tested
         self._plain_streak = 0
-        predicted = self._speedups()
-        if predicted and max(predicted.values()) >= 1.0 + self.margin:
-            self._probe_interval = self.probe_first
-        else:
-            self._probe_interval = min(self._probe_interval * 2, self.probe_max)
+        self._plain_ms_since_draft = 0.0
 
     # ------------------------------------------------------------------ estimates
     @property
@@ -223,6 +291,17 @@ class AdaptiveGamma:
     def sure_alpha(self) -> float:
         """α over the positions the draft model was sure of (see :func:`sure_positions`)."""
         return self._alpha_of(self._sure_accepted, self._sure_tested)
+
+    @property
+    def alpha_bounds(self) -> tuple[float, float]:
+        """The least and the most α could plausibly be given the positions tested so far: the
+        ends of one-sided 95 % Wilson intervals on the (decayed, prior-weighted) counts."""
+        n = self._tested.get(self.drafter, 0.0) + self.prior_weight
+        p = self.alpha
+        z2 = WILSON_Z**2
+        centre = (p + z2 / (2.0 * n)) / (1.0 + z2 / n)
+        spread = WILSON_Z * math.sqrt(p * (1.0 - p) / n + z2 / (4.0 * n * n)) / (1.0 + z2 / n)
+        return max(centre - spread, 0.0), min(centre + spread, 1.0)
 
     def _alpha_of(self, accepted: dict[str, float], tested: dict[str, float]) -> float:
         name = self.drafter
@@ -246,6 +325,14 @@ class AdaptiveGamma:
         alpha = self.alpha if alpha is None else alpha
         return model.curve(alpha, range(1, min(self.cap, self.costs.widest + 2) + 1))
 
+    def catch_up_ms_per_token(self) -> float | None:
+        """What the current drafter pays per token it catches up on: timed, else the prior."""
+        timed = self.costs.catch_up_ms(self.drafter)
+        if timed is not None:
+            return timed
+        per_token = self.costs.draft_ms(self.drafter)
+        return None if per_token is None else self.catch_up_prior * per_token
+
     def estimates(self) -> AdaptiveEstimates:
         widths = range(0, min(self.cap, self.costs.widest + 2) + 1)
         verify = {g: v for g in widths if (v := self._verify_ms(g)) is not None}
@@ -259,31 +346,119 @@ class AdaptiveGamma:
         )
 
     # ------------------------------------------------------------------ decision
-    def next_gamma(self, source: DrafterName = "model") -> int:
+    def next_gamma(self, source: DrafterName = "model", outlook: RoundOutlook = NO_OUTLOOK) -> int:
         # A hybrid drafter alternates sources: decide with the estimates of the one about to propose.
         self.drafter = source
-        self._gamma = self._decide()
+        self.window = None
+        self._gamma, self.note = self._decide(outlook)
         return self._gamma
 
-    def _decide(self) -> int:
-        if self.costs.plain_ms is None:
-            return 0  # measure a plain step first: it is the yardstick
+    def _decide(self, outlook: RoundOutlook) -> tuple[int, str]:
+        # The plain step is the yardstick every cost is divided by: timed like any width, a few
+        # times and again when old. One slow first step (it follows the prompt's prefill) once
+        # stood for V(0) all reply, and the fit read every wider pass as costing one step.
+        if self.costs.needs_refresh(0):
+            return 0, "plain: timing plain steps, the yardstick every cost is measured against"
         predicted = self._speedups()
-        if not predicted:
-            return min(max(self._start(), 1), 3, self.cap)  # nothing drafted yet: try the user's γ
+        if not predicted:  # nothing drafted by this drafter yet: try the user's γ
+            gamma = min(max(self._start(), 1), 3, self.cap)
+            return gamma, f"γ {gamma}: a first {self.drafter} draft, to measure α and its cost"
         # Whether drafting pays is judged on every tested position; how far to draft, on those
         # the draft was sure of, since the draft itself ends a round where it is unsure.
         sizing = self._speedups(alpha=self.sure_alpha)
         best = max(sizing, key=lambda g: sizing[g])
-        if max(predicted.values()) >= 1.0 + self.margin:
-            return self._refresh_or(best, sizing)
-        if self.evidence < self.min_evidence:
-            ceiling = self._speedups(alpha=1.0)
-            if max(ceiling.values()) >= 1.0 + self.margin:
-                return best  # too early to blame α: keep measuring it
-        if self._plain_streak >= self._probe_interval:
-            return best  # a probe: has the text become predictable?
-        return 0
+        top = max(predicted.values())
+        off = self.drafter in self._off
+        if off:
+            # Coming back on costs a catch-up: the least α could plausibly be (a 95 % lower
+            # bound), not the estimate, must pay, so one lucky probe near the break-even point
+            # does not start a run of losing rounds. Probes gather the evidence.
+            top = max(self._speedups(alpha=self.alpha_bounds[0]).values())
+        if top >= 1.0 + self.margin:
+            if not self._repays_catch_up(top, outlook):
+                return 0, self._why_not_catch_up(top, outlook)
+            self._off.discard(self.drafter)
+            gamma = self._refresh_or(best, sizing)
+            return gamma, f"γ {gamma}: predicted {predicted[gamma]:.2f}× ({self._figures(gamma)})"
+        if self.evidence < self.min_evidence and not off:
+            # Too few positions to blame α yet: keep measuring while the most α could plausibly
+            # be (its upper confidence bound) would still pay.
+            ceiling = max(self._speedups(alpha=self.alpha_bounds[1]).values())
+            if ceiling >= 1.0 + self.margin and self._repays_catch_up(ceiling, outlook):
+                tested = f"{self.evidence:.0f} of {self.min_evidence:.0f} positions tested"
+                return best, f"γ {best}: measuring α before judging it ({tested})"
+        if self._probe_due(best, outlook):
+            self.window = self._probe_window(outlook)
+            read = f", from the last {self.window} tokens" if self.window else ""
+            why = "has the text or the machine changed?"
+            return best, f"γ {best}: a probe while drafting is off{read} ({why})"
+        self._off.add(self.drafter)
+        if off and max(predicted.values()) >= 1.0 + self.margin:
+            return 0, self._why_not_sure(predicted)
+        return 0, self._why_off(predicted)
+
+    def _figures(self, gamma: int) -> str:
+        model = self.costs.model(self.drafter)
+        assert model is not None  # predictions exist
+        return f"α {self.alpha:.2f}, c {model.c:.2f}, v({gamma}) {model.v(gamma):.2f}"
+
+    def _why_off(self, predicted: dict[int, float]) -> str:
+        """Why drafting is off: what the best γ would cost against the tokens it would bring."""
+        best = max(predicted, key=lambda g: predicted[g])
+        model = self.costs.model(self.drafter)
+        assert model is not None
+        cost = best * model.c + model.v(best)
+        earned = expected_tokens_per_round(self.alpha, best)
+        return (
+            f"plain: drafting cannot pay; at best γ {best}, γ·c + v = {cost:.2f} steps bring "
+            f"E[T] = {earned:.2f} tokens ({predicted[best]:.2f}×; {self._figures(best)})"
+        )
+
+    def _why_not_sure(self, predicted: dict[int, float]) -> str:
+        """Why drafting stays off although α's estimate says it would pay: coming back on needs
+        even α's lower bound to pay, and the probes have not yet tested enough positions."""
+        low = self.alpha_bounds[0]
+        at_low = max(self._speedups(alpha=low).values())
+        return (
+            f"plain: drafting cannot pay for sure yet; {max(predicted.values()):.2f}× at α "
+            f"{self.alpha:.2f}, {at_low:.2f}× at its 95 % lower bound {low:.2f} (probes measure α)"
+        )
+
+    def _catch_up_cost_ms(self, outlook: RoundOutlook) -> float:
+        """The one-off part of the next draft: reading the tokens the drafter fell behind by."""
+        if outlook.behind <= ROUTINE_CATCH_UP:
+            return 0.0
+        return outlook.behind * (self.catch_up_ms_per_token() or 0.0)
+
+    def _repays_catch_up(self, speedup: float, outlook: RoundOutlook) -> bool:
+        """Whether drafting at ``speedup`` would save more than the catch-up costs over the
+        tokens the reply may still produce (always, for a reply without a budget)."""
+        catch_up = self._catch_up_cost_ms(outlook)
+        if catch_up == 0.0 or outlook.remaining is None or self.costs.plain_ms is None:
+            return True
+        saved = outlook.remaining * self.costs.plain_ms * (1.0 - 1.0 / speedup)
+        return saved >= catch_up
+
+    def _why_not_catch_up(self, speedup: float, outlook: RoundOutlook) -> str:
+        return (
+            f"plain: the draft is {outlook.behind} tokens behind; catching up "
+            f"(~{self._catch_up_cost_ms(outlook):.0f} ms) would not pay back at {speedup:.2f}× "
+            f"in the {outlook.remaining} tokens left"
+        )
+
+    def _probe_window(self, outlook: RoundOutlook) -> int | None:
+        return self.probe_window if outlook.behind > self.probe_window else None
+
+    def _probe_due(self, gamma: int, outlook: RoundOutlook) -> bool:
+        """A probe when the plain time since the last draft is 1/probe_share times its extra cost."""
+        model = self.costs.model(self.drafter)
+        if self._plain_streak < self.probe_first or model is None:
+            return False
+        if self._probe_soon:
+            return True
+        reads = RoundOutlook(outlook.remaining, min(outlook.behind, self.probe_window))
+        extra = self._catch_up_cost_ms(reads) + gamma * model.draft_ms + model.verify(gamma) - model.plain_ms
+        return self._plain_ms_since_draft * self.probe_share >= extra
 
     def _refresh_or(self, best: int, predicted: dict[int, float]) -> int:
         """``best``, or a neighbouring γ predicted nearly as fast whose verify cost rests on too

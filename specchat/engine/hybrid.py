@@ -39,8 +39,8 @@ class HybridDrafter:
         self._looked_up: tuple[list[int], list[int]] = ([], [])
         """(ids, their continuation): the lookup next_source made, reused by propose."""
 
-    def prefill(self, ids: list[int]) -> None:
-        self.model.prefill(ids)
+    def behind(self, ids: list[int]) -> int:
+        return self.model.behind(ids) if self.next_source(ids) == "model" else 0
 
     def next_source(self, ids: list[int]) -> DrafterName:
         return "ngram" if len(self._lookup(ids)) >= self.min_lookup else "model"

@@ -312,19 +312,37 @@ class RecentMedian:
         return median(self._values) if self._values else None
 
 
+ROUTINE_CATCH_UP = 2
+"""Tokens a draft model reads at the start of every drafted round after a drafted round: the
+round's closing token, and after a fully accepted round also the last draft. Part of d; more
+than this is a catch-up (the prompt at a reply's first draft, the tokens of plain rounds)."""
+
+
+FASTER_NOW = 0.8
+"""A pass this much faster than its width's median means the machine changed (another job
+ended): interference only ever slows a pass, so the old timings go rather than outvote it."""
+
+
+def _much_faster(ms: float, timings: RecentMedian | None) -> bool:
+    median_ms = timings.value if timings is not None else None
+    return median_ms is not None and ms < FASTER_NOW * median_ms
+
+
 class CostEstimator:
     """c and v(γ) measured live from RoundEvents' own timings (recent rounds' medians).
 
     Plain rounds (nothing drafted) time V(0); drafted rounds time V(γ) by the width they
     verified and d per drafter ("model", "ngram": a lookup costs next to nothing). Rounds without
-    timings (a server) are ignored. After a run of plain rounds a draft model first catches up on
-    the tokens it skipped, a one-off cost that is not the per-token price of drafting, so such a
-    round's drafting time is not taken as d (unless nothing else is known yet).
+    timings (a server) are ignored. A round whose draft model first caught up on more than
+    :data:`ROUTINE_CATCH_UP` tokens (RoundEvent.caught_up) paid a one-off prefill besides its
+    drafting: it is not taken as d but as a sample of what catching up costs per token
+    (:meth:`catch_up_ms`).
 
     A wider pass never costs less, so the widths' medians are read through their closest
     non-decreasing fit (:func:`monotone_fit`, each width weighted by its samples): one slow pass
     timed at a width the schedule then stopped choosing would otherwise stand for that width
-    forever. :meth:`needs_refresh` says which widths rest on too little, or too old, evidence.
+    forever. :meth:`needs_refresh` says which widths rest on too little, or too old, evidence,
+    and a pass much faster than its width's median replaces the old timings (:data:`FASTER_NOW`).
     """
 
     def __init__(self, window: int = 9, *, min_samples: int = 3, stale_after: int = 64) -> None:
@@ -334,14 +352,11 @@ class CostEstimator:
         self.plain = RecentMedian(window)
         self.verify: dict[int, RecentMedian] = {}
         self.draft_per_token: dict[str, RecentMedian] = {}
-        self._plain_streak = 0
+        self._catch_ups: dict[str, deque[tuple[float, int, int]]] = {}
+        """Drafter → recent catch-up rounds as (draft_ms, drafted, caught_up)."""
         self._rounds = 0
         self._last_timed: dict[int, int] = {}
         """Width → the round (counted by this estimator) in which it was last timed."""
-
-    def begin_reply(self) -> None:
-        """A new reply: its drafter was prefilled with the prompt, so nothing is caught up."""
-        self._plain_streak = 0
 
     def observe(self, event: RoundEvent) -> None:
         if not known(event.verify_ms) or not known(event.draft_ms):
@@ -352,18 +367,30 @@ class CostEstimator:
         stale = event.drafted in self._last_timed and self._timed_long_ago(event.drafted)
         self._last_timed[event.drafted] = self._rounds
         if event.drafted == 0:
-            if stale:
+            step = event.verify_ms + event.draft_ms  # a failed lookup is part of the step
+            if stale or _much_faster(step, self.plain):
                 self.plain = RecentMedian(self.window)
-            self.plain.add(event.verify_ms + event.draft_ms)  # a failed lookup is part of the step
-            self._plain_streak += 1
+            self.plain.add(step)
             return
-        if stale:
+        if stale or _much_faster(event.verify_ms, self.verify.get(event.drafted)):
             self.verify.pop(event.drafted, None)
+        self._forget_narrower_than(event.drafted, event.verify_ms)
         self.verify.setdefault(event.drafted, RecentMedian(self.window)).add(event.verify_ms)
+        if event.caught_up > ROUTINE_CATCH_UP:
+            rounds = self._catch_ups.setdefault(event.drafter, deque(maxlen=self.window))
+            rounds.append((event.draft_ms, event.drafted, event.caught_up))
+            return
         per_token = self.draft_per_token.setdefault(event.drafter, RecentMedian(self.window))
-        if self._plain_streak <= 1 or not len(per_token):
-            per_token.add(event.draft_ms / event.drafted)
-        self._plain_streak = 0
+        per_token.add(event.draft_ms / event.drafted)
+
+    def _forget_narrower_than(self, width: int, ms: float) -> None:
+        """A narrower pass never costs more than a wider one: narrower widths whose timings are
+        much slower than this pass were timed on a busier machine, and go (the plain step too)."""
+        for narrower in [w for w in self.verify if w < width]:
+            if _much_faster(ms, self.verify[narrower]):
+                del self.verify[narrower]
+        if _much_faster(ms, self.plain):
+            self.plain = RecentMedian(self.window)
 
     def extend(self, events: Iterable[Event]) -> None:
         for event in events:
@@ -378,6 +405,14 @@ class CostEstimator:
     def draft_ms(self, drafter: str) -> float | None:
         found = self.draft_per_token.get(drafter)
         return found.value if found is not None else None
+
+    def catch_up_ms(self, drafter: str) -> float | None:
+        """Milliseconds per token the drafter paid to catch up, beyond its drafting (median of
+        its recent catch-up rounds, with d as known now); None until both were timed."""
+        per_token, rounds = self.draft_ms(drafter), self._catch_ups.get(drafter)
+        if per_token is None or not rounds:
+            return None
+        return median(max(ms - drafted * per_token, 0.0) / caught for ms, drafted, caught in rounds)
 
     def _timings(self) -> dict[int, RecentMedian]:
         timings = dict(self.verify)

@@ -36,7 +36,7 @@ from specchat.engine.events import (
     TokenKind,
     Verdict,
 )
-from specchat.engine.gamma import GammaSchedule
+from specchat.engine.gamma import GammaSchedule, RoundOutlook
 from specchat.engine.kv import CachedLM
 from specchat.engine.metrics import StreamStats
 from specchat.engine.registry import is_model
@@ -163,9 +163,10 @@ class Generation:
         self.generator = new_generator(decoder.target.device, seed)
         self.detok = decoder.new_detokenizer(prompt_ids)
         self._first: RoundPlan | None = plan()
+        # Only the target reads the prompt now. A draft model reads it when it first drafts
+        # (it catches up on whatever it has not seen), so a reply the schedule decodes plainly
+        # never pays for it, and the first token is not kept waiting for it.
         self.prefill_ms = decoder.target.prefill(prompt_ids)
-        if self._first.drafter is not None:
-            self._first.drafter.prefill(prompt_ids)
         self.ids = list(prompt_ids)
         self.stats = StreamStats()
         self.round_no = 0
@@ -191,8 +192,10 @@ class Generation:
             return [self._finish(start)]
         current = self._first or self.plan()
         self._first = None
-        gamma = self._gamma_for(current)
-        events, emitted, eos = self._round(gamma, current)
+        gamma, behind = self._gamma_for(current)
+        window = current.schedule.window
+        reads = min(behind, window) if window else behind
+        events, emitted, eos = self._round(gamma, current, caught_up=reads if gamma else 0, window=window)
         self.ids.extend(emitted)
         current.schedule.observe(events[-1])  # type: ignore[arg-type]
         self.round_no += 1
@@ -233,27 +236,35 @@ class Generation:
             return "context"
         return None
 
-    def _gamma_for(self, current: RoundPlan) -> int:
+    def _gamma_for(self, current: RoundPlan) -> tuple[int, int]:
+        """γ for this round and how many tokens the drafter must catch up on before drafting."""
         if current.drafter is None:
-            return 0
+            return 0, 0
         length = len(self.ids)
-        gamma = current.schedule.next_gamma(current.drafter.next_source(self.ids))
+        behind = current.drafter.behind(self.ids)
+        left = self.max_new_tokens - self.generated
+        outlook = RoundOutlook(remaining=left, behind=behind)
+        gamma = current.schedule.next_gamma(current.drafter.next_source(self.ids), outlook)
         max_context = self.decoder.max_context
         room = (max_context - length) if max_context is not None else gamma + 1
         # Never draft past the token budget or the context: the round adds accepted + 1 tokens.
-        return max(0, min(gamma, self.max_new_tokens - self.generated - 1, room - 1))
+        return max(0, min(gamma, left - 1, room - 1)), behind
 
-    def _round(self, gamma: int, current: RoundPlan) -> tuple[list[Event], list[int], bool]:
+    def _round(
+        self, gamma: int, current: RoundPlan, *, caught_up: int = 0, window: int | None = None
+    ) -> tuple[list[Event], list[int], bool]:
         """One draft → verify → accept round: its events, the ids it adds, and whether it hit a stop token.
 
         The round reads the device once, with the verdict: drafts that stayed on the device
         (:class:`DeviceDraft`) come back with it, and the draft/verify split is timed by device
-        events rather than by waiting for the device in between.
+        events rather than by waiting for the device in between. ``window``: the drafter sees only
+        the last this many tokens (the schedule's cheap probe); verification is exact whatever the
+        draft saw, since p_draft is what it sampled from.
         """
         decoder = self.decoder
         target = decoder.target
         clock = RoundClock(target.device)
-        draft = self._draft(gamma, current)
+        draft = self._draft(gamma, current, window)
         clock.mark()
         if isinstance(draft, DeviceDraft) and not isinstance(target, StaticLM):
             draft = draft.read()
@@ -297,6 +308,8 @@ class Generation:
                 verify_ms=verify_ms,
                 drafter=current.drafter.name if current.drafter is not None else "none",
                 drafts=self._draft_traces(drafted, verdict, current),
+                caught_up=caught_up if drafted else 0,
+                note=current.schedule.note,
             )
         )
         return events, emitted, eos
@@ -355,11 +368,12 @@ class Generation:
             for i, tok in enumerate(drafted)
         )
 
-    def _draft(self, gamma: int, current: RoundPlan) -> Draft | DeviceDraft:
+    def _draft(self, gamma: int, current: RoundPlan, window: int | None = None) -> Draft | DeviceDraft:
         drafter = current.drafter
         if drafter is None or gamma == 0:
             return empty_draft(self.decoder.vocab_width, self.decoder.target.device)
-        return drafter.propose(self.ids, gamma, current.sampling, self.generator)
+        seen = self.ids[-window:] if window else self.ids
+        return drafter.propose(seen, gamma, current.sampling, self.generator)
 
 
 def _proposed(verdict: RoundVerification, draft: DeviceDraft, target: CachedLM) -> list[int]:

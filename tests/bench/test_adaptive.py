@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -14,6 +15,12 @@ from specchat.testing import TinyPair
 
 def plain_round(n: int, ms: float = 100.0) -> RoundEvent:
     return RoundEvent(n, 0, 0, 0, 0.0, ms, "model")
+
+
+def yardstick(schedule: AdaptiveGamma, ms: float = 100.0) -> None:
+    """Three plain steps: what the schedule times before anything else (see its first rounds)."""
+    for n in range(3):
+        schedule.observe(plain_round(n, ms))
 
 
 def drafted_round(
@@ -60,19 +67,20 @@ def test_registered_and_built_by_name() -> None:
     assert isinstance(schedule, AdaptiveGamma) and schedule.name == "adaptive"
 
 
-def test_first_round_is_plain_then_the_users_gamma() -> None:
+def test_first_rounds_are_plain_then_the_users_gamma() -> None:
     schedule = AdaptiveGamma(lambda: 2)
-    assert schedule.next_gamma() == 0
-    schedule.observe(plain_round(0))
+    for n in range(3):  # the yardstick, timed like any width: three samples
+        assert schedule.next_gamma() == 0 and "timing plain steps" in schedule.note
+        schedule.observe(plain_round(n))
     assert schedule.next_gamma() == 2
 
 
 def test_one_unlucky_round_does_not_switch_speculation_off() -> None:
     schedule = AdaptiveGamma(3)
+    for n in range(3):
+        schedule.observe(plain_round(n))
     schedule.next_gamma()
-    schedule.observe(plain_round(0))
-    schedule.next_gamma()
-    schedule.observe(drafted_round(1, 3, 0, draft_ms_per_token=30.0, verify_ms=105.0))
+    schedule.observe(drafted_round(3, 3, 0, draft_ms_per_token=30.0, verify_ms=105.0))
     assert schedule.next_gamma() > 0  # α is still unknown and the costs leave room
 
 
@@ -80,7 +88,7 @@ def test_turns_speculation_off_when_it_cannot_pay() -> None:
     # c ≈ 0.6 and a verify pass costing 1.9 plain steps (fp32 on this CPU), acceptance 0.5.
     schedule = AdaptiveGamma(4)
     chosen = drive(schedule, 40, plain_ms=100.0, draft_ms_per_token=60.0, verify=190.0, accept=0.5)
-    assert chosen[0] == 0 and chosen[1] == 3  # the user's γ, at most 3 for the first try
+    assert chosen[:3] == [0, 0, 0] and chosen[3] == 3  # the user's γ, at most 3 for the first try
     assert chosen[20:].count(0) == 20  # off once α is known to be too low for these costs
     assert chosen[-10:].count(0) >= 9  # off, apart from an occasional probe
     estimates = schedule.estimates()
@@ -88,14 +96,16 @@ def test_turns_speculation_off_when_it_cannot_pay() -> None:
     assert all(s < 1.0 for s in estimates.speedup.values())
 
 
-def test_probes_back_off_while_speculation_stays_off() -> None:
-    schedule = AdaptiveGamma(2, probe_first=4, probe_max=64)
+def test_probes_cost_at_most_their_share_of_plain_decoding() -> None:
+    schedule = AdaptiveGamma(2, probe_first=4, probe_share=0.05)
     chosen = drive(schedule, 250, plain_ms=100.0, draft_ms_per_token=80.0, verify=190.0, accept=0.2)
-    probes = [i for i, g in enumerate(chosen) if g > 0 and i > 1]
-    assert probes, "an occasional probe refreshes α"
-    gaps = [b - a for a, b in itertools.pairwise(probes)]
-    assert gaps == sorted(gaps) and gaps[-1] > gaps[0]  # growing intervals
-    assert len(probes) <= 6  # about 2% of 250 rounds
+    probes = [i for i, g in enumerate(chosen) if g > 0 and i > 1 and chosen[i - 1] == 0]
+    assert len(probes) >= 3, "probes keep refreshing α and the costs while drafting is off"
+    later = probes[1:]  # after the first: by then drafting was already known not to pay
+    extra = sum(chosen[i] * 80.0 + 190.0 - 100.0 for i in later)
+    plain_time = 100.0 * sum(1 for g in chosen[probes[0] :] if g == 0)
+    assert extra <= 0.05 * plain_time + 250.0, (extra, plain_time)
+    assert min(b - a for a, b in itertools.pairwise(probes)) >= 4
 
 
 def test_drafts_when_it_pays_and_grows_gamma_with_acceptance() -> None:
@@ -103,7 +113,7 @@ def test_drafts_when_it_pays_and_grows_gamma_with_acceptance() -> None:
     schedule = AdaptiveGamma(2)
     verify = {g: 100.0 + 3.0 * g for g in range(1, 17)}
     chosen = drive(schedule, 40, plain_ms=100.0, draft_ms_per_token=5.0, verify=verify, accept=0.9)
-    assert all(g > 0 for g in chosen[1:])
+    assert all(g > 0 for g in chosen[3:])
     assert max(chosen) > 2 and chosen[-1] >= 4
     assert schedule.estimates().speedup[chosen[-1]] > 1.5
 
@@ -124,18 +134,20 @@ def test_low_acceptance_turns_it_off_even_with_a_cheap_draft() -> None:
 
 def test_slow_catch_up_after_a_pause_is_not_taken_as_the_drafting_price() -> None:
     schedule = AdaptiveGamma(2)
-    schedule.next_gamma()
-    schedule.observe(plain_round(0))
+    yardstick(schedule)
     schedule.observe(drafted_round(1, 2, 2, draft_ms_per_token=5.0, verify_ms=105.0))
     for n in range(2, 12):
         schedule.observe(plain_round(n))
-    schedule.observe(drafted_round(12, 2, 2, draft_ms_per_token=500.0, verify_ms=105.0))
+    # The draft read the ten plain rounds' tokens (2 ms each) before drafting its two (5 ms each).
+    caught = replace(drafted_round(12, 2, 2, draft_ms_per_token=15.0, verify_ms=105.0), caught_up=10)
+    schedule.observe(caught)
     assert schedule.estimates().draft_ms_per_token == pytest.approx(5.0)
+    assert schedule.costs.catch_up_ms("model") == pytest.approx(2.0)
 
 
 def test_estimates_are_kept_per_drafter() -> None:
     schedule = AdaptiveGamma(3)
-    schedule.observe(plain_round(0))
+    yardstick(schedule)
     for n in range(1, 6):
         schedule.observe(drafted_round(n, 3, 0, draft_ms_per_token=50.0, verify_ms=150.0))
     model_alpha = schedule.alpha
@@ -148,7 +160,7 @@ def test_gamma_is_sized_for_the_source_about_to_propose() -> None:
     # A hybrid drafter: the model drafts expensively and is mostly rejected; lookups are free and
     # mostly right. The schedule must switch the model off yet keep drafting long lookups.
     schedule = AdaptiveGamma(3)
-    schedule.observe(plain_round(0, 100.0))
+    yardstick(schedule, 100.0)
     for n in range(1, 17):  # enough tested positions that a low α is believed
         schedule.observe(drafted_round(n, 2, 0, draft_ms_per_token=60.0, verify_ms=110.0))
         schedule.observe(drafted_round(n, 4, 3, draft_ms_per_token=0.1, verify_ms=112.0, drafter="ngram"))
@@ -171,7 +183,7 @@ def test_adaptive_in_the_engine_equals_plain(long_pair: TinyPair, drafter: str) 
     events = list(engine.stream_ids(prompt, controls))
     assert [e.token_id for e in events if isinstance(e, TokenEvent)] == plain
     rounds = [e for e in events if isinstance(e, RoundEvent)]
-    assert rounds[0].gamma == 0  # the yardstick round
+    assert [r.gamma for r in rounds[:3]] == [0, 0, 0]  # the yardstick rounds
 
 
 def test_a_later_reply_starts_with_what_earlier_replies_measured() -> None:
@@ -200,7 +212,7 @@ def test_one_slow_pass_at_a_width_does_not_rule_that_width_out_for_good() -> Non
     # where γ = 1 is the fastest. Earlier replies (code, α high) drafted γ = 2, and the one γ = 1
     # pass they timed happened to take 75 ms.
     schedule = AdaptiveGamma(2)
-    schedule.observe(plain_round(0, 43.0))
+    yardstick(schedule, 43.0)
     for n in range(1, 11):
         schedule.observe(drafted_round(n, 2, 2, draft_ms_per_token=11.5, verify_ms=50.0))
     schedule.observe(drafted_round(11, 1, 1, draft_ms_per_token=11.5, verify_ms=75.0))
@@ -222,7 +234,7 @@ def test_rounds_cut_short_where_the_draft_was_unsure_size_gamma_by_its_sure_toke
     while it is sure; the same outcomes from a draft that was not cut short ask for less."""
     cut, whole = AdaptiveGamma(2), AdaptiveGamma(2)
     for schedule, drafted in ((cut, 2), (whole, 2)):
-        schedule.observe(plain_round(0, 100.0))
+        yardstick(schedule, 100.0)
         for n in range(1, 30):
             gamma = 4 if schedule is cut else 2
             schedule.observe(RoundEvent(n, gamma, drafted, 1, 20.0 * drafted, 102.0 + drafted, "model"))

@@ -54,6 +54,7 @@ def test_quick_bench_writes_json_and_plot(
         (["--json", "/no/such/folder/out.json"], "does not exist"),
         (["--target", "no-such-model", "--cpu-path", "none"], "error:"),
         (["--cpu-path", "fp8/int8"], "unknown CPU path"),
+        (["--methods", "hybrid,fastest"], "unknown method fastest: use plain, fixed-1"),
     ],
 )
 def test_errors_are_one_line(runner: CliRunner, args: list[str], message: str) -> None:
@@ -62,3 +63,18 @@ def test_errors_are_one_line(runner: CliRunner, args: list[str], message: str) -
     assert message in result.output
     assert "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_methods_keeps_plain_and_the_rows_asked_for(
+    runner: CliRunner, pair_folders: tuple[Path, Path], tmp_path: Path, one_thread: None
+) -> None:
+    target, draft = pair_folders
+    out_json = tmp_path / "out.json"
+    args = [
+        "--target", str(target), "--draft", str(draft), "--quick", "--categories", "code",
+        "--max-new-tokens", "4", "--no-hf", "--cpu-path", "none", "--methods", "hybrid",
+        "--json", str(out_json),
+    ]  # fmt: skip
+    result = runner.invoke(bench, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert {r["method"] for r in json.loads(out_json.read_text())["records"]} == {"plain", "hybrid"}

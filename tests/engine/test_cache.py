@@ -43,8 +43,8 @@ class ScriptedDrafter:
         self.target, self.vocab, self.checks = target, vocab, checks
         self.round = 0
 
-    def prefill(self, ids: list[int]) -> None:
-        pass
+    def behind(self, ids: list[int]) -> int:
+        return 0
 
     def next_source(self, ids: list[int]) -> str:
         return "model"

@@ -7,7 +7,7 @@ import pytest
 from specchat.engine.events import RoundEvent, SummaryEvent
 from specchat.engine.metrics import CostModel, expected_tokens_per_round, predicted_speedup
 from specchat.ui.live import LiveStats
-from specchat.ui.state.theory_tracker import ADVISOR_GAMMAS, TheoryTracker, theory_lines
+from specchat.ui.state.theory_tracker import ADVISOR_GAMMAS, COST_GAMMAS, TheoryTracker, theory_lines
 
 PLAIN_MS = 10.0
 DRAFT_MS_PER_TOKEN = 2.0
@@ -135,3 +135,48 @@ def test_lines_show_each_formula_with_its_numbers() -> None:
 def test_nothing_measured_yet_says_what_is_missing() -> None:
     text = "\n".join(theory_lines(TheoryTracker(LiveStats()).view(4, "model")))
     assert "no model drafts verified yet" in text and "needs a plain-decoding rate" in text
+
+
+def test_the_cost_plot_puts_this_machines_v_beside_the_premise_and_the_break_even() -> None:
+    """v(γ) measured here against the seed's v = 1, and E[T] − γ·c: what a pass may cost to pay."""
+    tracker = TheoryTracker(measured_live())
+    tracker.poll()
+    view = tracker.view(4, "model")
+    assert view.alpha is not None and view.c is not None
+    assert set(view.v_curve) == set(COST_GAMMAS)
+    assert view.v_curve[4] == pytest.approx(VERIFY_4_MS / PLAIN_MS)  # measured
+    assert view.v_curve[2] == pytest.approx(1.1)  # the one line through V(0) and V(4)
+    for gamma in COST_GAMMAS:
+        assert view.break_even[gamma] == pytest.approx(
+            expected_tokens_per_round(view.alpha, gamma) - gamma * view.c
+        )
+        # Below the break-even line, drafting γ is predicted to beat plain decoding.
+        assert (view.v_curve[gamma] < view.break_even[gamma]) == (view.curve[gamma] > 1.0)
+    # v(4) = 1.2: the premise (v ≈ 1, within 0.1) fails at the only width measured.
+    assert view.premise_holds_to == 0
+    text = "\n".join(theory_lines(view))
+    assert "gray the premise v ≈ 1 (fails at γ 1: v(4) = 1.20)" in text
+    assert "γ pays where orange is below it" in text
+
+
+def test_where_no_gamma_pays_the_advisor_says_why() -> None:
+    live = LiveStats()
+    tracker = TheoryTracker(live)
+    # A slow verify pass (1.9 steps) and a draft mostly wrong: nothing can pay.
+    live.extend([plain_round(1), *(RoundEvent(n, 2, 2, 0, 4.0, 19.0, "model") for n in range(2, 30))])
+    tracker.poll()
+    view = tracker.view(2, "model")
+    assert view.pays is False and view.best_gamma is not None
+    text = "\n".join(theory_lines(view, "Ctrl+K"))
+    best = view.best_gamma
+    cost = best * view.c + view.v_curve[best]  # type: ignore[operator]
+    assert f"γ advisor: no γ pays here: at best γ {best}, {best}·c + v = {cost:.2f} steps" in text
+    assert "Ctrl+K applies" not in text
+
+
+def test_the_schedules_own_reason_reaches_the_panel_shown_not_obeyed() -> None:
+    live = LiveStats()
+    tracker = TheoryTracker(live)
+    live.extend([RoundEvent(1, 0, 0, 0, 0.0, PLAIN_MS, "model", note="plain: drafting cannot pay\x1b[2J")])
+    tracker.poll()
+    assert tracker.view(4, "model").schedule_note == "plain: drafting cannot pay^[[2J"

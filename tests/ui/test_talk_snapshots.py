@@ -63,12 +63,22 @@ def test_race_mid_replay(snap_compare: Any, engine: PausingEngine, fixed_race: R
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
+THEORY_SIZE = (160, 45)
+"""A talk's terminal: the panel's text and both plots side by side (at 120 columns the plots
+lose their titles)."""
+
+
 def test_theory_panel_with_the_advisor(snap_compare: Any, engine: PausingEngine) -> None:
+    """The formulas, the cost plot (v(γ) beside the seed's v = 1 and the break-even line) and the
+    advisor's speed-up curve, after replies at γ 4 and γ 2."""
     app = make_app(engine)
 
     async def run_before(pilot: Pilot[Any]) -> None:
         await pilot.press("f12")  # a talk shows the rejected drafts (off for chatting)
         await send(pilot, "hello there")
+        await wait_idle(pilot, app)
+        await pilot.press("f2", "f2")  # a second width timed: the cost plot draws a line
+        await send(pilot, "and again")
         await wait_idle(pilot, app)
         await pilot.press("ctrl+y")
         await wait_for(pilot, lambda: app.theory_tracker.plain_rate is not None and app.talk_task is None)
@@ -76,7 +86,7 @@ def test_theory_panel_with_the_advisor(snap_compare: Any, engine: PausingEngine)
         app.refresh_panels(force=True)
         await pilot.pause()
 
-    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+    assert snap_compare(app, terminal_size=THEORY_SIZE, run_before=run_before)
 
 
 def test_selftest_histograms(snap_compare: Any, engine: PausingEngine, tiny_pair: TinyPair) -> None:

@@ -28,10 +28,17 @@ from specchat.engine.metrics import (
 )
 from specchat.engine.registry import find_drafter
 from specchat.ui.live import LiveStats
+from specchat.untrusted import clipped, visible
 
 ALPHA_ROUNDS = 48
 """Drafted rounds α is measured over: recent enough to move with the text, long enough to settle."""
 ADVISOR_GAMMAS = tuple(range(1, GAMMA_MAX + 1))
+COST_GAMMAS = tuple(range(1, 9))
+"""γ shown on the cost plot: verify passes of 2 to 9 positions, the widths the kernels are timed at."""
+NOTE_LIMIT = 240
+"""Characters of the schedule's note the panel shows."""
+PREMISE_SLACK = 0.1
+"""How far above one step a verify pass may cost and still "cost about the same" (v ≤ 1.1)."""
 PROBE_TOKENS = 32
 """Tokens the plain probe decodes (a few seconds on the packaged pair)."""
 PROBE_PROMPT = "Write a Python function that checks whether a number is prime."
@@ -61,6 +68,31 @@ class TheoryView:
     speculative_rate: float | None = None
     plain_rate: float | None = None
     plain_source: str = ""
+    v_curve: dict[int, float] = field(default_factory=dict)
+    """v(γ) for the cost plot (COST_GAMMAS): measured where timed, the cost line elsewhere."""
+    break_even: dict[int, float] = field(default_factory=dict)
+    """E[T](α, γ) − γ·c: the most a verify pass may cost, in plain steps, for drafting γ to pay."""
+    schedule_note: str = ""
+    """The γ schedule's reason for the latest round's γ (RoundEvent.note; adaptive only)."""
+
+    @property
+    def premise_holds_to(self) -> int | None:
+        """The widest measured γ up to which every measured pass cost about one step (v ≤ 1.1):
+        where the seed's premise holds on this machine (0: not even at γ 1; None: none timed)."""
+        measured = [g for g in self.measured_widths if g in self.v_curve]
+        if not measured:
+            return None
+        holds = 0
+        for g in sorted(measured):
+            if self.v_curve[g] > 1.0 + PREMISE_SLACK:
+                break
+            holds = g
+        return holds
+
+    @property
+    def pays(self) -> bool | None:
+        """Whether any γ is predicted to beat plain decoding (None: not predictable yet)."""
+        return None if not self.curve else max(self.curve.values()) > 1.0
 
     @property
     def extrapolated_past(self) -> int | None:
@@ -97,6 +129,7 @@ class TheoryTracker:
         self.speculative_rate: float | None = None
         self.plain_rate: float | None = None
         self.plain_source = ""
+        self.schedule_note = ""
         self.version = 0
         # What the live statistics hold when the tracker starts was measured by this process
         # (the app makes its tracker before anything streams); only later swaps can bring
@@ -130,6 +163,7 @@ class TheoryTracker:
 
     def observe_round(self, event: RoundEvent) -> None:
         self.costs.observe(event)
+        self.schedule_note = clipped(visible(event.note), NOTE_LIMIT)  # a saved file could hold anything
         if event.drafted:
             self.drafted_rounds.setdefault(event.drafter, deque(maxlen=ALPHA_ROUNDS)).append(event)
             self.last_drafter = event.drafter
@@ -188,14 +222,18 @@ class TheoryTracker:
         model = self.model(drafter)
         expected = expected_tokens_per_round(alpha, gamma) if alpha is not None else None
         curve: dict[int, float] = {}
+        v_curve: dict[int, float] = {}
+        break_even: dict[int, float] = {}
         best = predicted = None
         c = v = verify = None
         if model is not None:
             c, v, verify = model.c, model.v(gamma), model.verify(gamma)
+            v_curve = {g: model.v(g) for g in COST_GAMMAS}
             if alpha is not None:
                 predicted = model.speedup(alpha, gamma)
                 curve = model.curve(alpha, ADVISOR_GAMMAS)
                 best = best_of(curve)
+                break_even = {g: expected_tokens_per_round(alpha, g) - g * model.c for g in COST_GAMMAS}
         return TheoryView(
             drafter=drafter,
             gamma=gamma,
@@ -215,6 +253,9 @@ class TheoryTracker:
             speculative_rate=self.speculative_rate,
             plain_rate=self.plain_rate,
             plain_source=self.plain_source,
+            v_curve=v_curve,
+            break_even=break_even,
+            schedule_note=self.schedule_note,
         )
 
 
@@ -241,13 +282,13 @@ def theory_lines(view: TheoryView, apply_key: str = "") -> list[str]:
         lines.append(f"α: no {view.drafter} drafts verified yet in this session (send a message)")
     else:
         lines.append(
-            f"α = {view.alpha:.3f}  per tested draft position "
-            f"(last {ALPHA_ROUNDS} drafted rounds: {view.alpha_positions} positions)"
+            f"α = {view.alpha:.3f} per tested draft position "
+            f"({view.alpha_positions} in the last {ALPHA_ROUNDS} drafted rounds)"
         )
     if view.alpha is not None and view.expected_tokens is not None:
         lines.append(
             f"E[T] = (1 − α^(γ+1)) / (1 − α) = (1 − {view.alpha:.3f}^{g + 1}) / (1 − {view.alpha:.3f}) "
-            f"= {view.expected_tokens:.2f} per round"
+            f"= {view.expected_tokens:.2f}"
         )
     else:
         lines.append("E[T] = (1 − α^(γ+1)) / (1 − α): needs α")
@@ -256,14 +297,14 @@ def theory_lines(view: TheoryView, apply_key: str = "") -> list[str]:
     else:
         lines.append(
             f"c = d / V(0) = {view.draft_ms:.2f} ms / {view.plain_ms:.2f} ms = {view.c:.3f}"
-            "  (draft token / target step)"
+            "  (a draft / a step)"
         )
     if view.v is not None and view.verify_ms is not None and view.plain_ms is not None:
         how = (
             "measured"
             if view.v_measured
             else (
-                "on the line through the widths measured: " + ", ".join(str(w) for w in view.measured_widths)
+                "on the line through γ " + ", ".join(str(w) for w in view.measured_widths)
                 if view.measured_widths
                 else "no verify pass measured yet: assumed flat"
             )
@@ -292,7 +333,12 @@ def theory_lines(view: TheoryView, apply_key: str = "") -> list[str]:
         lines.append(f"measured: plain {view.plain_rate:.1f} tok/s; needs a finished speculative reply")
     if view.agreement is not None:
         lines.append(f"measured / predicted = {view.agreement:.2f}")
-    if view.best_gamma is not None:
+    premise = premise_line(view)
+    if premise:
+        lines.append(premise)
+    if view.best_gamma is not None and view.pays is False:
+        lines.append(why_no_gamma_pays(view))
+    elif view.best_gamma is not None:
         best = view.curve[view.best_gamma]
         here = view.curve.get(g)
         tail = f" · {apply_key} applies it" if apply_key and view.best_gamma != g else ""
@@ -302,9 +348,36 @@ def theory_lines(view: TheoryView, apply_key: str = "") -> list[str]:
     return lines
 
 
+def premise_line(view: TheoryView) -> str:
+    """The cost plot in words: this machine's v(γ) against the seed's premise that a verify pass
+    costs about one step, and against what a pass may cost for drafting γ to pay."""
+    holds = view.premise_holds_to
+    if holds is None:
+        return ""
+    timed = sorted(g for g in view.measured_widths if g in view.v_curve)
+    if holds >= timed[-1]:
+        verdict = f"holds to γ {timed[-1]}, the widest timed"
+    else:
+        fails = min(g for g in timed if g > holds)
+        where = f"holds to γ {holds}" if holds else "fails at γ 1"
+        verdict = f"{where}: v({fails}) = {view.v_curve[fails]:.2f}"
+    pays = "; green E[T] − γ·c: γ pays where orange is below it" if view.break_even else ""
+    return f"cost plot: orange v(γ) here, gray the premise v ≈ 1 ({verdict}){pays}"
+
+
+def why_no_gamma_pays(view: TheoryView) -> str:
+    """The advisor when no γ beats plain decoding: what the best γ costs against what it earns."""
+    assert view.best_gamma is not None and view.alpha is not None
+    best = view.best_gamma
+    earned = expected_tokens_per_round(view.alpha, best)
+    cost = earned / view.curve[best]  # γ·c + v(γ), as the curve's speed-up was computed
+    return (
+        f"γ advisor: no γ pays here: at best γ {best}, {best}·c + v = {cost:.2f} steps buy "
+        f"E[T] = {earned:.2f} tokens ({view.curve[best]:.2f}×); the adaptive schedule decodes plainly, "
+        "probing now and then"
+    )
+
+
 def extrapolation_note(widest: int) -> str:
     """Where the advisor's curve stops being measured, so a falling tail is read as a forecast."""
-    return (
-        f"curve past γ {widest} (dotted): no wider verify pass timed yet, so v(γ) follows the "
-        "line through the widths measured"
-    )
+    return f"past γ {widest} (dotted): no wider verify pass timed yet, v(γ) is extrapolated"

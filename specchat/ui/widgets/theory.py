@@ -22,6 +22,7 @@ from specchat.engine.registry import plain_drafter
 from specchat.ui.state.lease import JobEnded, ModelLease, run_job
 from specchat.ui.state.theory_tracker import (
     ADVISOR_GAMMAS,
+    COST_GAMMAS,
     PROBE_PROMPT,
     PROBE_TOKENS,
     TheoryView,
@@ -45,7 +46,7 @@ class AdvisorPlot(PlotextPlot):
         plt.xticks([float(g) for g in (gammas[::3] if self.size.width < 50 else gammas)])
         plt.xlabel("γ")
         if not view.curve:
-            plt.title("γ advisor: waiting for α, c and v(γ)")
+            plt.title("speed-up: needs α, c, v(γ)")
             self.refresh()
             return
         ys = [view.curve[g] for g in gammas]
@@ -63,9 +64,45 @@ class AdvisorPlot(PlotextPlot):
         if view.best_gamma is not None:
             plt.scatter([view.best_gamma], [view.curve[view.best_gamma]], marker="★", color="green")
         plt.ylim(min(0.0, *ys), max(1.1, *ys) * 1.1)
-        forecast = f" · ··· past γ {widest}: extrapolated" if widest is not None else ""
-        marks = f"● γ {view.gamma} now · ★ best γ {view.best_gamma} · ─ 1× plain"
-        plt.title(f"predicted speed-up vs γ · {marks}{forecast}")
+        # plotext drops a title wider than the plot: short, the rest is in the panel's text.
+        plt.title(f"speed-up · ● γ {view.gamma} · ★ best {view.best_gamma}")
+        self.refresh()
+
+
+class CostPlot(PlotextPlot):
+    """The premise against this machine: what a verify pass of γ+1 positions costs, in plain
+    steps, beside the seed's "costs about the same" (v = 1) and the most it may cost for drafting
+    γ to pay (E[T] − γ·c). Where the measured cost stays under that line, speculation pays."""
+
+    def show(self, view: TheoryView) -> None:
+        plt = self.plt
+        plt.clear_data()
+        plt.clear_figure()
+        gammas = list(COST_GAMMAS)
+        plt.xticks([float(g) for g in (gammas[::2] if self.size.width < 36 else gammas)])
+        plt.xlabel("γ")
+        plt.hline(1.0, color="gray")  # the seed's premise
+        if not view.v_curve:
+            plt.title("cost v(γ): needs timed rounds")
+            plt.ylim(0.0, 2.0)
+            self.refresh()
+            return
+        measured = [g for g in gammas if g in view.measured_widths]
+        widest = max(measured, default=0)
+        within = [g for g in gammas if g <= widest]
+        if within:
+            plt.plot(within, [view.v_curve[g] for g in within], marker="braille", color="orange")
+        beyond = [g for g in gammas if g > widest]
+        plt.scatter(beyond, [view.v_curve[g] for g in beyond], marker="·", color="orange")
+        plt.scatter(measured, [view.v_curve[g] for g in measured], marker="●", color="orange")
+        ys = [*view.v_curve.values(), 1.0]
+        if view.break_even:
+            # Below zero nothing could pay: the line stops at the axis rather than stretch it.
+            pays_below = [max(view.break_even[g], 0.0) for g in gammas]
+            plt.plot(gammas, pays_below, marker="braille", color="green")
+            ys += pays_below
+        plt.ylim(0.0, max(2.0, *ys) * 1.1)
+        plt.title("cost of a pass v(γ), in steps")
         self.refresh()
 
 
@@ -75,18 +112,18 @@ class TheoryPanel(Horizontal):
     DEFAULT_CSS = """
     TheoryPanel {
         dock: bottom;
-        height: 16;
+        height: 18;
         margin-bottom: 1;  /* above the footer, which docks at the bottom too */
         background: $surface;
         border-top: solid $primary;
     }
     TheoryPanel #theory-text {
-        width: 3fr;
+        width: 2fr;
         padding: 0 1;
     }
-    TheoryPanel AdvisorPlot {
-        width: 2fr;
-        min-width: 30;
+    TheoryPanel AdvisorPlot, TheoryPanel CostPlot {
+        width: 1fr;
+        min-width: 28;
     }
     """
 
@@ -104,6 +141,7 @@ class TheoryPanel(Horizontal):
 
     def compose(self) -> ComposeResult:
         yield Static(id="theory-text", markup=False)
+        yield CostPlot(id="costs")
         yield AdvisorPlot(id="advisor")
 
     def on_mount(self) -> None:
@@ -143,10 +181,11 @@ class TheoryPanel(Horizontal):
         elif self.probe_error:
             lines.append(f"plain probe failed: {self.probe_error}")
         if controls is not None and controls.schedule != "fixed":
-            lines.append(
-                f"schedule {controls.schedule}: γ {controls.gamma} is where it starts; it picks γ per round"
-            )
+            # The schedule's own reason for its latest γ: where it turned drafting off, it says why.
+            why = view.schedule_note or f"γ {controls.gamma} is where it starts; it picks γ per round"
+            lines.append(f"schedule {controls.schedule}: {why}")
         text.update("\n".join(lines))
+        self.query_one(CostPlot).show(view)
         self.query_one(AdvisorPlot).show(view)
 
     # ------------------------------------------------------------------ the plain probe
