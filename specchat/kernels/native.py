@@ -527,6 +527,7 @@ def pack_gguf(
     head_rows: int | None = None,
     on_layer: Callable[[int, int], None] | None = None,
     sink: MatrixSink | None = None,
+    source: Any = None,
 ) -> PackedModel:
     """The kernels' tensors straight from a GGUF file's quantized blocks.
 
@@ -543,6 +544,7 @@ def pack_gguf(
     ``sink``: each matrix goes there a range of rows at a time, read from the memory-mapped file
     and released from memory once written (see :class:`PackedModel`), so packing a model needs
     little more memory than one range of rows; without, the whole packed model is returned.
+    ``source``: the file as :func:`read_gguf` returned it, when the caller read it already.
     """
     if mode not in KEPT_TYPES:
         raise ValueError(f"unknown packing mode {mode!r}")
@@ -551,7 +553,8 @@ def pack_gguf(
     from specchat.models.gguf_check import read_gguf
     from specchat.models.gguf_shape import decoder_dims, gguf_problem
 
-    source = read_gguf(Path(path))
+    if source is None:
+        source = read_gguf(Path(path))
     arch = source.architecture or "?"
     problem = gguf_problem(source)
     if problem is None:

@@ -15,11 +15,13 @@ import hashlib
 import json
 import re
 import shutil
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from specchat.errors import ModelLoadError
 from specchat.models.architectures import exact_context
@@ -35,6 +37,7 @@ from specchat.models.cache_writes import entry_lock, set_doing, staged, sweep_pa
 from specchat.models.manifest import quick_problem, record_files
 from specchat.models.records import LoadProgress, ProgressCallback, Waiter, emit, notice
 
+T = TypeVar("T")
 WEIGHTS = "weights.safetensors"
 FORMAT_VERSION = 6
 """Bumped whenever the packed layout or the GGUF types kept at their own bits change, so older
@@ -361,13 +364,18 @@ def _source_gguf(resolved: Any, progress: ProgressCallback | None) -> Path | Non
 def _pack_gguf(
     gguf: Path, name: str, recipe: PackRecipe, folder: Path, progress: ProgressCallback | None
 ) -> None:
-    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+    from transformers import GenerationConfig
 
     from specchat.kernels.native import pack_gguf
     from specchat.models.errors_util import as_load_error
-    from specchat.models.gguf_check import lazy_gguf_reading
+    from specchat.models.gguf_check import read_gguf
     from specchat.models.packed_stream import HEADER_ROOM, StreamedSafetensors
 
+    source = read_gguf(gguf)  # the validation layer's walk: what transformers reads below is within its caps
+    # transformers spends as long reading the config and the tokenizer from the file's metadata
+    # (pure Python, about 20 s for a Qwen vocabulary) as packing a 1.5B model takes: done beside
+    # packing, whose numpy work leaves the interpreter lock free most of the time.
+    companions = _in_background(lambda: _gguf_companions(gguf))
     try:
         with staged(folder, folder=True) as tmp:
             # Each matrix is written as it is packed and dropped (the packed model is never whole
@@ -379,14 +387,18 @@ def _pack_gguf(
                 each_layer = _layer_progress(name, recipe, progress)
                 # pack_gguf runs the validation layer: nothing below reads a file that has not passed it.
                 packed = pack_gguf(
-                    str(gguf), mode=recipe.mode, head_rows=recipe.head_rows, on_layer=each_layer, sink=weights
+                    str(gguf),
+                    mode=recipe.mode,
+                    head_rows=recipe.head_rows,
+                    on_layer=each_layer,
+                    sink=weights,
+                    source=source,
                 )
+                del source  # its memory map: the packed copy is what runs from here on
                 for key, tensor in packed.tensors.items():
                     weights.add(key, tensor.contiguous().numpy())
                 weights.close({"specchat": json.dumps(packed.meta())})
-                with lazy_gguf_reading():
-                    config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-                    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            config, tokenizer = companions.result()
             if hasattr(config, "quantization_config"):
                 del config.quantization_config  # the packed copy is not a GGUF-quantized transformers model
             config.max_position_embeddings = exact_context(config)
@@ -396,6 +408,34 @@ def _pack_gguf(
             _finish_folder(tmp, config, generation, tokenizer, str(gguf))
     except OSError as err:
         raise cache_write_error(err, folder.parent) from err
+
+
+def _gguf_companions(gguf: Path) -> tuple[Any, Any]:
+    """The config and tokenizer transformers reads from a GGUF's metadata."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from specchat.models.errors_util import as_load_error
+    from specchat.models.gguf_check import lazy_gguf_reading
+
+    with as_load_error(f"cannot read the config and tokenizer of {gguf}"), lazy_gguf_reading():
+        config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    return config, tokenizer
+
+
+def _in_background(work: Callable[[], T]) -> Future[T]:
+    """``work`` run on a daemon thread (one that never holds up the exit of a process quitting
+    mid-packing); its result, or its exception, from the future."""
+    future: Future[T] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(work())
+        except BaseException as err:  # handed to whoever waits for the result
+            future.set_exception(err)
+
+    threading.Thread(target=run, name="specchat-gguf-companions", daemon=True).start()
+    return future
 
 
 def _check_before_caching(packed: Any, config: Any, name: str) -> None:
@@ -410,14 +450,27 @@ def _check_before_caching(packed: Any, config: Any, name: str) -> None:
 def _layer_progress(
     name: str, recipe: PackRecipe, progress: ProgressCallback | None
 ) -> Callable[[int, int], None]:
-    """One progress line per packed layer: a bar for the user, and the point where quitting (a
-    callback that raises) stops packing instead of waiting for it to finish."""
+    """One progress line per packed layer, with the time left once two layers have given a rate:
+    a bar for the user, and the point where quitting (a callback that raises) stops packing
+    instead of waiting for it to finish."""
+    first: list[float] = []
 
     def report(done: int, layers: int) -> None:
+        now = time.monotonic()
+        if not first:  # the embedding and head come before layer 1: the rate is per layer after it
+            first.append(now)
         message = f"packing {name} ({recipe.label}), once: layer {done}/{layers}"
+        if done > 1 and now > first[0]:
+            message += f", about {time_left((now - first[0]) / (done - 1) * (layers - done))} left"
         emit(progress, LoadProgress(name, "kernels", done, layers, message))
 
     return report
+
+
+def time_left(seconds: float) -> str:
+    """``seconds`` as a person reads a countdown: "40 s", "3 min 5 s"."""
+    whole = max(0, round(seconds))
+    return f"{whole} s" if whole < 60 else f"{whole // 60} min {whole % 60} s"
 
 
 def _pack_float(
