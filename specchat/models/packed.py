@@ -34,6 +34,7 @@ from specchat.models.cache import (
     safe_entry_name,
 )
 from specchat.models.cache_writes import entry_lock, set_doing, staged, sweep_partials
+from specchat.models.first_start import record_packing_rate
 from specchat.models.manifest import quick_problem, record_files
 from specchat.models.records import LoadProgress, ProgressCallback, Waiter, emit, notice
 
@@ -306,7 +307,9 @@ def _pack(
     emit(progress, LoadProgress(name, "kernels", 0, 1, f"packing {name} ({recipe.label}), once"))
     gguf = _source_gguf(resolved, progress)
     if gguf is not None:
+        packing_started = time.monotonic()
         _pack_gguf(gguf, name, recipe, folder, progress)
+        record_packing_rate(gguf.stat().st_size, time.monotonic() - packing_started)
     else:
         _pack_float(spec, name, recipe, folder, progress)
     seconds = time.monotonic() - started
