@@ -217,3 +217,19 @@ def test_a_packing_stopped_midway_leaves_no_copy_and_the_next_start_packs(tiny_g
     events: list[LoadProgress] = []
     load_native(str(tiny_gguf), PackRecipe("gguf"), events.append)
     assert any("packed" in e.message for e in events)
+
+
+def test_packing_says_the_time_left_once_two_layers_give_a_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    import specchat.models.packed as packed
+
+    clock = iter([100.0, 130.0])  # layer 1 done at 100 s, layer 2 at 130 s: 30 s a layer
+    monkeypatch.setattr(packed.time, "monotonic", lambda: next(clock, 200.0))
+    events: list[LoadProgress] = []
+    report = packed._layer_progress("m", PackRecipe("gguf"), events.append)
+    report(1, 4)
+    report(2, 4)
+    assert [e.message for e in events] == [
+        "packing m (gguf), once: layer 1/4",
+        "packing m (gguf), once: layer 2/4, about 1 min 0 s left",
+    ]
+    assert packed.time_left(42.4) == "42 s"
