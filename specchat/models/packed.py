@@ -374,7 +374,8 @@ def _pack_gguf(
     from specchat.models.gguf_check import read_gguf
     from specchat.models.packed_stream import HEADER_ROOM, StreamedSafetensors
 
-    source = read_gguf(gguf)  # the validation layer's walk: what transformers reads below is within its caps
+    with as_load_error(f"cannot pack {gguf} for the CPU kernels"):
+        source = read_gguf(gguf)  # the validation layer's walk: what transformers reads is within its caps
     # transformers spends as long reading the config and the tokenizer from the file's metadata
     # (pure Python, about 20 s for a Qwen vocabulary) as packing a 1.5B model takes: done beside
     # packing, whose numpy work leaves the interpreter lock free most of the time.
@@ -388,7 +389,7 @@ def _pack_gguf(
                 StreamedSafetensors(tmp / WEIGHTS, HEADER_ROOM) as weights,
             ):
                 each_layer = _layer_progress(name, recipe, progress)
-                # pack_gguf runs the validation layer: nothing below reads a file that has not passed it.
+                # pack_gguf checks the dimensions against the tensors (gguf_shape) before packing any.
                 packed = pack_gguf(
                     str(gguf),
                     mode=recipe.mode,
