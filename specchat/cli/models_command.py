@@ -93,6 +93,11 @@ def _describe_file(path: Path) -> None:
         raise InvalidSettingError(str(error)) from None
     for line in report_lines(report):
         click.echo(line)
+    if report.problem is None:
+        from specchat.models.first_start import estimate, estimate_lines
+
+        for line in estimate_lines(estimate(report.size, report.packed_size)):
+            click.echo(line)
     click.echo(_kernels_line())
 
 

@@ -28,7 +28,7 @@ from specchat.engine.gamma import GammaSchedule, make_schedule
 from specchat.engine.registry import DrafterKit, drafter_spec, drafters
 from specchat.engine.speculative import Generation, RoundPlan, SpeculativeDecoder
 from specchat.engine.static import make_cached_lm
-from specchat.engine.template_budget import render_chat, warm_up
+from specchat.engine.template_budget import RenderTooLong, render_chat, warm_up
 from specchat.errors import ContextTooLongError, InvalidSettingError, OutOfMemoryError
 
 if TYPE_CHECKING:
@@ -191,22 +191,37 @@ class ChatEngine:
         user message always stays. The cut is found by bisection: a few renders, not one per turn.
         """
         render = partial(self.prompt_ids, thinking=controls.thinking, raw=controls.raw)
-        ids = render(messages)
         limit = self._prompt_limit(controls)
-        if limit is None or len(ids) <= limit:
+        try:
+            ids = render(messages)
+        except RenderTooLong:
+            if limit is None:
+                raise
+            ids = None  # longer than the template budget allows for any prompt this context holds
+        if ids is not None and (limit is None or len(ids) <= limit):
             return ids, None
+        assert limit is not None
+
+        def fits(candidate: Sequence[Message]) -> list[int] | None:
+            try:
+                prompt = render(candidate)
+            except RenderTooLong:
+                return None
+            return prompt if len(prompt) <= limit else None
+
         head = [m for m in messages[:1] if m["role"] == "system"]
         turns = list(messages[len(head) :])
         cuts = [i for i, m in enumerate(turns) if i > 0 and (controls.raw or m["role"] == "user")]
         if not cuts:
-            return ids, None  # one message: nothing to leave out (the check says if it cannot fit)
+            # One message: nothing to leave out (the check says if it cannot fit).
+            return (render(messages) if ids is None else ids), None
         low, high = 0, len(cuts) - 1
         best = render([*head, *turns[cuts[high] :]])
         chosen = high
         while low < high:  # the smallest cut whose prompt fits
             middle = (low + high) // 2
-            candidate = render([*head, *turns[cuts[middle] :]])
-            if len(candidate) <= limit:
+            candidate = fits([*head, *turns[cuts[middle] :]])
+            if candidate is not None:
                 best, chosen, high = candidate, middle, middle
             else:
                 low = middle + 1

@@ -56,6 +56,12 @@ class ChatTemplateError(SpecchatError):
     """The model's chat template failed, or spent its budget, on this conversation."""
 
 
+class RenderTooLong(ChatTemplateError):
+    """The render is longer than any prompt the context holds (:func:`output_limit`): a hostile
+    template, or a conversation that has outgrown the context many times over (a chat leaves
+    its oldest exchanges out then, see ChatEngine.fit)."""
+
+
 def output_limit(context_tokens: int | None) -> int:
     """The longest render a context of ``context_tokens`` tokens could hold (None: unknown)."""
     if context_tokens is None:
@@ -233,7 +239,7 @@ def _rendered(reply: Any, limit: int, context_tokens: int | None) -> str:
     kind, said = reply.get("error"), reply.get("message", "")
     if kind == "too long":
         context = f"a {context_tokens:,}-token context" if context_tokens else "any context"
-        raise ChatTemplateError(
+        raise RenderTooLong(
             f"the model's chat template turned this conversation into {said} characters, more than "
             f"{context} can hold ({limit:,} at most); the template in the model file is broken or hostile"
         )

@@ -14,16 +14,17 @@ It answers the calls :class:`specchat.engine.kv.CachedLM` makes, like the lean f
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from specchat.kernels import load
 from specchat.kernels.formats import (
+    CHANNELS,
     Unpacked,
     pack,
     quantize_q4,
@@ -159,12 +160,23 @@ class MatrixMeta:
     rows: int
 
 
+class MatrixSink(Protocol):
+    """Where a streamed packing puts each matrix's arrays instead of keeping them (the packed
+    cache's file writer, specchat.models.packed_stream)."""
+
+    def write_rows(self, name: str, rows: np.ndarray, first: int, total: int) -> None:
+        """Rows ``first``… of the array ``name``, which has ``total`` rows in all (its other
+        dimensions and its type are those of ``rows``)."""
+
+
 @dataclass
 class PackedModel:
     """Everything the kernels need, as plain tensors: what the packed cache stores.
 
     ``tensors`` holds each matrix's packed arrays as ``{name}.{q,sc,mn,d,dm}`` and each vector
-    (norm weights, biases, ``inv_freq``) under its own name.
+    (norm weights, biases, ``inv_freq``) under its own name. With a ``sink``, the matrices'
+    arrays go there as they are packed and only the vectors stay in ``tensors``: a big model is
+    then never held whole in memory.
     """
 
     shape: Shape
@@ -172,15 +184,37 @@ class PackedModel:
     matrices: dict[str, MatrixMeta]
     tensors: dict[str, torch.Tensor]
     options: DecoderOptions = DecoderOptions()
+    sink: MatrixSink | None = None
 
     @property
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.tensors.values())
 
     def add_matrix(self, name: str, matrix: Unpacked) -> None:
-        self.matrices[name] = MatrixMeta(matrix.kind, matrix.super_block, matrix.offset, matrix.shape[0])
-        for field, array in pack(matrix).items():
-            self.tensors[f"{name}.{field}"] = torch.from_numpy(array)
+        self.add_matrix_parts(name, [matrix], matrix.shape[0])
+
+    def add_matrix_parts(self, name: str, parts: Iterable[Unpacked], rows: int) -> None:
+        """A matrix of ``rows`` rows given as consecutive row ranges, each a multiple of CHANNELS
+        rows but the last: the kernels' layout groups rows by CHANNELS, so packing each range
+        gives the same arrays as packing the whole, a range at a time."""
+        total = -(-rows // CHANNELS)
+        first = 0
+        pieces: dict[str, list[np.ndarray]] = {}
+        for part in parts:
+            if first == 0:
+                self.matrices[name] = MatrixMeta(part.kind, part.super_block, part.offset, rows)
+            packed = pack(part)
+            for field, array in packed.items():
+                if self.sink is not None:
+                    self.sink.write_rows(f"{name}.{field}", array, first, total)
+                else:
+                    pieces.setdefault(field, []).append(array)
+            first += next(iter(packed.values())).shape[0]
+        if first != total:
+            raise ValueError(f"{name}: packed {first * CHANNELS} rows of {rows}")
+        for field, arrays in pieces.items():
+            whole = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+            self.tensors[f"{name}.{field}"] = torch.from_numpy(whole)
 
     def matrix_tensors(self, name: str) -> dict[str, torch.Tensor]:
         return {
@@ -481,12 +515,19 @@ def gguf_tensor_name(name: str) -> str:
     return f"blk.{index}.{GGUF_TENSOR_NAMES[part]}.{suffix}"
 
 
+PACK_ROWS = 4096
+"""Rows of a matrix unpacked and packed at a time when streaming (a multiple of CHANNELS): a 7B
+model's embedding at once would take about 2 GB of temporaries, 4096 of its rows about 50 MB."""
+
+
 def pack_gguf(
     path: str,
     *,
     mode: str = "gguf",
     head_rows: int | None = None,
     on_layer: Callable[[int, int], None] | None = None,
+    sink: MatrixSink | None = None,
+    source: Any = None,
 ) -> PackedModel:
     """The kernels' tensors straight from a GGUF file's quantized blocks.
 
@@ -499,6 +540,11 @@ def pack_gguf(
     The file goes through specchat's validation layer first (:func:`read_gguf`, then
     :func:`decoder_dims`): every dimension used here is one the tensors were checked to hold, and
     a file whose metadata disagrees with them is refused (ModelLoadError) before anything is packed.
+
+    ``sink``: each matrix goes there a range of rows at a time, read from the memory-mapped file
+    and released from memory once written (see :class:`PackedModel`), so packing a model needs
+    little more memory than one range of rows; without, the whole packed model is returned.
+    ``source``: the file as :func:`read_gguf` returned it, when the caller read it already.
     """
     if mode not in KEPT_TYPES:
         raise ValueError(f"unknown packing mode {mode!r}")
@@ -507,7 +553,8 @@ def pack_gguf(
     from specchat.models.gguf_check import read_gguf
     from specchat.models.gguf_shape import decoder_dims, gguf_problem
 
-    source = read_gguf(Path(path))
+    if source is None:
+        source = read_gguf(Path(path))
     arch = source.architecture or "?"
     problem = gguf_problem(source)
     if problem is None:
@@ -536,32 +583,52 @@ def pack_gguf(
     )
     inv_freq = _gguf_rotary_frequencies(shape, dims.rope_scaling, dims.rope_factor, factors)
 
-    def matrix(name: str, rows: int | None = None) -> Unpacked:
+    step = PACK_ROWS if sink is not None else None
+
+    def parts(name: str, rows: int | None = None, step: int | None = step) -> Iterator[Unpacked]:
+        """The tensor ``name`` (its first ``rows`` rows) as ranges of ``step`` rows (all at once:
+        None), in the kernels' formats."""
         tensor = tensors[name]
         k, n = tensor.dims[0], tensor.dims[1]
         raw = np.asarray(source.tensor_data(name))
         kept = KEPT_TYPES[mode].get(tensor.type_name)
-        if kept is not None and rows is None:
-            return kept(raw, n, k)
-        weights = gguf.quants.dequantize(raw, tensor.ggml_type).reshape(n, k)[:rows]
-        return (quantize_q4 if mode == "q4" else quantize_q8)(weights)
+        count = n if rows is None else min(rows, n)
+        for start in range(0, count, step or count):
+            part = raw[start : min(count, start + (step or count))]
+            if kept is not None and rows is None:
+                yield kept(part, part.shape[0], k)
+            else:
+                weights = gguf.quants.dequantize(part, tensor.ggml_type).reshape(-1, k)
+                yield (quantize_q4 if mode == "q4" else quantize_q8)(weights)
+        del raw
+        source.release(name)
+
+    def matrix(name: str, rows: int | None = None) -> Unpacked:
+        [whole] = parts(name, rows, step=None)
+        return whole
+
+    def add_streamed(name: str, gguf_name: str, rows: int | None = None) -> None:
+        count = tensors[gguf_name].dims[1] if rows is None else min(rows, tensors[gguf_name].dims[1])
+        packed.add_matrix_parts(name, parts(gguf_name, rows), count)
 
     def vector(name: str) -> torch.Tensor:
         tensor = tensors[name]
         values = gguf.quants.dequantize(np.asarray(source.tensor_data(name)), tensor.ggml_type)
         return torch.from_numpy(np.asarray(values, dtype=np.float32).reshape(-1).copy())
 
-    packed = PackedModel(shape, 1.0, {}, {"inv_freq": inv_freq})
-    packed.add_matrix("embed", matrix("token_embd.weight"))
+    packed = PackedModel(shape, 1.0, {}, {"inv_freq": inv_freq}, sink=sink)
+    add_streamed("embed", "token_embd.weight")
     narrow = head_rows if head_rows is not None and head_rows < vocab else None
-    packed.add_matrix("head", matrix(head_name, narrow))
+    add_streamed("head", head_name, narrow)
     packed.tensors["norm"] = vector("output_norm.weight")
     architecture = BY_NAME[arch]
 
     def layer_matrices(i: int) -> dict[str, Unpacked]:
-        """Layer i's projections; a family that fuses them (q/k/v, gate/up) has its rows split."""
+        """Layer i's projections that need the whole matrix at once: a family that fuses them
+        (q/k/v, gate/up) has its rows split, one that permutes q and k has them unpermuted."""
         if not architecture.fused_qkv:
-            return {part: matrix(gguf_tensor_name(f"layers.{i}.{part}")) for part in PROJECTIONS}
+            whole = ("q", "k") if architecture.qk_permuted_in_gguf else ()
+            return {part: matrix(gguf_tensor_name(f"layers.{i}.{part}")) for part in whole}
         return {
             **split_qkv(matrix(f"blk.{i}.attn_qkv.weight"), shape),
             **split_gate_up(matrix(f"blk.{i}.ffn_up.weight")),
@@ -573,11 +640,14 @@ def pack_gguf(
         projections = layer_matrices(i)
         for part in PROJECTIONS:
             name = f"layers.{i}.{part}"
-            weights = projections[part]
-            if architecture.qk_permuted_in_gguf and part in ("q", "k"):
-                heads_of = shape.heads if part == "q" else shape.kv_heads
-                weights = weights.take_rows(_unpermute_order(weights.shape[0], heads_of))
-            packed.add_matrix(name, weights)
+            if part not in projections:
+                add_streamed(name, gguf_tensor_name(name))
+            else:
+                weights = projections.pop(part)
+                if architecture.qk_permuted_in_gguf and part in ("q", "k"):
+                    heads_of = shape.heads if part == "q" else shape.kv_heads
+                    weights = weights.take_rows(_unpermute_order(weights.shape[0], heads_of))
+                packed.add_matrix(name, weights)
             bias = gguf_tensor_name(f"{name}.bias")
             if bias in tensors:
                 packed.tensors[f"{name}.bias"] = vector(bias)

@@ -15,11 +15,13 @@ import hashlib
 import json
 import re
 import shutil
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from specchat.errors import ModelLoadError
 from specchat.models.architectures import exact_context
@@ -32,9 +34,11 @@ from specchat.models.cache import (
     safe_entry_name,
 )
 from specchat.models.cache_writes import entry_lock, set_doing, staged, sweep_partials
+from specchat.models.first_start import record_packing_rate
 from specchat.models.manifest import quick_problem, record_files
 from specchat.models.records import LoadProgress, ProgressCallback, Waiter, emit, notice
 
+T = TypeVar("T")
 WEIGHTS = "weights.safetensors"
 FORMAT_VERSION = 6
 """Bumped whenever the packed layout or the GGUF types kept at their own bits change, so older
@@ -82,19 +86,25 @@ def save_packed(
         with staged(folder, folder=True) as tmp:
             tensors = {name: t.contiguous() for name, t in packed.tensors.items()}
             save_file(tensors, str(tmp / WEIGHTS), metadata={"specchat": json.dumps(packed.meta())})
-            config.save_pretrained(tmp)
-            if generation_config is not None:
-                generation_config.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-            record = {
-                "origin": origin,
-                "format": FORMAT_VERSION,
-                "packed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "files": record_files(tmp),
-            }
-            (tmp / CONVERTED_MARKER).write_text(json.dumps(record, indent=2) + "\n")
+            _finish_folder(tmp, config, generation_config, tokenizer, origin)
     except OSError as err:
         raise cache_write_error(err, folder.parent) from err
+
+
+def _finish_folder(tmp: Path, config: Any, generation_config: Any, tokenizer: Any, origin: str) -> None:
+    """The weights' companions, then the record of every file (written last: its presence marks
+    a complete folder)."""
+    config.save_pretrained(tmp)
+    if generation_config is not None:
+        generation_config.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    record = {
+        "origin": origin,
+        "format": FORMAT_VERSION,
+        "packed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "files": record_files(tmp),
+    }
+    (tmp / CONVERTED_MARKER).write_text(json.dumps(record, indent=2) + "\n")
 
 
 def damaged(folder: Path) -> str | None:
@@ -116,21 +126,10 @@ def load_packed(
 ) -> tuple[Any, Any]:
     """The native model over the folder's memory-mapped tensors, and its tokenizer (``tokenizer``
     when given: the caller checked the folder's tokenizer files are the same)."""
-    from safetensors import safe_open
     from transformers import GenerationConfig, PretrainedConfig
 
-    from specchat.kernels.native import PackedModel
-
     emit(progress, LoadProgress(name, "load", 0, 1, f"loading {name} (packed CPU kernels)"))
-    try:
-        with safe_open(str(folder / WEIGHTS), framework="pt") as handle:
-            meta = json.loads(handle.metadata()["specchat"])
-            tensors = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 - not a dict
-        packed = PackedModel.from_meta(meta, tensors)
-    except (KeyError, TypeError, ValueError, AttributeError) as err:
-        from specchat.models.errors_util import one_line
-
-        raise PackedCopyBroken(f"its record of the model's shape is unreadable ({one_line(err)})") from err
+    packed = _mapped_weights(folder / WEIGHTS)
     # The kernels take their shapes from the packed record; the engine reads only plain fields of
     # the config (context length, stop ids), so the generic class serves and AutoConfig's imports
     # (about 0.4 s at every start) are skipped.
@@ -145,6 +144,25 @@ def load_packed(
     model = checked_native_model(packed, config, generation)
     emit(progress, LoadProgress(name, "load", 1, 1, f"loading {name}: done"))
     return model, tokenizer
+
+
+def _mapped_weights(path: Path) -> Any:
+    """The :class:`~specchat.kernels.native.PackedModel` over a packed file's memory-mapped
+    tensors (nothing is read until decoding touches it)."""
+    from safetensors import safe_open
+
+    from specchat.kernels.native import PackedModel
+    from specchat.models.packed_stream import is_pad
+
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            meta = json.loads(handle.metadata()["specchat"])
+            tensors = {key: handle.get_tensor(key) for key in handle.keys() if not is_pad(key)}  # noqa: SIM118 - not a dict
+        return PackedModel.from_meta(meta, tensors)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        from specchat.models.errors_util import one_line
+
+        raise PackedCopyBroken(f"its record of the model's shape is unreadable ({one_line(err)})") from err
 
 
 class PackedCopyBroken(Exception):
@@ -289,7 +307,9 @@ def _pack(
     emit(progress, LoadProgress(name, "kernels", 0, 1, f"packing {name} ({recipe.label}), once"))
     gguf = _source_gguf(resolved, progress)
     if gguf is not None:
+        packing_started = time.monotonic()
         _pack_gguf(gguf, name, recipe, folder, progress)
+        record_packing_rate(gguf.stat().st_size, time.monotonic() - packing_started)
     else:
         _pack_float(spec, name, recipe, folder, progress)
     seconds = time.monotonic() - started
@@ -347,35 +367,86 @@ def _source_gguf(resolved: Any, progress: ProgressCallback | None) -> Path | Non
 def _pack_gguf(
     gguf: Path, name: str, recipe: PackRecipe, folder: Path, progress: ProgressCallback | None
 ) -> None:
-    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+    from transformers import GenerationConfig
 
     from specchat.kernels.native import pack_gguf
     from specchat.models.errors_util import as_load_error
-    from specchat.models.gguf_check import lazy_gguf_reading
+    from specchat.models.gguf_check import read_gguf
+    from specchat.models.packed_stream import HEADER_ROOM, StreamedSafetensors
 
     with as_load_error(f"cannot pack {gguf} for the CPU kernels"):
-        each_layer = _layer_progress(name, recipe, progress)
-        # pack_gguf runs the validation layer: nothing below reads a file that has not passed it.
-        packed = pack_gguf(str(gguf), mode=recipe.mode, head_rows=recipe.head_rows, on_layer=each_layer)
-        with lazy_gguf_reading():
-            config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config  # the packed copy is not a GGUF-quantized transformers model
-    config.max_position_embeddings = exact_context(config)
-    generation = GenerationConfig.from_model_config(config)
-    _sync_eos(config, generation, tokenizer, packed.shape.vocab)
-    _check_before_caching(packed, config, name)
-    save_packed(
-        folder, packed, config=config, generation_config=generation, tokenizer=tokenizer, origin=str(gguf)
-    )
+        source = read_gguf(gguf)  # the validation layer's walk: what transformers reads is within its caps
+    # transformers spends as long reading the config and the tokenizer from the file's metadata
+    # (pure Python, about 20 s for a Qwen vocabulary) as packing a 1.5B model takes: done beside
+    # packing, whose numpy work leaves the interpreter lock free most of the time.
+    companions = _in_background(lambda: _gguf_companions(gguf))
+    try:
+        with staged(folder, folder=True) as tmp:
+            # Each matrix is written as it is packed and dropped (the packed model is never whole
+            # in memory); the staged folder replaces the entry only once complete.
+            with (
+                as_load_error(f"cannot pack {gguf} for the CPU kernels"),
+                StreamedSafetensors(tmp / WEIGHTS, HEADER_ROOM) as weights,
+            ):
+                each_layer = _layer_progress(name, recipe, progress)
+                # pack_gguf checks the dimensions against the tensors (gguf_shape) before packing any.
+                packed = pack_gguf(
+                    str(gguf),
+                    mode=recipe.mode,
+                    head_rows=recipe.head_rows,
+                    on_layer=each_layer,
+                    sink=weights,
+                    source=source,
+                )
+                del source  # its memory map: the packed copy is what runs from here on
+                for key, tensor in packed.tensors.items():
+                    weights.add(key, tensor.contiguous().numpy())
+                weights.close({"specchat": json.dumps(packed.meta())})
+            config, tokenizer = companions.result()
+            if hasattr(config, "quantization_config"):
+                del config.quantization_config  # the packed copy is not a GGUF-quantized transformers model
+            config.max_position_embeddings = exact_context(config)
+            generation = GenerationConfig.from_model_config(config)
+            _sync_eos(config, generation, tokenizer, packed.shape.vocab)
+            _check_before_caching(tmp / WEIGHTS, config, name)
+            _finish_folder(tmp, config, generation, tokenizer, str(gguf))
+    except OSError as err:
+        raise cache_write_error(err, folder.parent) from err
+
+
+def _gguf_companions(gguf: Path) -> tuple[Any, Any]:
+    """The config and tokenizer transformers reads from a GGUF's metadata."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from specchat.models.errors_util import as_load_error
+    from specchat.models.gguf_check import lazy_gguf_reading
+
+    with as_load_error(f"cannot read the config and tokenizer of {gguf}"), lazy_gguf_reading():
+        config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    return config, tokenizer
+
+
+def _in_background(work: Callable[[], T]) -> Future[T]:
+    """``work`` run on a daemon thread (one that never holds up the exit of a process quitting
+    mid-packing); its result, or its exception, from the future."""
+    future: Future[T] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(work())
+        except BaseException as err:  # handed to whoever waits for the result
+            future.set_exception(err)
+
+    threading.Thread(target=run, name="specchat-gguf-companions", daemon=True).start()
+    return future
 
 
 def _check_before_caching(packed: Any, config: Any, name: str) -> None:
-    """The C++ decoder checks every size of the freshly packed model before the copy is written:
-    a copy in the cache is one that runs."""
+    """The C++ decoder checks every size of the freshly packed model (a PackedModel, or the path
+    of its staged weights) before the copy takes its place: a copy in the cache is one that runs."""
     try:
-        checked_native_model(packed, config)
+        checked_native_model(_mapped_weights(packed) if isinstance(packed, Path) else packed, config)
     except PackedCopyBroken as broken:
         raise ModelLoadError(f"cannot pack {name} for the CPU kernels: {broken}") from broken
 
@@ -383,14 +454,27 @@ def _check_before_caching(packed: Any, config: Any, name: str) -> None:
 def _layer_progress(
     name: str, recipe: PackRecipe, progress: ProgressCallback | None
 ) -> Callable[[int, int], None]:
-    """One progress line per packed layer: a bar for the user, and the point where quitting (a
-    callback that raises) stops packing instead of waiting for it to finish."""
+    """One progress line per packed layer, with the time left once two layers have given a rate:
+    a bar for the user, and the point where quitting (a callback that raises) stops packing
+    instead of waiting for it to finish."""
+    first: list[float] = []
 
     def report(done: int, layers: int) -> None:
+        now = time.monotonic()
+        if not first:  # the embedding and head come before layer 1: the rate is per layer after it
+            first.append(now)
         message = f"packing {name} ({recipe.label}), once: layer {done}/{layers}"
+        if done > 1 and now > first[0]:
+            message += f", about {time_left((now - first[0]) / (done - 1) * (layers - done))} left"
         emit(progress, LoadProgress(name, "kernels", done, layers, message))
 
     return report
+
+
+def time_left(seconds: float) -> str:
+    """``seconds`` as a person reads a countdown: "40 s", "3 min 5 s"."""
+    whole = max(0, round(seconds))
+    return f"{whole} s" if whole < 60 else f"{whole // 60} min {whole % 60} s"
 
 
 def _pack_float(

@@ -93,3 +93,15 @@ def test_a_model_without_a_template_says_how_turns_are_joined(pair: TinyPair) ->
     ids = engine.prompt_ids([SYSTEM, {"role": "user", "content": "hi"}])
     assert tokenizer.decode(ids) == "be kind\n\nhi"
     assert rendering(Capabilities("x", "none", frozenset()), None) is None
+
+
+def test_a_conversation_longer_than_the_template_budget_is_trimmed_not_refused(engine: ChatEngine) -> None:
+    """The whole conversation rendered is over the template's output cap (1 Mi characters here):
+    the oldest exchanges are left out as for any conversation that outgrew the context."""
+    from specchat.engine.template_budget import output_limit
+
+    messages = conversation(12, words="ab " * 40_000)  # ~240,000 characters an exchange
+    assert sum(len(m["content"]) for m in messages) > output_limit(engine.max_context)
+    ids, left_out = engine.fit(messages, Controls(max_new_tokens=16))
+    assert isinstance(left_out, ContextEvent) and left_out.left_out == 24
+    assert ids == engine.prompt_ids([SYSTEM, messages[-1]])

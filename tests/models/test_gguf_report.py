@@ -104,3 +104,26 @@ def test_specchat_models_refuses_what_is_not_a_gguf_in_one_line(kind: str, tmp_p
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and err.startswith("specchat: ")
     assert "\x1b" not in err and "\x07" not in err and "Traceback" not in err
+
+
+def test_models_file_says_what_a_first_start_costs_at_this_machines_packing_rate(
+    tiny_pair: TinyPair, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from specchat.cli import main
+    from specchat.models.first_start import FIXED_SECONDS, REFERENCE_RATE, estimate, record_packing_rate
+
+    path = write_tiny_gguf(tiny_pair.target, tiny_pair.tokenizer, tmp_path / "t.gguf")
+    report = describe_gguf(path)
+    before = estimate(report.size, report.packed_size)
+    assert (before.rate, before.rate_measured_here) == (REFERENCE_RATE, False)
+    record_packing_rate(10_000_000, 2.0)  # 5 MB/s: what this machine showed when it last packed
+    after = estimate(report.size, report.packed_size)
+    assert after.rate == 5e6 and after.rate_measured_here
+    assert after.seconds == pytest.approx(FIXED_SECONDS + report.size / 5e6)
+    assert after.disk_bytes == report.packed_size and after.peak_bytes > report.packed_size
+    shown = CliRunner().invoke(main, ["models", str(path)])
+    assert shown.exit_code == 0, shown.output
+    assert "first start     about" in shown.output and "this machine's last packing" in shown.output
+    assert "memory          about" in shown.output and "disk            " in shown.output

@@ -182,3 +182,54 @@ def test_an_older_tokenizer_layout_goes_through_autotokenizer(
     monkeypatch.setattr(AutoTokenizer, "from_pretrained", lambda path: calls.append(path) or original(path))
     assert_same_tokenizer(load_tokenizer(folder), reference)
     assert calls == [str(folder)]
+
+
+@pytest.mark.parametrize("rows_at_a_time", [16, 4096])
+def test_a_gguf_streamed_into_the_cache_holds_what_packing_in_memory_gives(
+    tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch, rows_at_a_time: int
+) -> None:
+    """Packing a range of rows at a time, written straight into the file (64-byte aligned, the
+    gaps held by pad tensors), gives every array a whole-model packing in memory gives."""
+    import specchat.kernels.native as native
+    from specchat.models.packed import _mapped_weights
+    from specchat.models.packed_stream import ALIGN
+
+    monkeypatch.setattr(native, "PACK_ROWS", rows_at_a_time)  # the tiny vocabulary is 3+ ranges of 16
+    folder = load_native(str(tiny_gguf), PackRecipe("gguf")).folder
+    streamed = _mapped_weights(folder / WEIGHTS)
+    whole = native.pack_gguf(str(tiny_gguf), mode="gguf")
+    assert streamed.meta() == whole.meta()
+    assert streamed.tensors.keys() == whole.tensors.keys()
+    for name, tensor in whole.tensors.items():
+        assert torch.equal(streamed.tensors[name], tensor), name
+        assert streamed.tensors[name].data_ptr() % ALIGN == 0, name
+
+
+def test_a_packing_stopped_midway_leaves_no_copy_and_the_next_start_packs(tiny_gguf: Path) -> None:
+    def give_up(event: LoadProgress) -> None:
+        if event.stage == "kernels" and "layer 1/" in event.message:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        load_native(str(tiny_gguf), PackRecipe("gguf"), give_up)
+    assert not [f for f in packed_dir().iterdir() if is_packed(f)]
+    assert not [f for f in packed_dir().iterdir() if f.name.startswith(".")], "the partial file is removed"
+    events: list[LoadProgress] = []
+    load_native(str(tiny_gguf), PackRecipe("gguf"), events.append)
+    assert any("packed" in e.message for e in events)
+
+
+def test_packing_says_the_time_left_once_two_layers_give_a_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    import specchat.models.packed as packed
+
+    clock = iter([100.0, 130.0])  # layer 1 done at 100 s, layer 2 at 130 s: 30 s a layer
+    monkeypatch.setattr(packed.time, "monotonic", lambda: next(clock, 200.0))
+    events: list[LoadProgress] = []
+    report = packed._layer_progress("m", PackRecipe("gguf"), events.append)
+    report(1, 4)
+    report(2, 4)
+    assert [e.message for e in events] == [
+        "packing m (gguf), once: layer 1/4",
+        "packing m (gguf), once: layer 2/4, about 1 min 0 s left",
+    ]
+    assert packed.time_left(42.4) == "42 s"

@@ -155,24 +155,24 @@ struct Decoder {
     }
   }
 
-  // o = Σ_p (w[p]·scale)·v_p over `seen` value rows, accumulated in order. Head widths of 4 or 8
-  // registers keep the sum in registers (a store and reload per position otherwise sets the pace);
-  // the multiply-adds are the same, in the same order, so the result is the same either way.
-  void weigh_values(const float* w, float scale, const float* v, int64_t seen, float* o) const {
+  // o += Σ_p (w[p]·scale)·v_p for p in [p0, p1), accumulated in order onto o (zeroed by the caller
+  // before p0 = 0). Head widths of 4 or 8 registers keep the sum in registers within the range (a
+  // store and reload per position otherwise sets the pace); the multiply-adds are the same, in the
+  // same order, whatever the ranges, so the result is the same as one range over all positions.
+  void weigh_values(const float* w, float scale, const float* v, int64_t p0, int64_t p1, float* o) const {
     switch (head_dim) {
-      case 64: weigh_in_registers<4>(w, scale, v, seen, o); return;
-      case 128: weigh_in_registers<8>(w, scale, v, seen, o); return;
+      case 64: weigh_in_registers<4>(w, scale, v, p0, p1, o); return;
+      case 128: weigh_in_registers<8>(w, scale, v, p0, p1, o); return;
       default:
-        std::fill(o, o + head_dim, 0.f);
-        for (int64_t p = 0; p < seen; ++p) axpy(w[p] * scale, v + p * head_dim, o, head_dim);
+        for (int64_t p = p0; p < p1; ++p) axpy(w[p] * scale, v + p * head_dim, o, head_dim);
     }
   }
 
   template <int NV>
-  static void weigh_in_registers(const float* w, float scale, const float* v, int64_t seen, float* o) {
+  static void weigh_in_registers(const float* w, float scale, const float* v, int64_t p0, int64_t p1, float* o) {
     F16 acc[NV];
-    for (int j = 0; j < NV; ++j) acc[j] = f_zero();
-    for (int64_t p = 0; p < seen; ++p) {
+    for (int j = 0; j < NV; ++j) acc[j] = f_load(o + j * 16);
+    for (int64_t p = p0; p < p1; ++p) {
       const F16 vw = f_set1(w[p] * scale);
       for (int j = 0; j < NV; ++j) acc[j] = f_fmadd(vw, f_load(v + p * NV * 16 + j * 16), acc[j]);
     }
@@ -195,28 +195,43 @@ struct Decoder {
   }
 
   // out[m, h*d:(h+1)*d] = softmax(q·Kᵀ·scale) V over the positions row m sees (0..past+m, or the
-  // latest `window` of them), one (row, head) at a time.
+  // latest `window` of them). One task per (row, K/V head) takes every query head sharing that K/V
+  // head: each key and value row is read from memory once for all of them (over a long context the
+  // cache, not the weights, is most of a step's bytes). Each head's sums are the same operations in
+  // the same order as for a head alone, so a row's result does not depend on the other rows.
   void attend(const float* q, int64_t q_ld, const float* keys, const float* values, int64_t capacity, int64_t past,
               int64_t M, int64_t window, float* out) const {
     const int64_t groups = heads / kv_heads;
     const float scale = attn_scale > 0.f ? attn_scale : 1.f / std::sqrt(static_cast<float>(head_dim));
-    parallel_for(0, M * heads, 1, [&](int64_t t0, int64_t t1) {
-      std::vector<float> scores((past + M + 15) / 16 * 16);  // whole vectors
+    constexpr int64_t kValueBlock = 128;  // value rows weighed per pass over the heads (64 KB at head_dim 128)
+    parallel_for(0, M * kv_heads, 1, [&](int64_t t0, int64_t t1) {
+      const int64_t stride = (past + M + 15) / 16 * 16;  // whole vectors per head
+      std::vector<float> scores(groups * stride), peaks(groups), inverse(groups);
       for (int64_t t = t0; t < t1; ++t) {
-        const int64_t m = t / heads, h = t % heads, kvh = h / groups;
+        const int64_t m = t / kv_heads, kvh = t % kv_heads;
         const int64_t first = window > 0 ? std::max<int64_t>(0, past + m + 1 - window) : 0;
         const int64_t seen = past + m + 1 - first;
-        const float* qv = q + m * q_ld + h * head_dim;
         const float* kh = keys + (kvh * capacity + first) * head_dim;
         const float* vh = values + (kvh * capacity + first) * head_dim;
-        float peak = -INFINITY;
+        const float* q0 = q + m * q_ld + kvh * groups * head_dim;
+        std::fill(peaks.begin(), peaks.end(), -INFINITY);
         for (int64_t p = 0; p < seen; ++p) {
-          scores[p] = dot(qv, kh + p * head_dim, head_dim) * scale;
-          peak = std::max(peak, scores[p]);
+          for (int64_t g = 0; g < groups; ++g) {
+            const float score = dot(q0 + g * head_dim, kh + p * head_dim, head_dim) * scale;
+            scores[g * stride + p] = score;
+            peaks[g] = std::max(peaks[g], score);
+          }
         }
-        const float total = exponentiate(scores.data(), seen, peak);
-        float* o = out + m * heads * head_dim + h * head_dim;
-        weigh_values(scores.data(), 1.f / total, vh, seen, o);
+        float* o0 = out + m * heads * head_dim + kvh * groups * head_dim;
+        for (int64_t g = 0; g < groups; ++g) {
+          inverse[g] = 1.f / exponentiate(scores.data() + g * stride, seen, peaks[g]);
+          std::fill(o0 + g * head_dim, o0 + (g + 1) * head_dim, 0.f);
+        }
+        for (int64_t p0 = 0; p0 < seen; p0 += kValueBlock) {
+          const int64_t p1 = std::min(seen, p0 + kValueBlock);
+          for (int64_t g = 0; g < groups; ++g)
+            weigh_values(scores.data() + g * stride, inverse[g], vh, p0, p1, o0 + g * head_dim);
+        }
       }
     });
   }
