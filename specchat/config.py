@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from specchat.engine.registry import DRAFTER_NAMES
 from specchat.errors import InvalidSettingError
-from specchat.files import CONFIG_LIMIT, read_user_text
+from specchat.files import CONFIG_LIMIT, read_user_text, write_atomic
 
 APP_NAME = "specchat"
 
@@ -293,10 +293,7 @@ def update_config_file(changes: dict[str, Any], path: Path | None = None) -> Pat
         else:
             document[name] = value
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(tomlkit.dumps(document), encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, tomlkit.dumps(document))
     except OSError as err:
         raise InvalidSettingError(f"cannot write the config file {path}: {err.strerror or err}.") from err
     return path

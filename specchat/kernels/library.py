@@ -13,6 +13,7 @@ so it fails in a read-only folder that holds a perfectly good build.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -27,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
 
+from specchat.files import write_atomic
 from specchat.untrusted import clipped, visible
 
 Report = Callable[[str], None]
@@ -180,13 +182,9 @@ def _read_record(library: Library, folder: Path) -> Fingerprint | None:
 def _write_record(library: Library, folder: Path) -> None:
     """Record the library's fingerprint; written whole or not at all, so a reader never sees half."""
     found = asdict(fingerprint(library.path(folder)))
-    temporary = folder / f".{library.record_path(folder).name}.{os.getpid()}.tmp"
-    try:
-        temporary.write_text(json.dumps(found) + "\n")
-        os.replace(temporary, library.record_path(folder))
-    except OSError:
-        # A folder we cannot write: the library still loads, through the child check next time.
-        temporary.unlink(missing_ok=True)
+    # A folder we cannot write: the library still loads, through the child check next time.
+    with contextlib.suppress(OSError):
+        write_atomic(library.record_path(folder), json.dumps(found) + "\n")
 
 
 def _discard_build(library: Library, folder: Path) -> None:

@@ -13,9 +13,7 @@ Pure Python (no torch, no textual): the CLI may read and export conversations to
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -25,7 +23,7 @@ from typing import Any, Literal
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.reasoning import CLOSE_TAG, OPEN_TAG, answer_text, reasoning_text
 from specchat.errors import SpecchatError
-from specchat.files import CONVERSATION_LIMIT, read_user_text
+from specchat.files import CONVERSATION_LIMIT, read_user_text, write_atomic
 from specchat.untrusted import visible
 
 FORMAT = "specchat-conversation"
@@ -218,7 +216,7 @@ class ConversationStore:
             path = self.path_for(conversation.id)
         # Compact: json's fast C encoder only runs without indent, and this runs on the UI thread
         # twice per reply, over the whole conversation (every token of every reply).
-        _write_atomic(path, json.dumps(conversation.to_json(), ensure_ascii=False, separators=(",", ":")))
+        write_atomic(path, json.dumps(conversation.to_json(), ensure_ascii=False, separators=(",", ":")))
         self._remember(conversation.id, path)
         return path
 
@@ -291,7 +289,7 @@ class ConversationStore:
 
     def export_markdown(self, conversation: Conversation, path: Path | None = None) -> Path:
         path = path or self.exports / f"{conversation.id}.md"
-        _write_atomic(path, to_markdown(conversation))
+        write_atomic(path, to_markdown(conversation))
         return path
 
 
@@ -440,18 +438,3 @@ def _stamp(path: Path) -> tuple[int, int, int] | None:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file in the same folder, then rename over the target."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

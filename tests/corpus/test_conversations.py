@@ -184,7 +184,7 @@ async def test_an_unwritable_folder_keeps_the_reply_on_screen_and_says_so(
     name: str, engine: PausingEngine, already_saved: AlreadySaved, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     err = UNWRITABLE[name]
-    monkeypatch.setattr(store_module, "_write_atomic", _failing_write(err))
+    monkeypatch.setattr(store_module, "write_atomic", _failing_write(err))
     app = make_app(engine)
     shown = record_notifications(app)
     async with app.run_test(size=TERMINAL) as pilot:
