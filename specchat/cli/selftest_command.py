@@ -15,6 +15,7 @@ from specchat.cli.options import debug_option, model_options, settings_from
 from specchat.cli.prompt_input import check_prompt_argument
 from specchat.errors import InvalidSettingError
 from specchat.opening import controls_from, local_engine
+from specchat.presenters.verdict import greedy_verdict
 
 SELFTEST_TEMPERATURE = 1.0
 """The sampling self-test's temperature unless --temperature is given (0 checks greedy equality)."""
@@ -113,7 +114,7 @@ def run_greedy_selftest(
     checks = []
     for check in greedy_equality(engine, controls, system_prompt=system_prompt, cancel=cancel):
         checks.append(check)
-        verdict = "identical" if check.identical else f"DIFFERENT from token {check.first_difference}"
+        verdict = greedy_verdict(check.identical, check.first_difference)
         alpha = "–" if check.alpha is None else f"{check.alpha:.2f}"
         click.echo(f"{verdict:<12} {len(check.plain_ids):>4} tokens · α {alpha} · {check.prompt}")
     ok = all(check.identical for check in checks)

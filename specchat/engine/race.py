@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from specchat.engine.compare import first_difference
 from specchat.engine.events import (
     TOKEN_KINDS,
     Event,
@@ -179,11 +180,7 @@ class RaceResult:
     @property
     def first_difference(self) -> int | None:
         """Index of the first token where the lanes differ (None when identical)."""
-        a, b = self.plain.token_ids, self.speculative.token_ids
-        for i, (x, y) in enumerate(zip(a, b, strict=False)):
-            if x != y:
-                return i
-        return None if len(a) == len(b) else min(len(a), len(b))
+        return first_difference(self.plain.token_ids, self.speculative.token_ids)
 
     @property
     def duration_s(self) -> float:

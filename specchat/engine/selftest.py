@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from specchat.engine.compare import first_difference
 from specchat.engine.events import SummaryEvent, TokenEvent
 
 if TYPE_CHECKING:
@@ -430,12 +431,7 @@ class GreedyCheck:
 
     @property
     def first_difference(self) -> int | None:
-        for i, (x, y) in enumerate(zip(self.plain_ids, self.speculative_ids, strict=False)):
-            if x != y:
-                return i
-        if len(self.plain_ids) == len(self.speculative_ids):
-            return None
-        return min(len(self.plain_ids), len(self.speculative_ids))
+        return first_difference(self.plain_ids, self.speculative_ids)
 
     def to_json(self) -> dict[str, object]:
         return {

@@ -9,6 +9,7 @@ from __future__ import annotations
 from rich.cells import cell_len, set_cell_size
 
 from specchat.engine.selftest import SIGNIFICANCE, ExactnessReport, GreedyCheck, OutcomeRow
+from specchat.presenters.verdict import greedy_verdict
 
 BAR = "█"
 PARTIAL = " ▏▎▍▌▋▊▉"
@@ -128,7 +129,7 @@ def report_lines(report: ExactnessReport) -> list[str]:
 
 
 def greedy_line(check: GreedyCheck) -> str:
-    verdict = "identical" if check.identical else f"DIFFERENT from token {check.first_difference}"
+    verdict = greedy_verdict(check.identical, check.first_difference)
     return f"{verdict}: {len(check.plain_ids)} tokens · {check.prompt}"
 
 

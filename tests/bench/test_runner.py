@@ -20,10 +20,10 @@ from specchat.bench.runner import (
     build_methods,
     check_greedy,
     fastest,
-    first_difference,
     run_bench,
     warm_up,
 )
+from specchat.engine.compare import first_difference
 from specchat.engine.events import RoundEvent
 from specchat.engine.session import ChatEngine
 
