@@ -26,6 +26,13 @@ from specchat.errors import InvalidSettingError
 Message = dict[str, str]
 """{"role": "system" | "user" | "assistant", "content": "..."}"""
 
+
+def chat_messages(system_prompt: str | None, user: str) -> list[Message]:
+    """A one-question conversation: the system prompt (when there is one), then the user's text."""
+    system: list[Message] = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    return [*system, {"role": "user", "content": user}]
+
+
 RAW_RENDERING = "raw: your text exactly as written, no template and no system prompt, BOS as the file says"
 JOINED_RENDERING = (
     "no chat template in this model: the turns are joined by blank lines (--raw: your text exactly)"

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from specchat.backend import chat_messages
 from specchat.cli.exits import reports_errors, stop_on_signals, write_output
 from specchat.cli.load_progress import controls_after_loading, open_for_command
 from specchat.cli.options import debug_option, model_options, settings_from
@@ -89,8 +90,7 @@ def race(
             raise InvalidSettingError("--drafter none drafts nothing: both lanes would be plain decoding.")
         engine = local_engine(open_for_command(settings))
         controls = controls_after_loading(settings, engine)
-        messages = [{"role": "system", "content": settings.system_prompt}] if settings.system_prompt else []
-        messages.append({"role": "user", "content": prompt})
+        messages = chat_messages(settings.system_prompt, prompt)
         cancel = threading.Event()
         with stop_on_signals(cancel) as signals, RaceProgress() as progress:
             try:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from specchat.backend import chat_messages
 from specchat.engine.compare import first_difference
 from specchat.engine.events import SummaryEvent, TokenEvent
 
@@ -457,9 +458,7 @@ def greedy_equality(
     for prompt in prompts:
         if cancel is not None and cancel.is_set():
             return
-        messages: list[Message] = [{"role": "system", "content": system_prompt}] if system_prompt else []
-        messages.append({"role": "user", "content": prompt})
-        ids = engine.prompt_ids(messages)
+        ids = engine.prompt_ids(chat_messages(system_prompt, prompt))
         plain = [e for e in engine.stream_plain(ids, greedy, cancel) if isinstance(e, TokenEvent)]
         alpha: float | None = None
         speculative: list[TokenEvent] = []
@@ -480,9 +479,7 @@ def greedy_equality(
 
 
 def selftest_messages(prompt: str = SELFTEST_PROMPT, system_prompt: str | None = None) -> list[Message]:
-    messages: list[Message] = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    messages.append({"role": "user", "content": prompt})
-    return messages
+    return chat_messages(system_prompt, prompt)
 
 
 def expected_noise(speculative: Counter[Outcome], target: Counter[Outcome]) -> float:

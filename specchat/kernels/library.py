@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
 
+from specchat.errors import gist
 from specchat.files import write_atomic
 from specchat.untrusted import clipped, visible
 
@@ -135,7 +136,7 @@ def import_library(name: str, path: Path) -> ModuleType:
     try:
         spec.loader.exec_module(module)
     except ImportError as err:
-        reason = visible(clipped(_first_line(str(err), "ImportError")))
+        reason = visible(clipped(gist(str(err)) or "ImportError"))
         raise KernelsUnavailable(f"loading {_shown(path)} failed ({reason})") from err
     return module
 
@@ -225,7 +226,7 @@ def _build(library: Library, folder: Path) -> ModuleType:
             verbose=bool(os.environ.get("SPECCHAT_KERNELS_VERBOSE")),
         )
     except (OSError, RuntimeError, ImportError) as err:
-        reason = _first_line(str(err), type(err).__name__)
+        reason = gist(str(err)) or type(err).__name__
         raise KernelsUnavailable(f"building them failed ({reason})") from err
 
 
@@ -239,7 +240,3 @@ def _put_ninja_on_path() -> None:
     path = os.environ.get("PATH", "")
     if ninja.BIN_DIR not in path.split(os.pathsep):
         os.environ["PATH"] = os.pathsep.join([ninja.BIN_DIR, path]) if path else ninja.BIN_DIR
-
-
-def _first_line(text: str, default: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else default

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -371,10 +370,6 @@ STOP_WORDS = {"eos": "done", "max_tokens": "token limit", "context": "context fu
 
 def fmt(value: float | None, digits: int = 2) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
-
-
-def reply_text(tokens: Iterable[TokenEvent]) -> str:
-    return "".join(t.text for t in tokens)
 
 
 def _strip_type(data: dict[str, object]) -> dict[str, object]:

@@ -135,12 +135,6 @@ def _check_colour(value: Any, what: str) -> None:
         ) from err
 
 
-def theme_names() -> list[str]:
-    """Every theme the chat can show: theme files (packaged and the user's) and Textual's own."""
-    specs, _ = discover()
-    return sorted(set(specs) | set(BUILTIN_THEMES))
-
-
 def check_theme_name(name: str) -> None:
     """For --theme: an unknown name is one line listing the themes there are."""
     specs, errors = discover()
