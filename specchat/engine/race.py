@@ -33,8 +33,8 @@ from specchat.engine.events import (
 )
 
 if TYPE_CHECKING:
-    from specchat.backend import Controls, Message
-    from specchat.engine.session import ChatEngine
+    from specchat.backend import Controls, LocalBackend, Message
+
 
 LaneName = Literal["plain", "speculative"]
 RACE_FORMAT = 1
@@ -232,7 +232,7 @@ class RaceCancelled(Exception):
 
 
 def run_race(
-    engine: ChatEngine,
+    engine: LocalBackend,
     messages: Sequence[Message],
     controls: Controls,
     *,
@@ -282,7 +282,7 @@ def race_settings(controls: Controls) -> dict[str, Any]:
 
 
 def measure_lane(
-    engine: ChatEngine,
+    engine: LocalBackend,
     name: LaneName,
     prompt_ids: list[int],
     controls: Controls,
@@ -311,7 +311,7 @@ def measure_lane(
 
 
 def _lane_events(
-    engine: ChatEngine,
+    engine: LocalBackend,
     name: LaneName,
     prompt_ids: list[int],
     controls: Controls,

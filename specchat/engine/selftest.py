@@ -32,8 +32,8 @@ from specchat.engine.compare import first_difference
 from specchat.engine.events import SummaryEvent, TokenEvent
 
 if TYPE_CHECKING:
-    from specchat.backend import Controls, Message
-    from specchat.engine.session import ChatEngine
+    from specchat.backend import Controls, LocalBackend, Message
+
 
 Outcome = tuple[int, ...]
 """The first tokens of one sampled reply (shorter when the reply ended first)."""
@@ -312,7 +312,7 @@ class ExactnessSampler:
 
     def __init__(
         self,
-        engine: ChatEngine,
+        engine: LocalBackend,
         messages: Sequence[Message],
         controls: Controls,
         *,
@@ -446,7 +446,7 @@ class GreedyCheck:
 
 
 def greedy_equality(
-    engine: ChatEngine,
+    engine: LocalBackend,
     controls: Controls,
     prompts: Sequence[str] = GREEDY_PROMPTS,
     *,

@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator, Mapping
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from textual.app import SystemCommand
 
 from specchat.ui.keys import APP_KEYS, PROMPT_KEYS, display_key, effective_key
 
-if TYPE_CHECKING:
-    from specchat.ui.app import SpecchatApp
+
+class PaletteHost(Protocol):
+    """What the palette needs of the app (the app imports this module, so it names no app)."""
+
+    @property
+    def keymap(self) -> Mapping[str, str]: ...
+
+    @property
+    def specchat_themes(self) -> list[str]: ...
+
+    def send_prompt(self) -> None: ...
+
+    def run_action(self, action: str) -> Awaitable[Any]: ...
+
+    def theme_description(self, name: str) -> str: ...
+
+    def switch_theme(self, name: str) -> None: ...
 
 
-def system_commands(app: SpecchatApp) -> Iterator[SystemCommand]:
+def system_commands(app: PaletteHost) -> Iterator[SystemCommand]:
     keymap = app.keymap
     send = next(spec for spec in PROMPT_KEYS if spec.id == "send")
     yield SystemCommand(
