@@ -8,7 +8,7 @@ so every run draws the same pictures. To make the replies readable, the script f
 teaches a tiny character-level Llama one short conversation (a few seconds on one CPU
 thread, seeded); the draft is a noisy copy of it, so some drafts are accepted and some
 corrected, as with a real pair. Timings come from a fixed cost model
-(``specchat.ui.scripted_engines.FixedTimings``: 1.5 ms per drafted token plus 12 ms per verify
+(``specchat.scripted_engines.FixedTimings``: 1.5 ms per drafted token plus 12 ms per verify
 pass), so the tokens/s figures are illustrative, not measurements. The demo race's arrival
 times come from a cost model too (``race_with_fixed_times``), unless ``--race`` names a race
 that was measured (``specchat race --json``, or E on the race screen): the app then shows that
@@ -140,8 +140,8 @@ async def send_and_wait(app: Any, pilot: Any, text: str) -> None:
 
 
 def key(binding: str) -> str:
-    """The default key of one of the app's bindings (by its id in specchat.ui.keys)."""
-    from specchat.ui.keys import KEYS_BY_ID
+    """The default key of one of the app's bindings (by its id in specchat.ui.settings.keys)."""
+    from specchat.ui.settings.keys import KEYS_BY_ID
 
     return KEYS_BY_ID[binding].key
 
@@ -158,7 +158,7 @@ def demo_race(pair: Any, prompt: str) -> Any:
     """A race on the demo pair, its arrival times from a cost model (the picture repeats)."""
     from specchat.engine.race import run_race
     from specchat.engine.session import ChatEngine, Controls
-    from specchat.ui.scripted_engines import race_with_fixed_times
+    from specchat.scripted_engines import race_with_fixed_times
 
     engine = ChatEngine(pair.target, pair.tokenizer, pair.draft)
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
@@ -189,7 +189,7 @@ async def render_all(
     pair: Any, out: Path, size: tuple[int, int], race_result: Any = None, selftest_report: Any = None
 ) -> None:
     from specchat.engine.session import ChatEngine
-    from specchat.ui.scripted_engines import FixedTimings, PausingEngine
+    from specchat.scripted_engines import FixedTimings, PausingEngine
 
     def engine(pause_after: int | None = None) -> PausingEngine:
         return PausingEngine(FixedTimings(ChatEngine(pair.target, pair.tokenizer, pair.draft)), pause_after)
@@ -340,7 +340,7 @@ async def send_only(app: Any, pilot: Any, text: str) -> None:
 
 async def render_tiny_talk(pair: Any, out: Path, size: tuple[int, int]) -> None:
     from specchat.engine.session import ChatEngine
-    from specchat.ui.scripted_engines import FixedTimings, PausingEngine
+    from specchat.scripted_engines import FixedTimings, PausingEngine
 
     chat = ChatEngine(pair.target, pair.tokenizer, pair.draft)
     await shoot_talk(lambda: PausingEngine(FixedTimings(chat)), out, size)
@@ -351,7 +351,7 @@ async def render_real_talk(out: Path, size: tuple[int, int]) -> None:
     from specchat.config import Settings
     from specchat.engine.session import ChatEngine
     from specchat.models import load_for_decoding
-    from specchat.ui.scripted_engines import PausingEngine
+    from specchat.scripted_engines import PausingEngine
 
     settings = Settings()
     loaded = load_for_decoding(settings.target, settings.draft, cpu_path=settings.cpu_path)

@@ -22,9 +22,9 @@ from textual.pilot import Pilot
 
 from specchat.config import load_settings
 from specchat.engine.session import ChatEngine
+from specchat.scripted_engines import FixedTimings, PausingEngine
 from specchat.testing import TinyPair, make_tiny_pair, save_tiny_pair
 from specchat.ui.app import SpecchatApp
-from specchat.ui.scripted_engines import FixedTimings, PausingEngine
 from specchat.ui.widgets.prompt import PromptInput
 
 HAND_WRITTEN_CONFIG = """\

@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 from textual.widgets import OptionList
 
-from specchat.ui import saved_conversations as store_module
-from specchat.ui.saved_conversations import ConversationError, ConversationStore
+from specchat.scripted_engines import PausingEngine
+from specchat.store import folder as store_module
+from specchat.store.conversation import ConversationError
+from specchat.store.folder import ConversationStore
 from specchat.ui.screens.conversations import ConversationsScreen
-from specchat.ui.scripted_engines import PausingEngine
 
 from .conftest import (
     SAVED_CONVERSATION,

@@ -24,9 +24,9 @@ from specchat import opening
 from specchat.cli import main
 from specchat.engine.session import ChatEngine
 from specchat.models import LoadProgress
-from specchat.ui import bridge
+from specchat.scripted_engines import PausingEngine
 from specchat.ui.app import SpecchatApp
-from specchat.ui.scripted_engines import PausingEngine
+from specchat.ui.workers import bridge
 
 from .conftest import TERMINAL, AlreadySaved, make_app, wait_for
 

@@ -14,8 +14,8 @@ import pytest
 
 from specchat.config import Settings
 from specchat.engine.events import TokenEvent
+from specchat.store.folder import ConversationStore
 from specchat.ui.app import SpecchatApp
-from specchat.ui.saved_conversations import ConversationStore
 from specchat.ui.screens.replay import ReplayScreen
 from specchat.ui.widgets.inspector import InspectorPanel
 from specchat.ui.widgets.transcript import AssistantMessage, Notice, UserMessage

@@ -13,8 +13,8 @@ from textual.pilot import Pilot
 
 from specchat.config import Settings
 from specchat.engine.events import TokenEvent
+from specchat.store.markdown import fmt
 from specchat.ui.app import SpecchatApp
-from specchat.ui.saved_conversations import fmt
 from specchat.ui.screens.loading import LoadingScreen
 from specchat.ui.widgets.panels import Legend, SidePanel, StatsBody
 from specchat.ui.widgets.prompt import PromptInput

@@ -9,8 +9,8 @@ import pytest
 
 from specchat.engine.events import SummaryEvent
 from specchat.engine.metrics import RollingAlpha, StreamStats
-from specchat.ui.saved_conversations import fmt
-from specchat.ui.scripted_engines import PausingEngine
+from specchat.scripted_engines import PausingEngine
+from specchat.store.markdown import fmt
 from specchat.ui.widgets.panels import SidePanel
 from specchat.ui.widgets.prompt import PromptInput
 from specchat.ui.widgets.transcript import AssistantMessage, ReplyText
@@ -258,8 +258,8 @@ async def test_reopen_a_saved_conversation_and_export_it(engine: PausingEngine) 
 
 
 async def test_help_lists_every_key_and_keys_remap(engine: PausingEngine) -> None:
-    from specchat.ui.keys import ALL_KEYS
     from specchat.ui.screens.help import HelpScreen
+    from specchat.ui.settings.keys import ALL_KEYS
 
     app = make_app(engine, keys={"gamma_up": "ctrl+up"})
     async with app.run_test(size=SIZE) as pilot:
@@ -280,7 +280,7 @@ async def test_help_lists_every_key_and_keys_remap(engine: PausingEngine) -> Non
 
 
 async def test_command_palette_runs_actions(engine: PausingEngine) -> None:
-    from specchat.ui.keys import APP_KEYS
+    from specchat.ui.settings.keys import APP_KEYS
 
     app = make_app(engine)
     async with app.run_test(size=SIZE) as pilot:

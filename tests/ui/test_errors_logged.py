@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from specchat import logs
-from specchat.ui import bridge
+from specchat.scripted_engines import PausingEngine
 from specchat.ui.app import SpecchatApp
 from specchat.ui.screens.loading import LoadingScreen
-from specchat.ui.scripted_engines import PausingEngine
+from specchat.ui.workers import bridge
 
 from .conftest import SIZE, make_app, send, settings, wait_for, wait_paused
 

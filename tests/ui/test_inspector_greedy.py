@@ -7,9 +7,9 @@ import pytest
 from rich.console import Console
 
 from specchat.engine.events import UNKNOWN, DraftTrace, RoundEvent, TokenEvent
-from specchat.ui.live import Inspected
-from specchat.ui.scripted_engines import PausingEngine
-from specchat.ui.themes import TokenPalette
+from specchat.scripted_engines import PausingEngine
+from specchat.ui.settings.themes import TokenPalette
+from specchat.ui.state.live import Inspected
 from specchat.ui.widgets.inspector import InspectorPanel, prob
 
 from .conftest import SIZE, make_app, send, wait_idle

@@ -10,10 +10,10 @@ import pytest
 from specchat.errors import ModelNotFoundError
 from specchat.models import LoadProgress
 from specchat.testing import TinyPair, save_tiny_pair
-from specchat.ui import bridge
 from specchat.ui.app import SpecchatApp
 from specchat.ui.screens.loading import LoadingScreen
 from specchat.ui.widgets.panels import SidePanel
+from specchat.ui.workers import bridge
 
 from .conftest import SIZE, send, settings, wait_for, wait_idle
 
@@ -113,7 +113,7 @@ def test_packing_cpu_kernels_stops_between_jobs_when_loading_is_abandoned(
 ) -> None:
     """Quitting while the CPU kernels are packed must not wait for every remaining job."""
     from specchat.models import load_for_decoding
-    from specchat.ui.model_loading import LoadCancelled
+    from specchat.ui.workers.model_loading import LoadCancelled
 
     target, draft = save_tiny_pair(tiny_pair, tmp_path)
     seen: list[str] = []

@@ -8,14 +8,10 @@ from pathlib import Path
 import pytest
 
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
-from specchat.ui.live import LiveStats
-from specchat.ui.saved_conversations import (
-    Conversation,
-    ConversationError,
-    ConversationStore,
-    Turn,
-    to_markdown,
-)
+from specchat.store.conversation import Conversation, ConversationError, Turn
+from specchat.store.folder import ConversationStore
+from specchat.store.markdown import to_markdown
+from specchat.ui.state.live import LiveStats
 
 
 def reply() -> Turn:

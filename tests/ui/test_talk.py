@@ -14,10 +14,10 @@ import torch
 
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.presenters.kind_labels import KIND_LABELS
-from specchat.ui.saved_conversations import ConversationStore
+from specchat.scripted_engines import PausingEngine
+from specchat.store.folder import ConversationStore
 from specchat.ui.screens.replay import ReplayScreen
-from specchat.ui.scripted_engines import PausingEngine
-from specchat.ui.themes import REJECTED
+from specchat.ui.settings.themes import REJECTED
 from specchat.ui.widgets.inspector import InspectorPanel, prob
 from specchat.ui.widgets.steps import StepPanel
 

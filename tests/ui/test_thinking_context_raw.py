@@ -11,9 +11,10 @@ import pytest
 
 from specchat.engine.events import SummaryEvent, TokenEvent
 from specchat.engine.session import ChatEngine
+from specchat.scripted_engines import FixedTimings, PausingEngine
+from specchat.store.folder import ConversationStore
+from specchat.store.markdown import to_markdown
 from specchat.testing import ANSWER_SCRIPT, REASONING_SCRIPT, TinyPair, make_thinking_pair
-from specchat.ui.saved_conversations import ConversationStore, to_markdown
-from specchat.ui.scripted_engines import FixedTimings, PausingEngine
 from specchat.ui.widgets.inspector import InspectorPanel
 from specchat.ui.widgets.steps import StepPanel
 from specchat.ui.widgets.transcript import Notice, ReasoningFold, SystemNote

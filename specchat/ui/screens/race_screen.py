@@ -44,7 +44,7 @@ from specchat.ui.state.lease import JobEnded, ModelLease, run_job
 
 if TYPE_CHECKING:
     from specchat.backend import Controls
-    from specchat.ui.themes import TokenPalette
+    from specchat.ui.settings.themes import TokenPalette
 
 FPS = 20
 PROGRESS_INTERVAL = 0.1

@@ -20,7 +20,7 @@ from textual.worker import get_current_worker
 
 from specchat.backend import LocalBackend, Wrapper
 from specchat.errors import SpecchatError
-from specchat.ui import bridge
+from specchat.ui.workers import bridge
 
 if TYPE_CHECKING:
     from specchat.backend import Capabilities, Controls

@@ -1,9 +1,9 @@
 """Live panels: α, τ, tokens/s, per-position acceptance, the controls, and the legend.
 
 Every panel is a :class:`LivePanel`: the screen that mounts it calls ``show_live`` with the one
-:class:`specchat.ui.live.LiveStats` on a timer (never per token), and the panel reads what it
+:class:`specchat.ui.state.live.LiveStats` on a timer (never per token), and the panel reads what it
 needs and skips the redraw when nothing it shows has changed. Token styles come from the
-:class:`~specchat.ui.themes.TokenPalette` the panel was given. :func:`figures` is the one place
+:class:`~specchat.ui.settings.themes.TokenPalette` the panel was given. :func:`figures` is the one place
 the side panel's numbers are formatted: the panel renders it and the tests read it.
 """
 
@@ -23,10 +23,10 @@ from specchat.backend import FIGURE_LABELS
 from specchat.engine.events import TOKEN_KINDS
 from specchat.presenters.bars import bar
 from specchat.presenters.kind_labels import KIND_LABELS
-from specchat.ui.keys import display_key
-from specchat.ui.live import ROLLING_WINDOW, ControlsView, LiveStats
-from specchat.ui.saved_conversations import fmt
-from specchat.ui.themes import REJECTED, TokenPalette
+from specchat.store.markdown import fmt
+from specchat.ui.settings.keys import display_key
+from specchat.ui.settings.themes import REJECTED, TokenPalette
+from specchat.ui.state.live import ROLLING_WINDOW, ControlsView, LiveStats
 
 SPARK = "▁▂▃▄▅▆▇█"
 BAR_WIDTH = 18

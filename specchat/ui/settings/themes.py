@@ -66,7 +66,7 @@ class ThemeSpec:
 
 def packaged_dir() -> Path | None:
     """``specchat/_themes`` in an installed wheel, the repository's ``themes/`` in a checkout."""
-    package = Path(__file__).resolve().parent.parent
+    package = Path(__file__).resolve().parents[2]  # specchat/ (this file: specchat/ui/settings/)
     for candidate in (package / "_themes", package.parent / "themes"):
         if candidate.is_dir():
             return candidate

@@ -14,8 +14,8 @@ from textual.worker import get_current_worker
 
 from specchat import logs
 from specchat.errors import SpecchatError
-from specchat.ui import bridge
-from specchat.ui.messages import EngineLoaded, LoadFailed, LoadProgressed
+from specchat.ui.workers import bridge
+from specchat.ui.workers.messages import EngineLoaded, LoadFailed, LoadProgressed
 
 if TYPE_CHECKING:
     from specchat.config import Settings

@@ -15,7 +15,7 @@ from typing import Any
 from specchat.backend import Capabilities, Reply
 from specchat.engine.events import Event, RoundEvent, StopReason, SummaryEvent, TokenEvent
 from specchat.engine.race import LaneToken, RaceLane, RaceResult
-from specchat.ui.bridge import Engine, capabilities_of
+from specchat.ui.workers.bridge import Engine, capabilities_of
 
 DRAFT_MS_PER_TOKEN = 1.5
 VERIFY_MS = 12.0

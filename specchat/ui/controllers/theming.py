@@ -3,7 +3,7 @@ and the token palette that follows them (rejected drafts shown or hidden).
 
 :class:`AppThemes` registers the packaged and user themes when the app is made, picks the one the
 settings name (or the default, with a warning), keeps the token palette in step when the theme
-changes, and remembers the choice. The theme files and the palette are :mod:`specchat.ui.themes`.
+changes, and remembers the choice. The theme files and the palette are :mod:`specchat.ui.settings.themes`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from rich.style import Style
 from textual.theme import Theme
 
-from specchat.ui import themes
+from specchat.ui.settings import themes
 
 if TYPE_CHECKING:
     from textual.app import App

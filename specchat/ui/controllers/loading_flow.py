@@ -2,7 +2,7 @@
 closed (with anything opened over it) when the models are in, or left showing why they are not;
 then the models handed to the chat (the lease, the controls, the subtitle, the notices).
 
-The worker itself is :func:`specchat.ui.model_loading.load_models`; it reports back only through
+The worker itself is :func:`specchat.ui.workers.model_loading.load_models`; it reports back only through
 messages, which the app hands to :class:`LoadingFlow`.
 """
 
@@ -13,20 +13,20 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from specchat.backend import rendering
 from specchat.opening import controls_for
-from specchat.ui.model_loading import load_models
 from specchat.ui.screens.loading import LoadingScreen
+from specchat.ui.workers.model_loading import load_models
 
 if TYPE_CHECKING:
     from textual.app import App
 
     from specchat.backend import Capabilities, Controls
     from specchat.config import Settings
-    from specchat.ui.bridge import LoadedEngine
-    from specchat.ui.live import LiveStats
-    from specchat.ui.messages import LoadFailed, LoadProgressed
-    from specchat.ui.saved_conversations import Conversation
+    from specchat.store.conversation import Conversation
     from specchat.ui.state.lease import ModelLease
+    from specchat.ui.state.live import LiveStats
     from specchat.ui.widgets.prompt import PromptInput
+    from specchat.ui.workers.bridge import LoadedEngine
+    from specchat.ui.workers.messages import LoadFailed, LoadProgressed
 
 
 class LoadHost(Protocol):

@@ -2,7 +2,7 @@
 a replay they pause, play and step the replay instead.
 
 The reply side of step mode (the gate the engine waits at, the paused reply) is
-:class:`~specchat.ui.reply.Replies`; this decides what a key press means where it lands.
+:class:`~specchat.ui.controllers.reply.Replies`; this decides what a key press means where it lands.
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from specchat.ui.keys import display_key
 from specchat.ui.screens.replay import ReplayScreen
+from specchat.ui.settings.keys import display_key
 
 if TYPE_CHECKING:
     from textual.app import App
 
-    from specchat.ui.reply import Replies
+    from specchat.ui.controllers.reply import Replies
     from specchat.ui.state.lease import ModelLease
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from specchat.backend import Capabilities
 from specchat.engine.events import Event, RoundEvent, SummaryEvent, TokenEvent, known
 from specchat.engine.metrics import RollingAlpha, StreamStats
-from specchat.ui.saved_conversations import Turn
+from specchat.store.conversation import Turn
 
 ROLLING_WINDOW = 16
 """Rounds in the rolling α."""

@@ -2,7 +2,7 @@
 panel, and a replay of a saved conversation.
 
 :class:`TalkScreens` hands them the model lease, the palette, the keys and the system prompt
-through their constructors; whether one may open now is :mod:`specchat.ui.talk`'s rule.
+through their constructors; whether one may open now is :mod:`specchat.ui.controllers.talk`'s rule.
 """
 
 from __future__ import annotations
@@ -12,21 +12,21 @@ from typing import TYPE_CHECKING, Any
 
 from textual.css.query import NoMatches
 
-from specchat.ui import talk
-from specchat.ui.keys import display_key
+from specchat.ui.controllers import talk
 from specchat.ui.screens.race_screen import RaceScreen
 from specchat.ui.screens.replay import ReplayScreen
 from specchat.ui.screens.selftest_screen import SelfTestScreen
+from specchat.ui.settings.keys import display_key
 from specchat.ui.widgets.theory import TheoryPanel
 
 if TYPE_CHECKING:
     from textual.app import App
 
-    from specchat.ui.saved_conversations import Conversation
+    from specchat.store.conversation import Conversation
     from specchat.ui.screens.main import MainScreen
+    from specchat.ui.settings.themes import TokenPalette
     from specchat.ui.state.lease import ModelLease
     from specchat.ui.state.theory_tracker import TheoryTracker
-    from specchat.ui.themes import TokenPalette
 
 
 class TalkScreens:

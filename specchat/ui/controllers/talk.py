@@ -13,7 +13,7 @@ from specchat.ui.state.lease import ModelLease
 
 if TYPE_CHECKING:
     from specchat.backend import Controls
-    from specchat.ui.saved_conversations import Conversation
+    from specchat.store.conversation import Conversation
     from specchat.ui.state.theory_tracker import TheoryTracker
 
 POLL_S = 0.5

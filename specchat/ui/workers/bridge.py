@@ -1,8 +1,8 @@
 """The worker bridge: how the UI's reply and load workers drive a backend (the local engine or a
 server), without importing torch.
 
-It runs inside Textual thread workers (loading: :mod:`specchat.ui.model_loading`; a reply:
-:mod:`specchat.ui.reply`) and hands results back only through ``post_message``. The talk jobs
+It runs inside Textual thread workers (loading: :mod:`specchat.ui.workers.model_loading`; a reply:
+:mod:`specchat.ui.controllers.reply`) and hands results back only through ``post_message``. The talk jobs
 (race, self-test, theory probe) reach the models through the lease
 (:mod:`specchat.ui.state.lease`).
 A backend that can step (the local engine) is driven one round per call of its step API;

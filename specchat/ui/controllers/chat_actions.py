@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from textual.css.query import NoMatches
 
 from specchat.config import data_dir
-from specchat.ui.saved_conversations import Conversation, ConversationError, Turn
+from specchat.store.conversation import Conversation, ConversationError, Turn
 from specchat.ui.screens.conversations import ConversationsScreen
 from specchat.ui.screens.replay import ReplayScreen
 from specchat.ui.screens.system_prompt import SystemPromptScreen
@@ -27,9 +27,9 @@ from specchat.ui.widgets.transcript import SystemNote, UserMessage
 if TYPE_CHECKING:
     from textual.app import App
 
-    from specchat.ui.live import LiveStats
     from specchat.ui.screens.main import MainScreen
     from specchat.ui.state.lease import ModelLease
+    from specchat.ui.state.live import LiveStats
     from specchat.ui.state.preferences import Preferences
 
 

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 from textual.app import SystemCommand
 
-from specchat.ui.keys import APP_KEYS, PROMPT_KEYS, display_key, effective_key
+from specchat.ui.settings.keys import APP_KEYS, PROMPT_KEYS, display_key, effective_key
 
 
 class PaletteHost(Protocol):

@@ -16,9 +16,10 @@ from typing import Any
 from textual.app import App
 
 from specchat import logs
-from specchat.ui.driver import QuitDeadline, tolerant_driver
-from specchat.ui.reply import Replies
-from specchat.ui.saved_conversations import Conversation, ConversationStore
+from specchat.store.conversation import Conversation
+from specchat.store.folder import ConversationStore
+from specchat.ui.controllers.reply import Replies
+from specchat.ui.terminal.driver import QuitDeadline, tolerant_driver
 
 
 class SignalQuit:

@@ -2,7 +2,7 @@
 keep or take back; also the partial reply kept when specchat quits or crashes mid-stream.
 
 :class:`Replies` is owned by the app, which forwards it the reply messages. The engine runs only
-in its thread worker, through :mod:`specchat.ui.bridge`; events come back through the reply's
+in its thread worker, through :mod:`specchat.ui.workers.bridge`; events come back through the reply's
 buffer and are drawn on a timer, never per token.
 """
 
@@ -17,11 +17,11 @@ from textual.timer import Timer
 from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState, get_current_worker
 
 from specchat.engine.events import ContextEvent, RoundEvent, SummaryEvent, TokenEvent
-from specchat.ui import bridge
-from specchat.ui.live import LiveStats, StepView
-from specchat.ui.messages import ReplyClosed, ReplyEvents, ReplyPaused
-from specchat.ui.saved_conversations import Conversation, Turn
+from specchat.store.conversation import Conversation, Turn
+from specchat.ui.state.live import LiveStats, StepView
 from specchat.ui.widgets.transcript import AssistantMessage, Notice, UserMessage
+from specchat.ui.workers import bridge
+from specchat.ui.workers.messages import ReplyClosed, ReplyEvents, ReplyPaused
 
 if TYPE_CHECKING:
     from textual.app import App

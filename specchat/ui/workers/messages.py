@@ -8,7 +8,7 @@ from textual.message import Message
 
 if TYPE_CHECKING:
     from specchat.models import LoadProgress
-    from specchat.ui.bridge import LoadedEngine
+    from specchat.ui.workers.bridge import LoadedEngine
 
 
 class LoadProgressed(Message):

@@ -139,7 +139,7 @@ APP_KEYS: tuple[KeySpec, ...] = (
         "export", "ctrl+s", "export_markdown", "Export", "Export the conversation to Markdown", show=False
     ),
     KeySpec("theme", "ctrl+t", "cycle_theme", "Theme", "Switch to the next theme", show=False),
-    # Talk mode (specchat.ui.talk): the race, theory against measurement, the exactness self-test.
+    # Talk mode (specchat.ui.controllers.talk): the race, theory against measurement, the exactness self-test.
     # Off the footer, which is full at 120 columns; F1 and the palette list them. Ctrl+Y, Ctrl+K and
     # Ctrl+E take over the message box's redo, delete-to-end and go-to-end (End and Ctrl+Shift+K
     # remain): every function key is taken, and these are the control keys a terminal sends apart.
