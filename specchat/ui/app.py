@@ -126,8 +126,8 @@ class SpecchatApp(PlainToasts[int]):
         self.effective_keys = {spec.id: keys.effective_key(spec, self.keymap) for spec in keys.ALL_KEYS}
         self.live.set_display(keys=self.effective_keys)
         self.main_screen = MainScreen(self.live, self.palette, self.conversation.system_prompt, self.keymap)
-        self.replies = Replies(self, self, self.main_screen, self.live, bridge.StepGate(), self.lease)
-        self.loading = LoadingFlow(self, self, settings, self.lease, self.live)
+        self.replies = Replies(self, self.main_screen, self.live, bridge.StepGate(), self.lease)
+        self.loading = LoadingFlow(self, settings, self.lease, self.live)
         self.control_keys = ControlKeys(
             self.lease,
             lambda note, title: self.notify(note, title=title),
@@ -144,7 +144,6 @@ class SpecchatApp(PlainToasts[int]):
             replay_speed,
         )
         self.chat = ChatActions(
-            self,
             self,
             self.main_screen,
             self.live,
@@ -165,6 +164,7 @@ class SpecchatApp(PlainToasts[int]):
         if self.handle_signals:
             self.quitter.install()
         self.themes.start()
+        self.theme_changed_signal.subscribe(self, self.themes.changed)
         # The chat's widgets must exist before the app reports ready (tests, autopilots) and
         # before anything below touches them; the screen composes in its own task.
         await self.main_screen.mounted.wait()

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from textual.css.query import NoMatches
 
 from specchat.config import data_dir
 from specchat.store.conversation import Conversation, ConversationError, Turn
+from specchat.ui.controllers.hosts import ShowsScreens
 from specchat.ui.screens.conversations import ConversationsScreen
 from specchat.ui.screens.replay import ReplayScreen
 from specchat.ui.screens.system_prompt import SystemPromptScreen
@@ -25,7 +26,6 @@ from specchat.ui.widgets.prompt import PromptInput
 from specchat.ui.widgets.transcript import SystemNote, UserMessage
 
 if TYPE_CHECKING:
-    from textual.app import App
 
     from specchat.ui.screens.main import MainScreen
     from specchat.ui.state.lease import ModelLease
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from specchat.ui.state.preferences import Preferences
 
 
-class ChatHost(Protocol):
+class ChatHost(ShowsScreens, Protocol):
     """What the actions need from the app that owns the conversation."""
 
     conversation: Conversation
@@ -52,11 +52,16 @@ class ChatHost(Protocol):
 
     def start_reply(self) -> None: ...
 
+    def copy_to_clipboard(self, text: str) -> None: ...
+
+    def save_screenshot(
+        self, filename: str | None = None, path: str | None = None, time_format: str | None = None
+    ) -> str: ...
+
 
 class ChatActions:
     def __init__(
         self,
-        app: App[Any],
         host: ChatHost,
         screen: MainScreen,
         live: LiveStats,
@@ -65,7 +70,6 @@ class ChatActions:
         preferences: Preferences,
         replay: Callable[[Conversation], ReplayScreen],
     ) -> None:
-        self.app = app
         self.host = host
         self.screen = screen
         self.live = live
@@ -82,7 +86,7 @@ class ChatActions:
         reason = self.why_not_send()
         if reason is not None:
             message.prompt.give_back(message.text)
-            self.app.notify(reason, severity="warning")
+            self.host.notify(reason, severity="warning")
             return
         self.host.conversation.turns.append(Turn("user", message.text))
         self.screen.transcript.mount(UserMessage(message.text))
@@ -105,12 +109,12 @@ class ChatActions:
     def idle(self, what: str) -> bool:
         """Whether the models are free for ``what``; if not, the user is told why."""
         if self.host.reply is not None:
-            self.app.notify(
+            self.host.notify(
                 f"A reply is streaming: press Esc to stop it before you {what}.", severity="warning"
             )
             return False
         if self.host.talk_task is not None:
-            self.app.notify(
+            self.host.notify(
                 f"The models are busy with {self.host.talk_task}: wait before you {what}.", severity="warning"
             )
             return False
@@ -127,7 +131,7 @@ class ChatActions:
                 await replies[-1].remove()
             self.live.load(turns)
         if not turns or turns[-1].role != "user":
-            self.app.notify("Nothing to regenerate yet.")
+            self.host.notify("Nothing to regenerate yet.")
             return
         self.host.start_reply()
 
@@ -146,21 +150,21 @@ class ChatActions:
     def copy_reply(self) -> None:
         last = self.host.conversation.last_reply()
         if last is None:
-            self.app.notify("No reply to copy yet.")
+            self.host.notify("No reply to copy yet.")
             return
-        self.app.copy_to_clipboard(last.content)
-        self.app.notify(f"Copied the last reply ({len(last.content)} characters).")
+        self.host.copy_to_clipboard(last.content)
+        self.host.notify(f"Copied the last reply ({len(last.content)} characters).")
 
     def open_conversations(self) -> None:
         if (
-            isinstance(self.app.screen, ConversationsScreen | ReplayScreen)
+            isinstance(self.host.screen, ConversationsScreen | ReplayScreen)
             or self.host.replay_only is not None
         ):
             return
         if not self.idle("open another conversation"):
             return
         self.save()
-        self.app.push_screen(ConversationsScreen(self.store, self.store.saved()), self._open)
+        self.host.push_screen(ConversationsScreen(self.store, self.store.saved()), self._open)
 
     async def _open(self, choice: tuple[str, str] | None) -> None:
         if choice is None:
@@ -169,32 +173,32 @@ class ChatActions:
         try:
             conversation = self.store.load(conversation_id)
         except ConversationError as err:
-            self.app.notify(str(err), severity="error")
+            self.host.notify(str(err), severity="error")
             return
         if what == "replay":
-            self.app.push_screen(self.replay(conversation))
+            self.host.push_screen(self.replay(conversation))
             return
         self.host.conversation = conversation
         await self.screen.show_conversation(conversation, markdown=self.host.markdown_view)
         self.live.load(conversation.turns)
         self.host.refresh_panels(force=True)
-        self.app.notify(f"Opened “{conversation.title}”.")
+        self.host.notify(f"Opened “{conversation.title}”.")
 
     def export_markdown(self) -> None:
         if not self.host.conversation.turns:
-            self.app.notify("Nothing to export yet.")
+            self.host.notify("Nothing to export yet.")
             return
         try:
             path = self.store.export_markdown(self.host.conversation)
         except OSError as err:
-            self.app.notify(f"cannot export: {err}", severity="error")
+            self.host.notify(f"cannot export: {err}", severity="error")
             return
-        self.app.notify(f"Exported to {path}", title="Markdown")
+        self.host.notify(f"Exported to {path}", title="Markdown")
 
     def edit_system_prompt(self) -> None:
-        if isinstance(self.app.screen, SystemPromptScreen):
+        if isinstance(self.host.screen, SystemPromptScreen):
             return
-        self.app.push_screen(
+        self.host.push_screen(
             SystemPromptScreen(self.host.conversation.system_prompt), self._set_system_prompt
         )
 
@@ -209,7 +213,7 @@ class ChatActions:
             self.save()
         if make_default:
             self.preferences.change("system_prompt", prompt)
-        self.app.notify("System prompt updated: it applies from the next reply.")
+        self.host.notify("System prompt updated: it applies from the next reply.")
 
     def toggle_view(self) -> None:
         """Markdown or the coloured tokens, in every reply."""
@@ -225,10 +229,10 @@ class ChatActions:
         folder = data_dir() / "screenshots"
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            path = self.app.save_screenshot(path=str(folder))
+            path = self.host.save_screenshot(path=str(folder))
         except OSError as err:
-            self.app.notify(
+            self.host.notify(
                 f"cannot save the screenshot in {folder}: {err.strerror or err}", severity="error"
             )
             return
-        self.app.notify(f"Screenshot saved: {path}", title="screenshot", timeout=10)
+        self.host.notify(f"Screenshot saved: {path}", title="screenshot", timeout=10)

@@ -9,15 +9,15 @@ messages, which the app hands to :class:`LoadingFlow`.
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from specchat.backend import rendering
 from specchat.opening import controls_for
+from specchat.ui.controllers.hosts import RunsWorkers, ShowsScreens
 from specchat.ui.screens.loading import LoadingScreen
 from specchat.ui.workers.model_loading import load_models
 
 if TYPE_CHECKING:
-    from textual.app import App
 
     from specchat.backend import Capabilities, Controls
     from specchat.config import Settings
@@ -29,8 +29,10 @@ if TYPE_CHECKING:
     from specchat.ui.workers.messages import LoadFailed, LoadProgressed
 
 
-class LoadHost(Protocol):
+class LoadHost(ShowsScreens, RunsWorkers, Protocol):
     """What the arrival of the models changes in the app that owns the chat."""
+
+    sub_title: str
 
     conversation: Conversation
     target_name: str
@@ -49,9 +51,8 @@ class LoadHost(Protocol):
 
 class LoadingFlow:
     def __init__(
-        self, app: App[Any], host: LoadHost, settings: Settings, lease: ModelLease, live: LiveStats
+        self, host: LoadHost, settings: Settings, lease: ModelLease, live: LiveStats
     ) -> None:
-        self.app = app
         self.host = host
         self.settings = settings
         self.lease = lease
@@ -61,11 +62,11 @@ class LoadingFlow:
     def start(self) -> None:
         """Open the loading screen and load the models in a thread worker."""
         settings = self.settings
-        self.app.sub_title = "connecting…" if settings.server else "loading…"
+        self.host.sub_title = "connecting…" if settings.server else "loading…"
         self.screen = LoadingScreen(settings.target, settings.draft, settings.server)
-        self.app.push_screen(self.screen)
-        self.app.run_worker(
-            partial(load_models, settings, self.app.post_message),
+        self.host.push_screen(self.screen)
+        self.host.run_worker(
+            partial(load_models, settings, self.host.post_message),
             name="load models",
             group="engine",
             thread=True,
@@ -77,7 +78,7 @@ class LoadingFlow:
         if self.screen is not None:
             self.screen.show_progress(message.progress)
         if message.progress.stage == "notice":  # worth reading after the loading screen has closed
-            self.app.notify(message.progress.message, timeout=12, markup=False)  # a file's name is no markup
+            self.host.notify(message.progress.message, timeout=12, markup=False)  # a file's name is no markup
 
     def loaded(self, loaded: LoadedEngine) -> None:
         """Close the loading screen and anything opened over it meanwhile (help, say), chat with
@@ -86,8 +87,8 @@ class LoadingFlow:
         typed = ""
         if screen is not None:
             typed = screen.typed
-            while screen in self.app.screen_stack:
-                self.app.pop_screen()
+            while screen in self.host.screen_stack:
+                self.host.pop_screen()
         self.use(loaded)
         if typed.strip():
             self.host.prompt.give_back(typed)
@@ -95,7 +96,7 @@ class LoadingFlow:
 
     def use(self, loaded: LoadedEngine) -> None:
         """The chat runs on ``loaded`` from now on (loaded here, or given to the app)."""
-        host, app = self.host, self.app
+        host = app = self.host
         host.target_name, host.draft_name = loaded.target_name, loaded.draft_name
         host.conversation.target, host.conversation.draft = loaded.target_name, loaded.draft_name
         chosen, note = controls_for(self.settings, loaded.engine.available_drafters)
@@ -112,7 +113,7 @@ class LoadingFlow:
         host.refresh_panels(force=True)
 
     def failed(self, message: LoadFailed) -> None:
-        app = self.app
+        app = self.host
         app.sub_title = "could not attach to the server" if self.settings.server else "models failed to load"
         screen = self.screen
         if screen is not None:

@@ -18,13 +18,13 @@ from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState, g
 
 from specchat.engine.events import ContextEvent, RoundEvent, SummaryEvent, TokenEvent
 from specchat.store.conversation import Conversation, Turn
+from specchat.ui.controllers.hosts import RunsWorkers
 from specchat.ui.state.live import LiveStats, StepView
 from specchat.ui.widgets.transcript import AssistantMessage, Notice, UserMessage
 from specchat.ui.workers import bridge
 from specchat.ui.workers.messages import ReplyClosed, ReplyEvents, ReplyPaused
 
 if TYPE_CHECKING:
-    from textual.app import App
 
     from specchat.backend import Capabilities, Controls
     from specchat.ui.screens.main import MainScreen
@@ -54,7 +54,7 @@ class ActiveReply:
     """Step mode holds the reply between two rounds."""
 
 
-class ReplyHost(Protocol):
+class ReplyHost(RunsWorkers, Protocol):
     """What a reply needs from the app that owns it (read at each use: clearing the chat or
     opening another conversation swaps ``conversation``)."""
 
@@ -78,14 +78,12 @@ class Replies:
 
     def __init__(
         self,
-        app: App[Any],
         host: ReplyHost,
         screen: MainScreen,
         live: LiveStats,
         step_gate: bridge.StepGate,
         lease: ModelLease,
     ) -> None:
-        self.app = app
         self.host = host
         self.screen = screen
         self.live = live
@@ -115,9 +113,9 @@ class Replies:
         self.live.start_reply()
         self.host.save_conversation()
         self.host.set_busy(True)
-        reply.drain_timer = self.app.set_interval(bridge.WAKE_INTERVAL, lambda: self.drain(reply))
+        reply.drain_timer = self.host.set_interval(bridge.WAKE_INTERVAL, lambda: self.drain(reply))
         messages = self.host.conversation.chat_messages()
-        reply.worker = self.app.run_worker(
+        reply.worker = self.host.run_worker(
             lambda: self._stream(reply.id, engine, messages, controls, reply.buffer),
             name="reply",
             group="engine",
@@ -139,7 +137,7 @@ class Replies:
         # The worker's cancelled event is the engine's stop flag: Esc sets it, and Textual
         # sets it for every worker when the app quits.
         cancel = get_current_worker().cancelled_event
-        post = self.app.post_message
+        post = self.host.post_message
         error = bridge.run_reply(
             engine,
             messages,
@@ -254,7 +252,7 @@ class Replies:
         else:
             self.keep(reply, message.error)
             if message.error:
-                self.app.notify(message.error, severity="error", timeout=10)
+                self.host.notify(message.error, severity="error", timeout=10)
         self.host.refresh_panels(force=True)
 
     def _close(self, reply: ActiveReply) -> None:
@@ -298,7 +296,7 @@ class Replies:
                 await users[-1].remove()
             self.screen.prompt.give_back(text)
         await transcript.mount(Notice(f"error: {error}"))
-        self.app.notify(error, severity="error", timeout=10)
+        self.host.notify(error, severity="error", timeout=10)
         self.live.load(turns)
 
     # ------------------------------------------------------------------ quitting, crashing

@@ -8,13 +8,13 @@ The reply side of step mode (the gate the engine waits at, the paused reply) is
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from specchat.ui.controllers.hosts import ShowsScreens
 from specchat.ui.screens.replay import ReplayScreen
 from specchat.ui.settings.keys import display_key
 
 if TYPE_CHECKING:
-    from textual.app import App
 
     from specchat.ui.controllers.reply import Replies
     from specchat.ui.state.lease import ModelLease
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 class StepKeys:
     def __init__(
         self,
-        app: App[Any],
+        app: ShowsScreens,
         replies: Replies,
         lease: ModelLease,
         keys: dict[str, str],

@@ -8,11 +8,12 @@ through their constructors; whether one may open now is :mod:`specchat.ui.contro
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual.css.query import NoMatches
 
 from specchat.ui.controllers import talk
+from specchat.ui.controllers.hosts import ShowsScreens
 from specchat.ui.screens.race_screen import RaceScreen
 from specchat.ui.screens.replay import ReplayScreen
 from specchat.ui.screens.selftest_screen import SelfTestScreen
@@ -20,7 +21,6 @@ from specchat.ui.settings.keys import display_key
 from specchat.ui.widgets.theory import TheoryPanel
 
 if TYPE_CHECKING:
-    from textual.app import App
 
     from specchat.store.conversation import Conversation
     from specchat.ui.screens.main import MainScreen
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 class TalkScreens:
     def __init__(
         self,
-        app: App[Any],
+        app: ShowsScreens,
         lease: ModelLease,
         palette: TokenPalette,
         tracker: TheoryTracker,

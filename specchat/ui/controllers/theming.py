@@ -9,7 +9,7 @@ changes, and remembers the choice. The theme files and the palette are :mod:`spe
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 from rich.style import Style
 from textual.theme import Theme
@@ -17,10 +17,24 @@ from textual.theme import Theme
 from specchat.ui.settings import themes
 
 if TYPE_CHECKING:
-    from textual.app import App
-
     from specchat.ui.screens.main import MainScreen
     from specchat.ui.state.preferences import Preferences
+
+
+class ThemeHost(Protocol):
+    """The app's Textual themes: registered, listed, switched."""
+
+    theme: str
+
+    @property
+    def available_themes(self) -> dict[str, Theme]: ...
+
+    @property
+    def current_theme(self) -> Theme: ...
+
+    def register_theme(self, theme: Theme) -> None: ...
+
+    def get_theme(self, theme_name: str) -> Theme | None: ...
 
 
 class AppThemes:
@@ -28,7 +42,7 @@ class AppThemes:
 
     def __init__(
         self,
-        app: App[Any],
+        app: ThemeHost,
         preferences: Preferences,
         palette: themes.TokenPalette,
         chat_screens: Callable[[], Iterable[MainScreen]],
@@ -49,9 +63,9 @@ class AppThemes:
         return themes.DEFAULT_THEME if themes.DEFAULT_THEME in self.app.available_themes else "textual-dark"
 
     def start(self) -> None:
-        """The app is mounted: colour the tokens, and follow later theme changes."""
+        """The app is mounted: colour the tokens (the app then sends every later theme change to
+        :meth:`changed`)."""
         self.palette.use(self.styles_of(self.app.theme))
-        self.app.theme_changed_signal.subscribe(self.app, self._changed)
 
     @property
     def names(self) -> list[str]:
@@ -80,7 +94,7 @@ class AppThemes:
             screen.live.set_display(show_rejected=shown)
             screen.redraw_tokens()
 
-    def _changed(self, theme: Theme) -> None:
+    def changed(self, theme: Theme) -> None:
         self.palette.use(self.styles_of(theme.name))
         for screen in self.chat_screens():
             screen.redraw_tokens()

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Callable
-from typing import Any
 
 from textual.app import App
 
@@ -56,7 +55,7 @@ class SignalQuit:
             self._loop.call_soon_threadsafe(self.on_signal, 128 + signal.SIGHUP)
 
 
-def run_in_terminal(app: App[Any], quitter: SignalQuit) -> None:
+def run_in_terminal(app: App[int], quitter: SignalQuit) -> None:
     """Run ``app`` on the real terminal, surviving the terminal's hangup (see ui/driver.py)."""
     deadline = quitter.deadline = QuitDeadline()
     app.driver_class = tolerant_driver(app.driver_class, quitter.terminal_gone)
