@@ -20,7 +20,10 @@ from specchat.engine.events import TokenEvent
 from tests.remote.server import FakeServer, Script, openai_stream
 from tests.ui.test_terminal import Terminal
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal")
+pytestmark = [
+    pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal"),
+    pytest.mark.spawns,
+]
 
 PIECES = [
     "Hello",

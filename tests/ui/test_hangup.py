@@ -19,7 +19,10 @@ import pytest
 
 from tests.ui.test_terminal import Terminal, chat, conversations, long_context_pair, sent  # noqa: F401
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal")
+pytestmark = [
+    pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal"),
+    pytest.mark.spawns,
+]
 
 EXIT_WITHIN = 5.0
 

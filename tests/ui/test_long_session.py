@@ -20,7 +20,7 @@ from specchat.ui.widgets.prompt import PromptInput
 
 from .conftest import make_app, wait_for
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 MESSAGES = int(__import__("os").environ.get("LONG_SESSION_MESSAGES", "200"))
 MAX_NEW_TOKENS = 6
