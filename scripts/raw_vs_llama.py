@@ -1,4 +1,4 @@
-"""`specchat generate --raw` against llama-server's `/completion` on the same text (issue 33, item 5).
+"""`specchat generate --raw` against llama-server's `/completion` on the same text.
 
     python scripts/raw_vs_llama.py --llama-cpp DIR FILE.gguf [--tokens 48] [--threads 2]
 

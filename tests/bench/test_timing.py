@@ -1,4 +1,4 @@
-"""Decoding speed comes only from durations measured in the run it describes (issue 8, item 7)."""
+"""Decoding speed comes only from durations measured in the run it describes."""
 
 from __future__ import annotations
 

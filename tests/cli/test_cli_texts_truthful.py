@@ -1,4 +1,4 @@
-"""What the CLI says about itself must match what it does (issue 22, item 19)."""
+"""What the CLI says about itself must match what it does."""
 
 from __future__ import annotations
 

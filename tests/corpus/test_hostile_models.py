@@ -1,4 +1,4 @@
-"""Hostile model files (issue 30): every crafted file of tests/hostile_gguf.py through the real
+"""Hostile model files: every crafted file of tests/hostile_gguf.py through the real
 ``specchat generate`` and ``specchat models``.
 
 Each case must end with one clear line naming what is wrong and exit status 2 (or run, for a file

@@ -1,5 +1,5 @@
 """A conversation longer than the context leaves its oldest exchanges out of the prompt and says
-so; raw mode feeds text exactly as written (issue 33)."""
+so; raw mode feeds text exactly as written."""
 
 from __future__ import annotations
 

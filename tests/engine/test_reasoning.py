@@ -1,4 +1,4 @@
-"""Thinking models: reasoning marked token by token, its own α, the thinking switch (issue 33)."""
+"""Thinking models: reasoning marked token by token, its own α, the thinking switch."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Each draft's trace carries both models' own softmax (T = 1, unshaped): issue 22, item 17.
+"""Each draft's trace carries both models' own softmax (T = 1, unshaped).
 
 At T = 0 the test is argmax equality, so the shaped figures teach nothing; what each model
 itself thought of the drafted token is what the inspector shows there.

@@ -1,4 +1,4 @@
-"""The C++ decoder's entry checks (issue 30): sizes it cannot compute with become a Python error,
+"""The C++ decoder's entry checks: sizes it cannot compute with become a Python error,
 whatever a caller hands it, never a read or write past a buffer."""
 
 from __future__ import annotations

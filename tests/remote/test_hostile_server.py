@@ -1,4 +1,4 @@
-"""A misbehaving or hostile server (issue 22, items 1, 2, 4, 11 and 12), against `specchat generate`.
+"""A misbehaving or hostile server, against `specchat generate`.
 
 What a server sends is not trusted: escape sequences in its text are shown, not obeyed; the
 API key it echoes back is masked; its strings are clipped; a chunk of the wrong shape or an

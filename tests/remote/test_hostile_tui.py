@@ -1,4 +1,4 @@
-"""The chat and the replay with hostile text (issue 22, items 1, 2 and 4): Pilot tests.
+"""The chat and the replay with hostile text: Pilot tests.
 
 A server's reply, error and model id, and a shared conversation file, are shown with their
 control characters visible (``^[``), the API key masked and long strings clipped; what the

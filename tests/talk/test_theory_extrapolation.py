@@ -1,4 +1,4 @@
-"""The γ advisor past the widest verify pass timed (issue 22, item 16): a forecast on the cost
+"""The γ advisor past the widest verify pass timed: a forecast on the cost
 line, said to be one on the panel, never a cliff to 0×."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""No escape sequence from a server or a shared file reaches the real terminal (issue 22, item 1).
+"""No escape sequence from a server or a shared file reaches the real terminal.
 
 The real `specchat chat --server` and `specchat replay` run in a pseudo-terminal; every byte
 they write is kept. specchat's own escape sequences are there, of course, so the test looks for

@@ -1,5 +1,5 @@
-"""At T = 0 the inspector shows each model's own softmax beside the rule that decided (issue 22,
-item 17): argmax match at T = 0, min(1, p/q) at T > 0; a lookup says it has no probability."""
+"""At T = 0 the inspector shows each model's own softmax beside the rule that decided: argmax
+match at T = 0, min(1, p/q) at T > 0; a lookup says it has no probability."""
 
 from __future__ import annotations
 

@@ -165,7 +165,7 @@ async def wait_until_thread_ends(jobs_done: list[int]) -> None:
 async def test_a_message_typed_while_loading_waits_in_the_box(
     monkeypatch: pytest.MonkeyPatch, engine: Any
 ) -> None:
-    """Issue 22, item 8: typing and Enter on the loading screen used to be dropped."""
+    """Typing and Enter on the loading screen used to be dropped."""
     import threading
 
     go = threading.Event()

@@ -1,5 +1,5 @@
 """Pilot tests: a thinking model's reasoning folded to one line, unfolded by its key, inspected
-and stepped through; saved and exported as reasoning (issue 33, item 4). A chat that outgrows
+and stepped through; saved and exported as reasoning. A chat that outgrows
 the context (item 3), and how the chat says the prompt is rendered: raw, or without a template
 (item 5)."""
 
@@ -206,7 +206,7 @@ def _controls():  # type: ignore[no-untyped-def]
 
 
 async def test_a_chat_past_the_context_keeps_answering_and_saves_every_turn(engine: PausingEngine) -> None:
-    """Issue 33, item 3: the tiny model's context holds 256 tokens (one a character); four long
+    """The tiny model's context holds 256 tokens (one a character); four long
     messages outgrow it, and every reply still comes, after a notice of what was left out."""
     app = make_app(engine, max_new_tokens=24)
     long = "the quick brown fox jumps over the lazy dog. " * 2
@@ -231,7 +231,7 @@ async def test_a_chat_past_the_context_keeps_answering_and_saves_every_turn(engi
 
 
 async def test_a_model_without_a_template_says_how_turns_are_joined(tiny_pair: TinyPair) -> None:
-    """Issue 33, item 5: the chat says which rendering it uses, under the system prompt."""
+    """The chat says which rendering it uses, under the system prompt."""
     bare = tiny_pair.tokenizer.__class__(tokenizer_object=tiny_pair.tokenizer.backend_tokenizer)
     app = make_app(ChatEngine(tiny_pair.target, bare, tiny_pair.draft))
     async with app.run_test(size=SIZE) as pilot:
