@@ -1,6 +1,6 @@
 """Interleaved A/B runs of `specchat generate`: tokens/s from each run's own JSON summary.
 
-    python scripts/ab_generate.py REPS NAME=BIN:FLAGS [NAME=BIN:FLAGS ...]
+    python scripts/lab/ab_generate.py REPS NAME=BIN:FLAGS [NAME=BIN:FLAGS ...]
 
 BIN is the folder holding the `specchat` to run (a virtual environment's bin/, so two checkouts
 can be compared), FLAGS the extra `generate` flags, split on spaces. Every configuration runs

@@ -1,6 +1,6 @@
 """Interleaved A/B of two builds of the CPU kernels on the real target, in one process.
 
-    python scripts/ab_kernels.py REPS A=SOURCE.cpp:PACKED_FOLDER[:huge] B=SOURCE.cpp:PACKED_FOLDER[:huge]
+    python scripts/lab/ab_kernels.py REPS A=SOURCE.cpp:PACKED_FOLDER[:huge] B=SOURCE.cpp:PACKED_FOLDER[:huge]
 
 Each SOURCE is built as its own extension (a variant of specchat/kernels/qgemm.cpp; its Python
 classes are made module-local so that two builds load side by side) and runs the packed target

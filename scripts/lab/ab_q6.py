@@ -1,7 +1,7 @@
 """Q6_K at its own 6.5 bits (the q6 kernel) against the same values in the 8.5-bit q8 layout.
 
-    python scripts/ab_q6.py matrix      # bit identity, then cold products by width
-    python scripts/ab_q6.py generate    # plain decoding and the defaults, end to end
+    python scripts/lab/ab_q6.py matrix      # bit identity, then cold products by width
+    python scripts/lab/ab_q6.py generate    # plain decoding and the defaults, end to end
 
 Before the q6 kernel, the target's Q6_K matrices (its head, half its down and v projections)
 were packed in the q8 layout. ``matrix`` checks that q6 computes bit for bit what q8 computes

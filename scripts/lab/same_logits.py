@@ -1,8 +1,8 @@
 """Are two builds of the CPU kernels the same function? Logits compared bit for bit, in one process.
 
-    python scripts/same_logits.py A.cpp B.cpp PACKED_FOLDER
+    python scripts/lab/same_logits.py A.cpp B.cpp PACKED_FOLDER
 
-Both sources are built side by side (as scripts/ab_kernels.py builds them), both load the packed
+Both sources are built side by side (as scripts/lab/ab_kernels.py builds them), both load the packed
 model in PACKED_FOLDER and prefill the same 100 tokens; then passes of width 1–9 and 17 over the
 same random ids are compared with torch.equal. A kernel change that only reorders exact integer
 sums, or how weights are fetched, must print "all identical": then greedy decoding, and the

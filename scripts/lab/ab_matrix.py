@@ -1,8 +1,8 @@
 """Interleaved A/B of kernel builds on one kind of the real target's matrices, cold and cache-hot.
 
-    python scripts/ab_matrix.py PACKED_FOLDER NAME=SOURCE.cpp [NAME=SOURCE.cpp ...]
+    python scripts/lab/ab_matrix.py PACKED_FOLDER NAME=SOURCE.cpp [NAME=SOURCE.cpp ...]
 
-Each SOURCE is built as its own extension (as scripts/ab_kernels.py builds it) and times a
+Each SOURCE is built as its own extension (as scripts/lab/ab_kernels.py builds it) and times a
 product of the matrix named by MATRIX (default ``gate``) with M random rows (M from ROWS,
 default 1,2,4,8): "hot" repeats layer 0's matrix, so it stays in cache and the figure is the
 kernel's arithmetic; "cold" cycles through every layer's matrix, so the weights stream from

@@ -1,6 +1,6 @@
 """What a pass of each width costs on a packed model: the flat part of the verify curve.
 
-    python scripts/pass_widths.py PACKED_FOLDER [PREFIX] [REPS] [HEAD_ROWS]
+    python scripts/lab/pass_widths.py PACKED_FOLDER [PREFIX] [REPS] [HEAD_ROWS]
 
 Loads a folder of the packed cache (``specchat models`` lists them), prefills PREFIX random
 tokens (default 100), then times single passes of 1 to 8 new positions with logits for all of

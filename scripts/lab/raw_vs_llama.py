@@ -1,6 +1,6 @@
 """`specchat generate --raw` against llama-server's `/completion` on the same text.
 
-    python scripts/raw_vs_llama.py --llama-cpp DIR FILE.gguf [--tokens 48] [--threads 2]
+    python scripts/lab/raw_vs_llama.py --llama-cpp DIR FILE.gguf [--tokens 48] [--threads 2]
 
 For each prompt, specchat's own command (`specchat generate --raw PROMPT --format jsonl`, plain
 greedy decoding on the file) and llama-server's `/completion` given the prompt as text, greedy.

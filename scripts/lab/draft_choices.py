@@ -1,6 +1,6 @@
 """How often is the target's greedy token the draft's first, second or third choice?
 
-    python scripts/draft_choices.py [PER_CATEGORY] [TOKENS]
+    python scripts/lab/draft_choices.py [PER_CATEGORY] [TOKENS]
 
 For each bench prompt (PER_CATEGORY per category, default 2) the target decodes TOKENS tokens
 plainly (default 96); the draft then reads the prompt and that reply in one pass (teacher
