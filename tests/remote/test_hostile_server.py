@@ -46,7 +46,7 @@ class HostileServer(FakeServer):
         def echo(text: str, auth: str) -> str:
             return text.replace(AUTH, auth).replace(RAW_KEY, auth.removeprefix("Bearer "))
 
-        class Handler(base):  # type: ignore[misc, valid-type]
+        class Handler(base):
             def do_POST(self) -> None:
                 auth = self.headers.get("Authorization", "")
                 script.stream = [echo(payload, auth) for payload in script.stream]

@@ -192,7 +192,7 @@ async def test_step_mode_pauses_inside_the_reasoning(thinking: PausingEngine) ->
         assert str(fold.line.render()).startswith("▸ reasoning · ")
 
 
-async def wait_for_step(pilot, app) -> None:  # type: ignore[no-untyped-def]
+async def wait_for_step(pilot, app) -> None:
     await wait_for(pilot, lambda: app.live.step.paused)
     await pilot.pause()
 
@@ -204,7 +204,7 @@ def test_reasoning_tokens_are_what_the_engine_marked(thinking: PausingEngine) ->
     assert text == REASONING + ANSWER
 
 
-def _controls():  # type: ignore[no-untyped-def]
+def _controls():
     from specchat.backend import Controls
 
     return Controls(drafter="model", gamma=3)
