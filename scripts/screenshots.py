@@ -76,9 +76,9 @@ def train_demo_pair(seed: int = SEED) -> Any:
     for _ in range(600):
         loss = sum(target(input_ids=batch, labels=batch).loss for batch in sequences)
         optimiser.zero_grad()
-        loss.backward()  # type: ignore[union-attr]
+        loss.backward()
         optimiser.step()
-        if loss.item() < 0.01:  # type: ignore[union-attr]
+        if loss.item() < 0.01:
             break
     target.eval()
     draft = perturbed_copy(target, DRAFT_NOISE, seed + 1)
@@ -291,7 +291,11 @@ async def shoot_talk(
         await pilot.press(key("step_mode"))
         await send_only(app, pilot, question)
         for rounds in range(1, 30):
-            await wait(pilot, lambda n=rounds: app.live.step.paused and len(app.reply.rounds) == n)
+
+            def paused_after(n: int = rounds) -> bool:
+                return bool(app.live.step.paused and len(app.reply.rounds) == n)
+
+            await wait(pilot, paused_after)
             if rounds >= 3 and app.reply.rounds[-1].rejected:
                 break
             await pilot.press(key("step"))

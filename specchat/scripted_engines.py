@@ -52,6 +52,9 @@ class FixedTimings:
     ) -> Reply:
         return _RetimedReply(self.engine.start_chat(messages, controls, cancel))
 
+    def close(self) -> None:
+        self.engine.close()
+
 
 class _FixedClock:
     """The cost model of :class:`FixedTimings`, applied to one reply's events in order."""
@@ -137,6 +140,9 @@ class PausingEngine:
     ) -> Reply:
         self._begin()
         return _PausingReply(self, self.engine.start_chat(messages, controls, cancel), cancel)
+
+    def close(self) -> None:
+        self.engine.close()
 
     def _begin(self) -> None:
         self.events.clear()

@@ -97,7 +97,9 @@ class Gguf:
     def read(cls, path: Path) -> Gguf:
         found = read_gguf(path)
         blob = path.read_bytes()
-        metadata = [(key, e.kind, blob[e.start : e.end]) for key, e in found.entries.items()]
+        metadata: list[tuple[str | bytes, int, bytes]] = [
+            (key, e.kind, blob[e.start : e.end]) for key, e in found.entries.items()
+        ]
         start = min(t.offset for t in found.tensors.values())
         start -= start % found.alignment
         tensors = [Tensor(t.name, t.dims, int(t.ggml_type), t.offset - start) for t in found.tensors.values()]

@@ -14,7 +14,12 @@ from specchat.files import write_atomic
 def test_the_file_is_replaced_whole_and_synced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     synced: list[int] = []
     real_fsync = os.fsync
-    monkeypatch.setattr(files.os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(files.os, "fsync", recording_fsync)
     target = tmp_path / "deep" / "settings.toml"
     write_atomic(target, "old")
     write_atomic(target, b"new \xe2\x9c\x93")
@@ -27,7 +32,12 @@ def test_two_writers_never_share_a_temporary(tmp_path: Path, monkeypatch: pytest
     """A fixed temporary name lets one writer rename the other's half-written file into place."""
     seen: list[str] = []
     real_replace = os.replace
-    monkeypatch.setattr(files.os, "replace", lambda src, dst: (seen.append(str(src)), real_replace(src, dst)))
+
+    def recording_replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        seen.append(str(src))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(files.os, "replace", recording_replace)
     write_atomic(tmp_path / "a", "1")
     write_atomic(tmp_path / "a", "2")
     assert len(set(seen)) == 2

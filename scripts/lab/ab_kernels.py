@@ -23,6 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -130,12 +131,19 @@ def load(variant: Variant, workdir: Path, keep: list[Any]) -> None:
     if variant.huge:
         tensors, buffer = on_huge_pages(tensors)
         keep.append(buffer)
-    native.load = lambda: module  # type: ignore[assignment]
-    native.qmat_from_tensors = qmat_with(module)  # type: ignore[assignment]
+
+    def load_built(report: Callable[[str], None] | None = None) -> ModuleType:
+        return module
+
+    native.load = load_built
+    native.qmat_from_tensors = qmat_with(module)
     packed = PackedModel.from_meta(meta, tensors)
-    packed.matrix_tensors = lambda name: {  # type: ignore[method-assign]  # a layout may add arrays
-        f: t for f in ("q", "qh", "sc", "mn", "d", "dm") if (t := tensors.get(f"{name}.{f}")) is not None
-    }
+
+    def matrix_tensors(name: str) -> dict[str, torch.Tensor]:
+        fields = ("q", "qh", "sc", "mn", "d", "dm")
+        return {f: t for f in fields if (t := tensors.get(f"{name}.{f}")) is not None}
+
+    packed.matrix_tensors = matrix_tensors  # type: ignore[method-assign]  # a layout may add arrays
     variant.model = native.native_model(packed, AutoConfig.from_pretrained(str(variant.folder)))
     variant.cache = variant.model.new_cache()
     prompt = torch.randint(0, 1000, (1, PREFILL), generator=torch.Generator().manual_seed(0))

@@ -21,6 +21,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -97,19 +98,25 @@ def generate_run() -> None:
     packed_make = native.qmat_from_tensors
 
     def expanded(
-        kind: str, tensors: dict[str, torch.Tensor], sb: int, offset: int, rows: int, bias: Any
+        kind: str,
+        tensors: dict[str, torch.Tensor],
+        sb: int,
+        offset: int,
+        rows: int,
+        bias: torch.Tensor | None,
     ) -> Any:
         if kind == "q6":
             return packed_make("q8", as_q8(tensors), sb, offset, rows, bias)
         return packed_make(kind, tensors, sb, offset, rows, bias)
 
     engines = {}
-    for variant, factory in (("q8", expanded), ("q6", packed_make)):
+    factories: dict[str, Callable[..., Any]] = {"q8": expanded, "q6": packed_make}
+    for variant, factory in factories.items():
         native.qmat_from_tensors = factory
         pair = load_for_decoding("qwen-coder-1.5b", "qwen-coder-0.5b", cpu_path="auto")
         engines[variant] = ChatEngine(pair.target, pair.tokenizer, pair.draft)
     native.qmat_from_tensors = packed_make
-    modes = {
+    modes: dict[str, dict[str, Any]] = {
         "plain": {"drafter": "none", "schedule": "fixed"},
         "defaults": {"drafter": "hybrid", "schedule": "adaptive"},
     }
@@ -121,6 +128,7 @@ def generate_run() -> None:
         for mode, options in modes.items():
             for variant in ("q8", "q6") if i % 2 == 0 else ("q6", "q8"):
                 engine = engines[variant]
+                assert engine.draft is not None
                 engine.target.reset()
                 engine.draft.reset()
                 tokens: list[int] = []

@@ -34,7 +34,7 @@ def test_the_engine_refuses_a_prompt_id_past_the_embedding_in_one_line() -> None
     from tests.kernels.decoder_abuse import FIXTURE
 
     tokenizer = AutoTokenizer.from_pretrained(str(FIXTURE.parent), gguf_file=FIXTURE.name)
-    engine = ChatEngine(build(fresh()), tokenizer)  # type: ignore[arg-type]
+    engine = ChatEngine(build(fresh()), tokenizer)
     assert engine.input_rows == 320
     with pytest.raises(InvalidSettingError, match="token id 320, and the model has embeddings for ids 0 to"):
         engine.start_ids([1, 320], Controls(drafter="none", max_new_tokens=2))

@@ -150,6 +150,7 @@ async def test_the_replay_of_a_shared_file_shows_its_escapes_visibly(tmp_path: A
         assert isinstance(screen, ReplayScreen)
         await wait_for(pilot, lambda: screen.finished, timeout=30)
         await pilot.pause()
+        assert screen.sub_title is not None
         assert_neutral(screen.sub_title)
         assert "^[]" in screen.sub_title  # the title, taken from the file or its first message
         user = str(screen.query_one(UserMessage).render())

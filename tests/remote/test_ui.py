@@ -88,7 +88,7 @@ async def test_chat_with_llama_server_colours_tokens_and_labels_every_figure(
             assert reply.tokens.runs == runs(turn.tokens)
 
             shown = app.query_one(SidePanel).current
-            assert shown is not None
+            assert shown is not None and turn.summary is not None
             assert shown.alpha == fmt(22 / 50) == fmt(turn.summary.alpha)
             assert shown.tau == fmt(turn.summary.tau)
             assert shown.sources["alpha"] == "measured" and shown.sources["tau"] == "inferred"

@@ -96,6 +96,6 @@ def test_a_race_lane_shows_control_characters_visibly() -> None:
     from specchat.presenters.race_text import lane_text
 
     tokens = (LaneToken(0.1, "ok\x1b]0;title\x07", "target", 1),)
-    summary = SummaryEvent(1, 1, 0, 0, None, None, 10.0, (), "length", 0.0, 0.1, 1)
+    summary = SummaryEvent(1, 1, 0, 0, None, None, 10.0, (), "max_tokens", 0.0, 0.1, 1)
     shown = lane_text(RaceLane("plain", tokens, 0.2, summary), 1.0, {}).plain
     assert shown == "ok^[]0;title^G"

@@ -85,6 +85,7 @@ def test_markdown_export(tmp_path: Path) -> None:
 
 def test_live_stats_rebuilt_from_saved_turns_match_the_stream() -> None:
     turn = reply()
+    assert turn.summary is not None
     streamed = LiveStats()
     streamed.extend(
         [turn.tokens[0], turn.tokens[1], turn.rounds[0], turn.tokens[2], turn.rounds[1], turn.summary]

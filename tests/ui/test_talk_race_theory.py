@@ -48,7 +48,7 @@ async def test_theory_panel_fills_in_the_formulas_and_applies_the_best_gamma(eng
         assert view is not None and view.alpha is not None and view.predicted is not None
         assert view.c == pytest.approx(DRAFT_MS_PER_TOKEN / VERIFY_MS)
         assert view.v == pytest.approx(1.0)  # every verify pass costs the same under FixedTimings
-        assert view.plain_rate == pytest.approx(1000 / VERIFY_MS)
+        assert view.plain_rate is not None and view.plain_rate == pytest.approx(1000 / VERIFY_MS)
         reply = app.conversation.turns[-1].summary
         assert reply is not None
         assert view.measured_speedup == pytest.approx(reply.tokens_per_s / view.plain_rate)

@@ -8,6 +8,7 @@ models saved as Hugging Face folders load through the real loader in a few secon
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import re
@@ -151,7 +152,7 @@ def test_a_whole_sentence_and_enter_in_one_burst(chat: Callable[..., Terminal], 
     sentence = "What is a hash table? Answer in two sentences."
     for count in (1, 2, 3):
         terminal.write(sentence + "\r")
-        terminal.wait_for(lambda n=count: replies_done(tmp_path, n), what=f"reply {count}")
+        terminal.wait_for(functools.partial(replies_done, tmp_path, count), what=f"reply {count}")
     assert sent(tmp_path) == [sentence] * 3
 
     terminal.write("old text")

@@ -55,7 +55,11 @@ async def test_a_sentence_and_enter_in_one_burst_sends_the_whole_sentence(engine
     async with app.run_test(size=SIZE) as pilot:
         for round_no in range(3):
             burst(app, [*typed(sentence), "enter"])
-            await wait_for(pilot, lambda n=round_no: len(app.conversation.turns) >= 2 * (n + 1), timeout=10)
+
+            def answered(n: int = round_no) -> bool:
+                return len(app.conversation.turns) >= 2 * (n + 1)
+
+            await wait_for(pilot, answered, timeout=10)
             await wait_idle(pilot, app)
             assert app.conversation.turns[2 * round_no].content == sentence
             assert app.query_one(PromptInput).text == ""
