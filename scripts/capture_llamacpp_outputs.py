@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import cast
 
 from transformers import AutoTokenizer
 
@@ -69,8 +71,12 @@ def main() -> None:
                     {"role": "system", "content": "You are a helpful assistant."},
                     {"role": "user", "content": text},
                 ]
-                ids = tokenizer.apply_chat_template(
-                    messages, add_generation_prompt=True, tokenize=True, return_dict=True
+                # A mapping holding the ids (transformers types the call as every form it returns).
+                ids = cast(
+                    "Mapping[str, list[int]]",
+                    tokenizer.apply_chat_template(
+                        messages, add_generation_prompt=True, tokenize=True, return_dict=True
+                    ),
                 )
                 prompt_ids = [int(i) for i in ids["input_ids"]]
                 for row, tag in ((PLAIN_ROW, "plain"), (SPECULATIVE_ROW, "speculative")):

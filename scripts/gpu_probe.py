@@ -54,7 +54,7 @@ WHEELS = ROOT / ".whl"
 IMAGE_ABSENT = ("gguf", "textual", "platformdirs", "pydantic", "tomlkit", "textual_plotext", "bitsandbytes")
 """What the device image lacks (the probe needs none of it; bitsandbytes only for its section)."""
 
-QWEN_COMMON = {"rope_theta": 1_000_000.0, "rms_norm_eps": 1e-6, "max_position_embeddings": 32768}
+QWEN_COMMON: dict[str, Any] = {"rope_theta": 1_000_000.0, "rms_norm_eps": 1e-6, "max_position_embeddings": 32768}
 SHAPES: dict[str, dict[str, Any]] = {
     "1.5b": {"hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28, "num_attention_heads": 12,
              "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": False},
@@ -509,7 +509,11 @@ def section_syncs(probe: Probe) -> dict[str, Any]:
         vocab = max(t.vocab_width, d.vocab_width)
         plan = RoundPlan(ModelDrafter(d, vocab, stop_below=0.0), make_schedule("fixed", 4), SamplingParams())
         decoder = SpeculativeDecoder(t, lambda ids: NullDetokenizer(), frozenset(), None, vocab)  # type: ignore[arg-type,return-value]
-        generation = decoder.start(prompt, plan=lambda plan=plan: plan, max_new_tokens=200)
+
+        def fixed_plan(plan: RoundPlan = plan) -> RoundPlan:
+            return plan
+
+        generation = decoder.start(prompt, plan=fixed_plan, max_new_tokens=200)
         generation.step()  # the first round captures graphs and compiles: not counted
         rounds = 4 if probe.light else 8
         with counted_syncs(probe) as counts:

@@ -153,7 +153,7 @@ def convert_in_this_process(llama_cpp: Path, folder: Path, outfile: Path) -> Non
     """
     sys.path.insert(0, str(llama_cpp / "gguf-py"))
     sys.path.insert(0, str(llama_cpp))
-    import conversion.base as base  # type: ignore[import-not-found]
+    import conversion.base as base
 
     base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "gpt-2"
     sys.argv = ["convert_hf_to_gguf.py", str(folder), "--outtype", "f32", "--outfile", str(outfile)]

@@ -8,7 +8,7 @@ so every run draws the same pictures. To make the replies readable, the script f
 teaches a tiny character-level Llama one short conversation (a few seconds on one CPU
 thread, seeded); the draft is a noisy copy of it, so some drafts are accepted and some
 corrected, as with a real pair. Timings come from a fixed cost model
-(``specchat.ui.scripted_engines.FixedTimings``: 1.5 ms per drafted token plus 12 ms per verify
+(``specchat.scripted_engines.FixedTimings``: 1.5 ms per drafted token plus 12 ms per verify
 pass), so the tokens/s figures are illustrative, not measurements. The demo race's arrival
 times come from a cost model too (``race_with_fixed_times``), unless ``--race`` names a race
 that was measured (``specchat race --json``, or E on the race screen): the app then shows that
@@ -76,9 +76,9 @@ def train_demo_pair(seed: int = SEED) -> Any:
     for _ in range(600):
         loss = sum(target(input_ids=batch, labels=batch).loss for batch in sequences)
         optimiser.zero_grad()
-        loss.backward()  # type: ignore[union-attr]
+        loss.backward()
         optimiser.step()
-        if loss.item() < 0.01:  # type: ignore[union-attr]
+        if loss.item() < 0.01:
             break
     target.eval()
     draft = perturbed_copy(target, DRAFT_NOISE, seed + 1)
@@ -140,8 +140,8 @@ async def send_and_wait(app: Any, pilot: Any, text: str) -> None:
 
 
 def key(binding: str) -> str:
-    """The default key of one of the app's bindings (by its id in specchat.ui.keys)."""
-    from specchat.ui.keys import KEYS_BY_ID
+    """The default key of one of the app's bindings (by its id in specchat.ui.settings.keys)."""
+    from specchat.ui.settings.keys import KEYS_BY_ID
 
     return KEYS_BY_ID[binding].key
 
@@ -158,7 +158,7 @@ def demo_race(pair: Any, prompt: str) -> Any:
     """A race on the demo pair, its arrival times from a cost model (the picture repeats)."""
     from specchat.engine.race import run_race
     from specchat.engine.session import ChatEngine, Controls
-    from specchat.ui.scripted_engines import race_with_fixed_times
+    from specchat.scripted_engines import race_with_fixed_times
 
     engine = ChatEngine(pair.target, pair.tokenizer, pair.draft)
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
@@ -189,7 +189,7 @@ async def render_all(
     pair: Any, out: Path, size: tuple[int, int], race_result: Any = None, selftest_report: Any = None
 ) -> None:
     from specchat.engine.session import ChatEngine
-    from specchat.ui.scripted_engines import FixedTimings, PausingEngine
+    from specchat.scripted_engines import FixedTimings, PausingEngine
 
     def engine(pause_after: int | None = None) -> PausingEngine:
         return PausingEngine(FixedTimings(ChatEngine(pair.target, pair.tokenizer, pair.draft)), pause_after)
@@ -291,7 +291,11 @@ async def shoot_talk(
         await pilot.press(key("step_mode"))
         await send_only(app, pilot, question)
         for rounds in range(1, 30):
-            await wait(pilot, lambda n=rounds: app.live.step.paused and len(app.reply.rounds) == n)
+
+            def paused_after(n: int = rounds) -> bool:
+                return bool(app.live.step.paused and len(app.reply.rounds) == n)
+
+            await wait(pilot, paused_after)
             if rounds >= 3 and app.reply.rounds[-1].rejected:
                 break
             await pilot.press(key("step"))
@@ -340,7 +344,7 @@ async def send_only(app: Any, pilot: Any, text: str) -> None:
 
 async def render_tiny_talk(pair: Any, out: Path, size: tuple[int, int]) -> None:
     from specchat.engine.session import ChatEngine
-    from specchat.ui.scripted_engines import FixedTimings, PausingEngine
+    from specchat.scripted_engines import FixedTimings, PausingEngine
 
     chat = ChatEngine(pair.target, pair.tokenizer, pair.draft)
     await shoot_talk(lambda: PausingEngine(FixedTimings(chat)), out, size)
@@ -351,7 +355,7 @@ async def render_real_talk(out: Path, size: tuple[int, int]) -> None:
     from specchat.config import Settings
     from specchat.engine.session import ChatEngine
     from specchat.models import load_for_decoding
-    from specchat.ui.scripted_engines import PausingEngine
+    from specchat.scripted_engines import PausingEngine
 
     settings = Settings()
     loaded = load_for_decoding(settings.target, settings.draft, cpu_path=settings.cpu_path)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from specchat.engine.events import Event, StopReason, SummaryEvent
 from specchat.engine.gamma import SCHEDULES, check_gamma
@@ -25,6 +25,13 @@ from specchat.errors import InvalidSettingError
 
 Message = dict[str, str]
 """{"role": "system" | "user" | "assistant", "content": "..."}"""
+
+
+def chat_messages(system_prompt: str | None, user: str) -> list[Message]:
+    """A one-question conversation: the system prompt (when there is one), then the user's text."""
+    system: list[Message] = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    return [*system, {"role": "user", "content": user}]
+
 
 RAW_RENDERING = "raw: your text exactly as written, no template and no system prompt, BOS as the file says"
 JOINED_RENDERING = (
@@ -189,3 +196,34 @@ class Backend(Protocol):
     def close(self) -> None:
         """Release what the backend holds (connections, caches)."""
         ...
+
+
+@runtime_checkable
+class LocalBackend(Backend, Protocol):
+    """A backend on local models: what the talk jobs (the race, the self-test) need beyond the
+    chat, namely token ids, the independent plain decoder and one token's text. A server client
+    has none of it; the engine (:class:`specchat.engine.session.ChatEngine`) has all of it."""
+
+    def prompt_ids(
+        self, messages: Sequence[Message], *, thinking: bool = True, raw: bool = False
+    ) -> list[int]: ...
+
+    def stream_ids(
+        self, prompt_ids: list[int], controls: Controls, cancel: threading.Event | None = None
+    ) -> Iterator[Event]: ...
+
+    def start_ids(
+        self, prompt_ids: list[int], controls: Controls, cancel: threading.Event | None = None
+    ) -> Reply: ...
+
+    def stream_plain(
+        self, prompt_ids: list[int], controls: Controls, cancel: threading.Event | None = None
+    ) -> Iterator[Event]: ...
+
+    def token_text(self, token_id: int) -> str: ...
+
+
+class Wrapper(Protocol):
+    """A backend that passes another one's events through (tests retime or pause the engine)."""
+
+    engine: object

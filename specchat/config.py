@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from specchat.engine.registry import DRAFTER_NAMES
 from specchat.errors import InvalidSettingError
-from specchat.files import CONFIG_LIMIT, read_user_text
+from specchat.files import CONFIG_LIMIT, read_user_text, write_atomic
 
 APP_NAME = "specchat"
 
@@ -49,14 +49,14 @@ class Settings(BaseModel):
     # hybrid + adaptive: the fastest pair of choices that keeps the draft model in play on the
     # bench (README, Performance); fixed γ=4 was slower than plain decoding on this CPU.
     drafter: str = "hybrid"
-    gamma: int = Field(4, ge=1, le=16)
+    gamma: int = Field(default=4, ge=1, le=16)
     """γ of the fixed schedule, and the first γ the others try."""
     schedule: Literal["fixed", "heuristic", "adaptive"] = "adaptive"
-    temperature: float = Field(0.0, ge=0.0)
-    top_k: int | None = Field(None, ge=1)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    max_new_tokens: int = Field(512, ge=1, le=MAX_NEW_TOKENS_LIMIT)
-    seed: int | None = Field(None, ge=0, le=SEED_MAX)
+    temperature: float = Field(default=0.0, ge=0.0)
+    top_k: int | None = Field(default=None, ge=1)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    max_new_tokens: int = Field(default=512, ge=1, le=MAX_NEW_TOKENS_LIMIT)
+    seed: int | None = Field(default=None, ge=0, le=SEED_MAX)
     system_prompt: str = "You are a helpful assistant."
     thinking: bool = True
     """Let a thinking model reason before it answers (false: ask its template not to, where it
@@ -72,7 +72,7 @@ class Settings(BaseModel):
     server: str | None = None
     """URL of an OpenAI-compatible server to attach to instead of loading models (--server).
     Conversations go to it only when this is set; the API key comes only from SPECCHAT_API_KEY."""
-    server_timeout: float = Field(120.0, gt=0, le=SERVER_TIMEOUT_LIMIT)
+    server_timeout: float = Field(default=120.0, gt=0, le=SERVER_TIMEOUT_LIMIT)
     """Seconds without a byte from the server before a reply fails."""
     server_verify_tls: bool = True
     """Check the server's TLS certificate (https); turn off only for a self-signed test server."""
@@ -293,10 +293,7 @@ def update_config_file(changes: dict[str, Any], path: Path | None = None) -> Pat
         else:
             document[name] = value
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(tomlkit.dumps(document), encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, tomlkit.dumps(document))
     except OSError as err:
         raise InvalidSettingError(f"cannot write the config file {path}: {err.strerror or err}.") from err
     return path

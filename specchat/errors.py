@@ -31,3 +31,11 @@ class ContextTooLongError(SpecchatError):
 
 class OutOfMemoryError(SpecchatError):
     """The device ran out of memory while loading or decoding."""
+
+
+def gist(text: str, limit: int = 200) -> str:
+    """The gist of an error's text: its first non-empty line, whitespace collapsed, cut to ``limit``
+    characters ("" when there is none). Library errors often run to pages; a user gets one line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = " ".join(lines[0].split()) if lines else ""
+    return first if len(first) <= limit else first[: limit - 1] + "…"

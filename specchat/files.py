@@ -1,4 +1,5 @@
-"""Reading a file a user named (a conversation to replay, the config file, a prompt, a race).
+"""Reading a file a user named (a conversation to replay, the config file, a prompt, a race), and
+writing one whole or not at all (:func:`write_atomic`).
 
 ``Path.read_text`` reads until end of file. Named at ``/dev/zero`` (or a symlink to it) that is
 never: the process grows until the kernel kills it, deaf to SIGTERM while it copies. Here only
@@ -21,6 +22,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import tempfile
 from pathlib import Path
 from typing import BinaryIO
 
@@ -135,3 +137,24 @@ def require_regular_file(path: Path) -> None:
     _refuse_kind(path, mode)
     if stat.S_ISFIFO(mode):
         raise RefusedFile(errno.EINVAL, "it is a pipe; a GGUF must be a file on disk", path)
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all, durable once this returns.
+
+    A temporary file with a unique name in the same folder (two writers never share one, and
+    ``os.replace`` stays on one file system) is written, flushed to disk, then renamed over
+    ``path``: a reader sees the old file or the new one, never half, even after a power cut. The
+    temporary is removed when anything fails, Ctrl+C included. Raises ``OSError``.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data.encode("utf-8") if isinstance(data, str) else data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -18,6 +18,7 @@ from logging.handlers import RotatingFileHandler
 from pathlib import Path
 
 from specchat.config import data_dir
+from specchat.errors import gist
 from specchat.untrusted import masked, visible
 
 LOG_FILE = "specchat.log"
@@ -85,11 +86,11 @@ def log_unexpected(what: str, err: BaseException) -> str:
 
     The line says what failed, the error's gist, and where the details are.
     """
-    gist = _gist(err)
+    summary = _named_gist(err)
     handler = _file_handler()
     if handler is not None:
         try:
-            _logger.error("%s: %s", what, gist, exc_info=err)
+            _logger.error("%s: %s", what, summary, exc_info=err)
             handler.flush()
         except Exception:  # logging must never turn one error into two
             handler = None
@@ -97,7 +98,7 @@ def log_unexpected(what: str, err: BaseException) -> str:
         with _lock:
             _tracebacks.append(format_traceback(err))
     where = f"details in {log_path()}" if handler is not None else "no log could be written"
-    return f"{what}: {gist} ({where}; --debug prints them)."
+    return f"{what}: {summary} ({where}; --debug prints them)."
 
 
 def debug_tracebacks() -> list[str]:
@@ -112,9 +113,6 @@ def format_traceback(err: BaseException) -> str:
     return visible(masked("".join(traceback.format_exception(err)).rstrip()))
 
 
-def _gist(err: BaseException) -> str:
-    lines = [line.strip() for line in visible(masked(str(err))).splitlines() if line.strip()]
-    text = " ".join(lines[0].split()) if lines else ""
-    if len(text) > 200:
-        text = text[:199] + "…"
+def _named_gist(err: BaseException) -> str:
+    text = gist(visible(masked(str(err))))
     return f"{type(err).__name__}: {text}" if text else type(err).__name__

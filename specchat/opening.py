@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from specchat.config import Settings
     from specchat.engine.session import ChatEngine, Controls
     from specchat.models import LoadProgress
+    from specchat.models.loader import DecodingPair
 
 Progress = Callable[["LoadProgress"], None]
 
@@ -105,7 +106,6 @@ def load_local(
     """Load the target and ``draft`` as the settings say, and build the engine on them."""
     if hf_peer or not lean:
         return _load_with_peer(settings, draft, progress, lean=lean)
-    from specchat.engine.session import ChatEngine
     from specchat.models import load_for_decoding
 
     pair = load_for_decoding(
@@ -118,13 +118,21 @@ def load_local(
         progress=progress,
         draft_optional=draft_is_default(settings),
     )
+    return _engine_on(pair, quant=settings.quant)
+
+
+def _engine_on(pair: DecodingPair, *, quant: str | None = None, dtype: str | None = None) -> OpenedBackend:
+    """The engine on a loaded pair, described for the front ends."""
+    from specchat.engine.session import ChatEngine
+
     return OpenedBackend(
         ChatEngine(pair.target, pair.tokenizer, pair.draft),
         pair.target_name,
         pair.draft_name,
         device=str(pair.device),
         kernels=pair.kernels,
-        quant=settings.quant,
+        dtype=dtype,
+        quant=quant,
     )
 
 
@@ -157,14 +165,7 @@ def _load_with_peer(
             progress=progress,
             draft_optional=draft_is_default(settings),
         )
-        return OpenedBackend(
-            ChatEngine(pair.target, pair.tokenizer, pair.draft),
-            pair.target_name,
-            pair.draft_name,
-            device=str(pair.device),
-            kernels=pair.kernels,
-            dtype="float32",
-        )
+        return _engine_on(pair, dtype="float32")
     target_lm, draft_lm = load_pair(
         settings.target,
         draft,

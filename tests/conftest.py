@@ -34,6 +34,38 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 os.environ.setdefault("SPECCHAT_KERNELS_DIR", str(Path(platformdirs.user_cache_dir("specchat")) / "kernels"))
 
 
+LONG_TIERS = ("slow", "spawns", "native")
+"""Markers of the tests the default run leaves out (pyproject lists what each means); ``--all``
+runs them too, as README's test command and CI do."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--all",
+        action="store_true",
+        help="run every test, also those marked slow, spawns or native (README's test command, CI)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The default run is the fast tier. Naming test files or a -m expression runs what it names:
+    whoever asks for tests/ui/test_terminal.py wants it run."""
+    if config.getoption("--all") or config.getoption("markexpr") or _names_tests(config):
+        return
+    fast = [item for item in items if not any(item.get_closest_marker(m) for m in LONG_TIERS)]
+    if len(fast) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in fast])
+        items[:] = fast
+
+
+def _names_tests(config: pytest.Config) -> bool:
+    """Whether the command line names tests rather than taking the default ``testpaths``."""
+    root = Path(str(config.rootpath))
+    default = {(root / path).resolve() for path in config.getini("testpaths")}
+    named = {(Path(str(config.invocation_params.dir)) / arg.split("::")[0]).resolve() for arg in config.args}
+    return bool(named - default)
+
+
 @pytest.fixture(scope="session")
 def packaged_engine() -> ChatEngine:
     """The real default pair, loaded once per session (converted on first use: minutes)."""

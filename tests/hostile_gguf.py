@@ -1,4 +1,4 @@
-"""Crafted GGUF files: every class of hostile model file issue 30 lists, made from the tiny
+"""Crafted GGUF files: every class of hostile model file (CLASSES below), made from the tiny
 fixtures in tests/fixtures/gguf (and SmolLM2, where its package is installed).
 
 :func:`cases` gives each crafted file with the class it belongs to and what specchat must do with
@@ -97,7 +97,9 @@ class Gguf:
     def read(cls, path: Path) -> Gguf:
         found = read_gguf(path)
         blob = path.read_bytes()
-        metadata = [(key, e.kind, blob[e.start : e.end]) for key, e in found.entries.items()]
+        metadata: list[tuple[str | bytes, int, bytes]] = [
+            (key, e.kind, blob[e.start : e.end]) for key, e in found.entries.items()
+        ]
         start = min(t.offset for t in found.tensors.values())
         start -= start % found.alignment
         tensors = [Tensor(t.name, t.dims, int(t.ggml_type), t.offset - start) for t in found.tensors.values()]
@@ -148,7 +150,7 @@ class Gguf:
 class Case:
     name: str
     klass: str
-    """Which class of issue 30 it belongs to (see CLASSES)."""
+    """Which class of hostile file it belongs to (see CLASSES)."""
     make: Callable[[Path], Path]
     """Writes the crafted file into a folder; returns its path."""
     words: tuple[str, ...] = ()

@@ -1,5 +1,5 @@
 """Settings that are numbers refuse true/false, budgets have a ceiling, and the config file is
-read only when it is a file of sane size (issue 22, items 3 and 15)."""
+read only when it is a file of sane size."""
 
 from __future__ import annotations
 

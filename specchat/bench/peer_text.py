@@ -27,6 +27,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from specchat.engine.compare import first_difference
+
 TOP = 8
 """Candidates per token whose log-probabilities llama.cpp reports (its margin needs ours among them)."""
 
@@ -61,13 +63,6 @@ class Comparison:
             return True
         margins = (self.our_margin, self.their_margin)
         return all(m is not None and abs(m) <= disagreement for m in margins)
-
-
-def first_difference(ours: list[int], theirs: list[int]) -> int | None:
-    for index, (a, b) in enumerate(zip(ours, theirs, strict=False)):
-        if a != b:
-            return index
-    return None if len(ours) == len(theirs) else min(len(ours), len(theirs))
 
 
 def our_log_probs(model: Any, prompt: list[int], reply: list[int]) -> Any:

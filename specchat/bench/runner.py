@@ -22,6 +22,7 @@ from specchat.bench.llamacpp_peer import PLAIN_ROW as LLAMA_PLAIN
 from specchat.bench.llamacpp_peer import SPECULATIVE_ROW as LLAMA_SPECULATIVE
 from specchat.bench.llamacpp_peer import LlamaCppPeer, PeerTimings
 from specchat.bench.prompts import BenchPrompt
+from specchat.engine.compare import first_difference
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.gamma import positions_tested
 from specchat.engine.registry import drafters, find_drafter
@@ -537,13 +538,6 @@ def check_greedy(records: Iterable[RunRecord]) -> None:
             continue
         record.first_mismatch = first_difference(record.token_ids, reference)
         record.matches_plain = record.first_mismatch is None
-
-
-def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def warm_up(

@@ -21,7 +21,7 @@ def chat(**options: Any) -> None:
     """Open the chat (the default command)."""
     settings = settings_from(options)
     from specchat.ui.app import run_chat
-    from specchat.ui.themes import check_theme_name
+    from specchat.ui.settings.themes import check_theme_name
 
     if options.get("theme") is not None:
         check_theme_name(options["theme"])

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from specchat.backend import chat_messages
 from specchat.cli.exits import reports_errors, stop_on_signals
 from specchat.cli.load_progress import controls_after_loading, open_for_command
 from specchat.cli.options import debug_option, model_options, prompt_options, settings_from
@@ -60,8 +61,7 @@ def generate(
     check_raw(settings)
     engine = open_for_command(settings).backend
     controls = controls_after_loading(settings, engine)
-    messages = [{"role": "system", "content": settings.system_prompt}] if settings.system_prompt else []
-    messages.append({"role": "user", "content": prompt})
+    messages = chat_messages(settings.system_prompt, prompt)
     cancel = threading.Event()
     with stop_on_signals(cancel) as signals:
         stream = engine.stream_chat(messages, controls, cancel)

@@ -12,7 +12,7 @@ from specchat.untrusted import masked, visible
 if TYPE_CHECKING:
     from specchat.backend import Backend
     from specchat.config import Settings
-    from specchat.engine.session import Controls
+    from specchat.engine.session import ChatEngine, Controls
 
 
 def controls_after_loading(settings: Settings, backend: Backend) -> Controls:
@@ -37,6 +37,24 @@ def open_for_command(settings: Settings) -> opening.OpenedBackend:
         return opened
     with LoadProgressPrinter() as progress:
         return opening.open_backend(settings, progress)
+
+
+def open_for_talk_job(
+    settings: Settings, *, server_refusal: str, none_refusal: str
+) -> tuple[ChatEngine, Controls]:
+    """The local engine and its controls for a job that times and counts tokens itself (the race,
+    the self-test). A server and ``--drafter none`` are refused before anything loads, each in
+    the job's own words."""
+    from specchat.errors import InvalidSettingError
+
+    if settings.server:
+        raise InvalidSettingError(server_refusal)
+    controls = opening.controls_from(settings)
+    controls.validate()
+    if controls.drafter == "none":
+        raise InvalidSettingError(none_refusal)
+    engine = opening.local_engine(open_for_command(settings))
+    return engine, controls_after_loading(settings, engine)
 
 
 class LoadProgressPrinter:

@@ -11,14 +11,14 @@ from typing import Any
 
 import click
 
+from specchat.backend import chat_messages
 from specchat.cli.exits import reports_errors, stop_on_signals, write_output
-from specchat.cli.load_progress import controls_after_loading, open_for_command
+from specchat.cli.load_progress import open_for_talk_job
 from specchat.cli.options import debug_option, model_options, settings_from
 from specchat.cli.prompt_input import read_prompt
 from specchat.engine.race import WARM_UP_TOKENS
 from specchat.errors import InvalidSettingError
 from specchat.files import RACE_LIMIT, read_user_text
-from specchat.opening import controls_from, local_engine
 from specchat.presenters.kind_labels import KIND_STYLES
 
 REPLAY_FPS = 20
@@ -78,19 +78,13 @@ def race(
         if options.get("max_new_tokens") is None:
             options["max_new_tokens"] = RACE_TOKENS
         settings = settings_from(options)
-        if settings.server:
-            raise InvalidSettingError(
-                "the race needs local models (it times every token itself): for a server, "
-                "use `specchat bench --server URL --baseline-server URL`."
-            )
-        controls = controls_from(settings)
-        controls.validate()
-        if controls.drafter == "none":
-            raise InvalidSettingError("--drafter none drafts nothing: both lanes would be plain decoding.")
-        engine = local_engine(open_for_command(settings))
-        controls = controls_after_loading(settings, engine)
-        messages = [{"role": "system", "content": settings.system_prompt}] if settings.system_prompt else []
-        messages.append({"role": "user", "content": prompt})
+        engine, controls = open_for_talk_job(
+            settings,
+            server_refusal="the race needs local models (it times every token itself): for a server, "
+            "use `specchat bench --server URL --baseline-server URL`.",
+            none_refusal="--drafter none drafts nothing: both lanes would be plain decoding.",
+        )
+        messages = chat_messages(settings.system_prompt, prompt)
         cancel = threading.Event()
         with stop_on_signals(cancel) as signals, RaceProgress() as progress:
             try:

@@ -27,7 +27,7 @@ def replay(file: Path, speed: str, theme: str | None) -> None:
     """Replay a saved conversation FILE round by round at its recorded pace (no model is loaded)."""
     settings = settings_from({"theme": theme})
     from specchat.ui.app import run_replay
-    from specchat.ui.themes import check_theme_name
+    from specchat.ui.settings.themes import check_theme_name
 
     if theme is not None:
         check_theme_name(theme)

@@ -10,11 +10,11 @@ from typing import Any
 import click
 
 from specchat.cli.exits import UNEXPECTED, reports_errors, stop_on_signals, write_output
-from specchat.cli.load_progress import controls_after_loading, open_for_command
+from specchat.cli.load_progress import open_for_talk_job
 from specchat.cli.options import debug_option, model_options, settings_from
 from specchat.cli.prompt_input import check_prompt_argument
 from specchat.errors import InvalidSettingError
-from specchat.opening import controls_from, local_engine
+from specchat.presenters.verdict import greedy_verdict
 
 SELFTEST_TEMPERATURE = 1.0
 """The sampling self-test's temperature unless --temperature is given (0 checks greedy equality)."""
@@ -63,14 +63,11 @@ def selftest(
     if not prompt.strip():
         raise InvalidSettingError("the prompt is empty: pass some text with --prompt, or leave it out.")
     settings = settings_from(options)
-    if settings.server:
-        raise InvalidSettingError("the self-test needs local models: a server returns no token ids to count.")
-    controls = controls_from(settings)
-    controls.validate()
-    if controls.drafter == "none":
-        raise InvalidSettingError("--drafter none drafts nothing: there would be nothing to test.")
-    engine = local_engine(open_for_command(settings))
-    controls = controls_after_loading(settings, engine)
+    engine, controls = open_for_talk_job(
+        settings,
+        server_refusal="the self-test needs local models: a server returns no token ids to count.",
+        none_refusal="--drafter none drafts nothing: there would be nothing to test.",
+    )
     cancel = threading.Event()
     report_gpu_rows(engine)
     with stop_on_signals(cancel) as signals:
@@ -113,7 +110,7 @@ def run_greedy_selftest(
     checks = []
     for check in greedy_equality(engine, controls, system_prompt=system_prompt, cancel=cancel):
         checks.append(check)
-        verdict = "identical" if check.identical else f"DIFFERENT from token {check.first_difference}"
+        verdict = greedy_verdict(check.identical, check.first_difference)
         alpha = "–" if check.alpha is None else f"{check.alpha:.2f}"
         click.echo(f"{verdict:<12} {len(check.plain_ids):>4} tokens · α {alpha} · {check.prompt}")
     ok = all(check.identical for check in checks)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from specchat.engine.compare import first_difference
 from specchat.engine.events import (
     TOKEN_KINDS,
     Event,
@@ -32,8 +33,8 @@ from specchat.engine.events import (
 )
 
 if TYPE_CHECKING:
-    from specchat.backend import Controls, Message
-    from specchat.engine.session import ChatEngine
+    from specchat.backend import Controls, LocalBackend, Message
+
 
 LaneName = Literal["plain", "speculative"]
 RACE_FORMAT = 1
@@ -179,11 +180,7 @@ class RaceResult:
     @property
     def first_difference(self) -> int | None:
         """Index of the first token where the lanes differ (None when identical)."""
-        a, b = self.plain.token_ids, self.speculative.token_ids
-        for i, (x, y) in enumerate(zip(a, b, strict=False)):
-            if x != y:
-                return i
-        return None if len(a) == len(b) else min(len(a), len(b))
+        return first_difference(self.plain.token_ids, self.speculative.token_ids)
 
     @property
     def duration_s(self) -> float:
@@ -235,7 +232,7 @@ class RaceCancelled(Exception):
 
 
 def run_race(
-    engine: ChatEngine,
+    engine: LocalBackend,
     messages: Sequence[Message],
     controls: Controls,
     *,
@@ -285,7 +282,7 @@ def race_settings(controls: Controls) -> dict[str, Any]:
 
 
 def measure_lane(
-    engine: ChatEngine,
+    engine: LocalBackend,
     name: LaneName,
     prompt_ids: list[int],
     controls: Controls,
@@ -314,7 +311,7 @@ def measure_lane(
 
 
 def _lane_events(
-    engine: ChatEngine,
+    engine: LocalBackend,
     name: LaneName,
     prompt_ids: list[int],
     controls: Controls,

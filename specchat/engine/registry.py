@@ -226,7 +226,3 @@ def proposes(name: str) -> bool:
 def plain_drafter() -> str:
     """The name of the entry that drafts nothing: a plain-decoding reference run asks for it."""
     return next(spec.name for spec in drafters() if spec.kind == "none")
-
-
-def drafters_needing_model() -> tuple[str, ...]:
-    return tuple(spec.name for spec in drafters() if spec.needs_draft_model)

@@ -27,11 +27,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from specchat.backend import chat_messages
+from specchat.engine.compare import first_difference
 from specchat.engine.events import SummaryEvent, TokenEvent
 
 if TYPE_CHECKING:
-    from specchat.backend import Controls, Message
-    from specchat.engine.session import ChatEngine
+    from specchat.backend import Controls, LocalBackend, Message
+
 
 Outcome = tuple[int, ...]
 """The first tokens of one sampled reply (shorter when the reply ended first)."""
@@ -310,7 +312,7 @@ class ExactnessSampler:
 
     def __init__(
         self,
-        engine: ChatEngine,
+        engine: LocalBackend,
         messages: Sequence[Message],
         controls: Controls,
         *,
@@ -430,12 +432,7 @@ class GreedyCheck:
 
     @property
     def first_difference(self) -> int | None:
-        for i, (x, y) in enumerate(zip(self.plain_ids, self.speculative_ids, strict=False)):
-            if x != y:
-                return i
-        if len(self.plain_ids) == len(self.speculative_ids):
-            return None
-        return min(len(self.plain_ids), len(self.speculative_ids))
+        return first_difference(self.plain_ids, self.speculative_ids)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -449,7 +446,7 @@ class GreedyCheck:
 
 
 def greedy_equality(
-    engine: ChatEngine,
+    engine: LocalBackend,
     controls: Controls,
     prompts: Sequence[str] = GREEDY_PROMPTS,
     *,
@@ -461,9 +458,7 @@ def greedy_equality(
     for prompt in prompts:
         if cancel is not None and cancel.is_set():
             return
-        messages: list[Message] = [{"role": "system", "content": system_prompt}] if system_prompt else []
-        messages.append({"role": "user", "content": prompt})
-        ids = engine.prompt_ids(messages)
+        ids = engine.prompt_ids(chat_messages(system_prompt, prompt))
         plain = [e for e in engine.stream_plain(ids, greedy, cancel) if isinstance(e, TokenEvent)]
         alpha: float | None = None
         speculative: list[TokenEvent] = []
@@ -484,9 +479,7 @@ def greedy_equality(
 
 
 def selftest_messages(prompt: str = SELFTEST_PROMPT, system_prompt: str | None = None) -> list[Message]:
-    messages: list[Message] = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    messages.append({"role": "user", "content": prompt})
-    return messages
+    return chat_messages(system_prompt, prompt)
 
 
 def expected_noise(speculative: Counter[Outcome], target: Counter[Outcome]) -> float:

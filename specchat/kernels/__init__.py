@@ -99,7 +99,7 @@ VARIANTS = (AVX512, AVX2, NEON, SCALAR)
 
 REQUIRED_CPU_FLAGS = AVX512.cpu_flags
 FLAGS = list(AVX512.cflags)
-"""The AVX-512 build's flags (scripts/ab_kernels.py builds variants of the source with them)."""
+"""The AVX-512 build's flags (scripts/lab/ab_kernels.py builds variants of the source with them)."""
 
 
 def _cpu_flags() -> set[str] | str:

@@ -13,6 +13,7 @@ so it fails in a read-only folder that holds a perfectly good build.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -27,6 +28,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
 
+from specchat.errors import gist
+from specchat.files import write_atomic
 from specchat.untrusted import clipped, visible
 
 Report = Callable[[str], None]
@@ -133,7 +136,7 @@ def import_library(name: str, path: Path) -> ModuleType:
     try:
         spec.loader.exec_module(module)
     except ImportError as err:
-        reason = visible(clipped(_first_line(str(err), "ImportError")))
+        reason = visible(clipped(gist(str(err)) or "ImportError"))
         raise KernelsUnavailable(f"loading {_shown(path)} failed ({reason})") from err
     return module
 
@@ -180,13 +183,9 @@ def _read_record(library: Library, folder: Path) -> Fingerprint | None:
 def _write_record(library: Library, folder: Path) -> None:
     """Record the library's fingerprint; written whole or not at all, so a reader never sees half."""
     found = asdict(fingerprint(library.path(folder)))
-    temporary = folder / f".{library.record_path(folder).name}.{os.getpid()}.tmp"
-    try:
-        temporary.write_text(json.dumps(found) + "\n")
-        os.replace(temporary, library.record_path(folder))
-    except OSError:
-        # A folder we cannot write: the library still loads, through the child check next time.
-        temporary.unlink(missing_ok=True)
+    # A folder we cannot write: the library still loads, through the child check next time.
+    with contextlib.suppress(OSError):
+        write_atomic(library.record_path(folder), json.dumps(found) + "\n")
 
 
 def _discard_build(library: Library, folder: Path) -> None:
@@ -227,7 +226,7 @@ def _build(library: Library, folder: Path) -> ModuleType:
             verbose=bool(os.environ.get("SPECCHAT_KERNELS_VERBOSE")),
         )
     except (OSError, RuntimeError, ImportError) as err:
-        reason = _first_line(str(err), type(err).__name__)
+        reason = gist(str(err)) or type(err).__name__
         raise KernelsUnavailable(f"building them failed ({reason})") from err
 
 
@@ -241,7 +240,3 @@ def _put_ninja_on_path() -> None:
     path = os.environ.get("PATH", "")
     if ninja.BIN_DIR not in path.split(os.pathsep):
         os.environ["PATH"] = os.pathsep.join([ninja.BIN_DIR, path]) if path else ninja.BIN_DIR
-
-
-def _first_line(text: str, default: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else default

@@ -510,8 +510,3 @@ def _own_remaining_weights(model: nn.Module) -> None:
         for name, buffer in list(module.named_buffers(recurse=False)):
             if buffer is not None and name in module._buffers:
                 module._buffers[name] = buffer.clone()
-
-
-def apply_cpu_path(target: nn.Module, draft: nn.Module | None, path: str | CpuPath = "auto") -> str:
-    """Convert the pair in place for ``path`` (no lean wrapper); returns the path applied."""
-    return prepare_cpu_pair(target, draft, path, lean=False).path

@@ -7,14 +7,12 @@ from collections.abc import Iterator
 
 import torch
 
-from specchat.errors import ModelLoadError, OutOfMemoryError, SpecchatError
+from specchat.errors import ModelLoadError, OutOfMemoryError, SpecchatError, gist
 
 
 def one_line(err: BaseException, limit: int = 200) -> str:
-    """The gist of a library exception: its first non-empty line, whitespace collapsed, trimmed."""
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    text = " ".join(lines[0].split()) if lines else type(err).__name__
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """The gist of a library exception (its type's name when it has no text)."""
+    return gist(str(err), limit) or type(err).__name__
 
 
 def is_oom(err: BaseException) -> bool:

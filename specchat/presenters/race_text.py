@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from specchat.engine.race import LaneName, RaceLane, RaceResult
+from specchat.presenters.verdict import greedy_verdict
 from specchat.untrusted import visible
 
 REPLAY_NOTE = (
@@ -100,7 +101,7 @@ def summary_line(result: RaceResult) -> str:
     alpha = "–" if result.alpha is None else f"{result.alpha:.2f}"
     tau = "–" if result.tau is None else f"{result.tau:.2f}"
     if result.greedy:
-        verdict = "identical" if result.identical else f"DIFFERENT from token {result.first_difference}"
+        verdict = greedy_verdict(result.identical, result.first_difference)
     else:
         verdict = "different samples (T > 0)"
     return (

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from rich.cells import cell_len, set_cell_size
 
-from specchat.engine.selftest import SIGNIFICANCE, ExactnessReport, GreedyCheck, OutcomeRow
+from specchat.engine.selftest import SIGNIFICANCE, ExactnessReport, GreedyCheck
+from specchat.presenters.bars import bar
+from specchat.presenters.verdict import greedy_verdict
 
-BAR = "█"
-PARTIAL = " ▏▎▍▌▋▊▉"
 SHOWN_OUTCOMES = 12
 
 
@@ -23,13 +23,6 @@ def show_label(label: str) -> str:
 def fit(text: str, cells: int) -> str:
     """``text`` cut or padded to exactly ``cells`` terminal cells (wide characters count two)."""
     return set_cell_size(text, cells)
-
-
-def bar(fraction: float, width: int) -> str:
-    """A horizontal bar of ``fraction`` × ``width`` cells, in eighths of a cell."""
-    eighths = round(max(0.0, min(1.0, fraction)) * width * 8)
-    full, rest = divmod(eighths, 8)
-    return BAR * full + (PARTIAL[rest] if rest else "")
 
 
 def fraction(count: int, total: int) -> float:
@@ -128,10 +121,5 @@ def report_lines(report: ExactnessReport) -> list[str]:
 
 
 def greedy_line(check: GreedyCheck) -> str:
-    verdict = "identical" if check.identical else f"DIFFERENT from token {check.first_difference}"
+    verdict = greedy_verdict(check.identical, check.first_difference)
     return f"{verdict}: {len(check.plain_ids)} tokens · {check.prompt}"
-
-
-def rows_for_lane(report: ExactnessReport, limit: int) -> list[OutcomeRow]:
-    """The outcomes both histograms show, in one order (pooled count), so bars line up."""
-    return report.rows(limit)

@@ -6,18 +6,22 @@ engine already made: ``SpecchatApp(settings, engine=ChatEngine(...))`` skips loa
 ``specchat replay FILE`` opens the same app with no engine, over a :class:`ReplayScreen`.
 
 The app is the wiring: it creates the shared state (:mod:`specchat.ui.state`), hands it to the
-screens, panels and rooms through their constructors, and maps keys and messages to them. The
-layout and the inspector's cursor: :mod:`specchat.ui.screens.main`; a reply's life:
-:mod:`specchat.ui.reply`; loading: :mod:`specchat.ui.loading_flow`; γ, schedule, drafter and
-temperature keys: :mod:`specchat.ui.state.controls`; step mode's keys: :mod:`specchat.ui.step_keys`;
-sending and the conversation's keys: :mod:`specchat.ui.chat_actions`; talk mode's screens:
-:mod:`specchat.ui.talk_screens`; themes: :mod:`specchat.ui.theming`; toasts shown as plain text:
-:mod:`specchat.ui.toasts`; signals and crashes: :mod:`specchat.ui.quitting`.
+screens, panels and controllers through their constructors, and routes the workers' messages.
+Where things live under ``ui/``:
 
-Threads: the engine runs only in thread workers (loading: :mod:`specchat.ui.model_loading`; a
-reply: :mod:`specchat.ui.reply`; talk jobs: :func:`specchat.ui.state.lease.run_job`), through
-:mod:`specchat.ui.bridge`; results come back only as messages. Live panels redraw on a timer
-from :class:`~specchat.ui.live.LiveStats`, never per token.
+- ``screens/``: layout (the chat's :class:`~specchat.ui.screens.main.MainScreen` holds its keys
+  and actions), ``widgets/``: what draws and its own state;
+- ``controllers/``: what a key does (replies, sending and the conversation's keys, step mode,
+  talk mode's screens, themes, loading, the palette); γ and the other control keys:
+  :mod:`specchat.ui.state.controls`;
+- ``workers/``: the engine's side (:mod:`~specchat.ui.workers.bridge`, model loading, messages);
+- ``state/``: shared state (the model lease, live statistics, preferences, autosave);
+- ``settings/``: keys, themes and remembered choices; ``terminal/``: the real terminal's driver,
+  signals and crashes, plain-text toasts.
+
+Threads: the engine runs only in thread workers (loading, a reply, talk jobs through
+:func:`specchat.ui.state.lease.run_job`); results come back only as messages. Live panels redraw
+on a timer from :class:`~specchat.ui.state.live.LiveStats`, never per token.
 """
 
 from __future__ import annotations
@@ -37,27 +41,31 @@ from textual.screen import Screen
 from specchat import logs
 from specchat.backend import Capabilities
 from specchat.config import Settings, data_dir
-from specchat.ui import bridge, commands, keys, messages, talk, themes
-from specchat.ui.chat_actions import ChatActions
-from specchat.ui.live import LiveStats
-from specchat.ui.loading_flow import LoadingFlow
-from specchat.ui.quitting import SignalQuit, run_in_terminal, save_after_crash
-from specchat.ui.reply import ActiveReply, Replies
-from specchat.ui.saved_conversations import Conversation, ConversationError, ConversationStore
+from specchat.store.conversation import Conversation, ConversationError
+from specchat.store.folder import ConversationStore
+from specchat.ui.controllers import palette as commands
+from specchat.ui.controllers import talk
+from specchat.ui.controllers.chat_actions import ChatActions
+from specchat.ui.controllers.loading_flow import LoadingFlow
+from specchat.ui.controllers.reply import ActiveReply, Replies
+from specchat.ui.controllers.step_keys import StepKeys
+from specchat.ui.controllers.talk_screens import TalkScreens
+from specchat.ui.controllers.theming import AppThemes
 from specchat.ui.screens.help import HelpScreen
 from specchat.ui.screens.main import MainScreen
+from specchat.ui.settings import keys, themes
 from specchat.ui.state.autosave import AutoSave
 from specchat.ui.state.controls import TEMPERATURE_STEP, ControlKeys
 from specchat.ui.state.lease import ModelLease
+from specchat.ui.state.live import LiveStats
 from specchat.ui.state.preferences import Preferences
 from specchat.ui.state.theory_tracker import TheoryTracker
-from specchat.ui.step_keys import StepKeys
-from specchat.ui.talk_screens import TalkScreens
-from specchat.ui.theming import AppThemes
-from specchat.ui.toasts import PlainToasts
+from specchat.ui.terminal.quitting import SignalQuit, run_in_terminal, save_after_crash
+from specchat.ui.terminal.toasts import PlainToasts
 from specchat.ui.widgets.panels import Figures, figures
 from specchat.ui.widgets.prompt import PromptInput
 from specchat.ui.widgets.transcript import Transcript
+from specchat.ui.workers import bridge, messages
 from specchat.untrusted import visible
 
 if TYPE_CHECKING:
@@ -118,8 +126,8 @@ class SpecchatApp(PlainToasts[int]):
         self.effective_keys = {spec.id: keys.effective_key(spec, self.keymap) for spec in keys.ALL_KEYS}
         self.live.set_display(keys=self.effective_keys)
         self.main_screen = MainScreen(self.live, self.palette, self.conversation.system_prompt, self.keymap)
-        self.replies = Replies(self, self, self.main_screen, self.live, bridge.StepGate(), self.lease)
-        self.loading = LoadingFlow(self, self, settings, self.lease, self.live)
+        self.replies = Replies(self, self.main_screen, self.live, bridge.StepGate(), self.lease)
+        self.loading = LoadingFlow(self, settings, self.lease, self.live)
         self.control_keys = ControlKeys(
             self.lease,
             lambda note, title: self.notify(note, title=title),
@@ -136,7 +144,6 @@ class SpecchatApp(PlainToasts[int]):
             replay_speed,
         )
         self.chat = ChatActions(
-            self,
             self,
             self.main_screen,
             self.live,
@@ -157,6 +164,7 @@ class SpecchatApp(PlainToasts[int]):
         if self.handle_signals:
             self.quitter.install()
         self.themes.start()
+        self.theme_changed_signal.subscribe(self, self.themes.changed)
         # The chat's widgets must exist before the app reports ready (tests, autopilots) and
         # before anything below touches them; the screen composes in its own task.
         await self.main_screen.mounted.wait()

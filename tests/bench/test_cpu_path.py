@@ -6,10 +6,12 @@ single-token pass would; what matters for speed is measured by the bench, not he
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from torch import nn
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from specchat.engine.events import TokenEvent
 from specchat.engine.kv import CachedLM
@@ -26,6 +28,7 @@ from specchat.models.cpu_quant import (
 )
 from specchat.models.lean import LeanCache, LeanCausalLM
 from specchat.testing import make_model, make_tokenizer, perturbed_copy
+from tests.typed import as_model
 
 FP16_ROWS = pytest.mark.skipif(
     not fbgemm_fp16_rows_exact(), reason="fbgemm's fp16 kernels are not row-exact on this CPU (AVX2)"
@@ -43,7 +46,7 @@ def tiny_qwen(seed: int = 0) -> Qwen2ForCausalLM:
 
 
 def verify_rows_vs_single_steps(model: nn.Module, ids: list[int], width: int = 6) -> float:
-    lm = CachedLM(model)
+    lm = CachedLM(as_model(model))
     context, tail = ids[:-width], ids[-width:]
     lm.logits_after(context, 1)
     together = lm.logits_after(context + tail, width).clone()
@@ -97,7 +100,7 @@ def test_lean_forward_matches_transformers_and_verifies_exactly(mode: str) -> No
     lean = LeanCausalLM(hf)
     ids = list(range(3, 90))
     expected = CachedLM(hf).logits_after(ids, 4)
-    assert torch.allclose(CachedLM(lean).logits_after(ids, 4), expected, atol=1e-4)
+    assert torch.allclose(CachedLM(as_model(lean)).logits_after(ids, 4), expected, atol=1e-4)
     assert verify_rows_vs_single_steps(lean, ids) == 0.0
 
 
@@ -168,12 +171,13 @@ def test_prepared_pair_decodes_exactly(path: CpuPath) -> None:
     pair = prepare_cpu_pair(target, draft, path)  # a 40-id head: this vocabulary is under 256
     assert pair.lean and pair.path == str(path)
     assert pair.draft is not None
-    head = pair.draft.get_output_embeddings().weight.shape[0]
+    decoding_draft: Any = pair.draft  # a LeanCausalLM or a NativeCausalLM: both name their head
+    head = decoding_draft.get_output_embeddings().weight.shape[0]
     if path.native:  # the whole head, computed narrow unless the text needs more
         assert head == len(tokenizer) and getattr(pair.draft, "narrow_head", None) == path.draft_head
     else:
         assert head == (path.draft_head or len(tokenizer))
-    engine = ChatEngine(pair.target, tokenizer, pair.draft)
+    engine = ChatEngine(as_model(pair.target), tokenizer, as_model(pair.draft))
     prompt = engine.prompt_ids([{"role": "user", "content": "the cat sat on the mat. the cat"}])
     for drafter in ("model", "ngram", "hybrid"):
         controls = Controls(gamma=3, drafter=drafter, max_new_tokens=40)
@@ -181,13 +185,14 @@ def test_prepared_pair_decodes_exactly(path: CpuPath) -> None:
         spec = [e.token_id for e in engine.stream_ids(prompt, controls) if isinstance(e, TokenEvent)]
         assert spec == plain, drafter
     # transformers still generates with the converted model (the bench's peer).
+    assert isinstance(pair.hf_target, LlamaForCausalLM), "converted in place"
     out = pair.hf_target.generate(torch.tensor([prompt]), max_new_tokens=4, do_sample=False)
     assert out.shape[1] == len(prompt) + 4
 
 
 def test_cpu_path_refuses_what_it_cannot_do() -> None:
     target = tiny_qwen()
-    target.hf_quantizer = object()  # as a bitsandbytes model has
+    target.hf_quantizer = object()  # type: ignore[assignment]  # a stand-in for bitsandbytes' quantizer
     assert prepare_cpu_pair(target, None, "auto").path == "none"
     with pytest.raises(InvalidSettingError):
         prepare_cpu_pair(target, None, "int8/int8")

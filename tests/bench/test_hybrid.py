@@ -7,6 +7,7 @@ import pytest
 from specchat.engine.events import RoundEvent, TokenEvent
 from specchat.engine.session import ChatEngine, Controls
 from specchat.errors import InvalidSettingError
+from tests.typed import host_draft
 
 PROMPT = "the cat sat on the mat. the cat sat on the mat. the dog"
 
@@ -40,7 +41,7 @@ def test_the_source_announced_is_the_one_that_proposes(engine: ChatEngine) -> No
     params = Controls().sampling()
     for ids, source in ((repeating, "ngram"), (fresh, "model")):
         assert hybrid.next_source(ids) == source
-        draft = hybrid.propose(ids, 1, params, None)
+        draft = host_draft(hybrid.propose(ids, 1, params, None))
         assert hybrid.name == source and len(draft.ids) == 1
 
 
@@ -51,7 +52,7 @@ def test_a_one_token_match_is_left_to_the_model(engine: ChatEngine) -> None:
     params = Controls().sampling()
     once = [5, 6, 7, 8, 5]  # only the last token occurred before
     twice = [5, 6, 7, 8, 5, 6]  # the last two did
-    assert lookup.propose(once, 2, params, None).ids == [6, 7]  # the n-gram drafter takes it
+    assert host_draft(lookup.propose(once, 2, params, None)).ids == [6, 7]  # the n-gram drafter takes it
     assert hybrid.next_source(once) == "model"
     assert hybrid.next_source(twice) == "ngram"
-    assert hybrid.propose(twice, 2, params, None).ids == [7, 8]
+    assert host_draft(hybrid.propose(twice, 2, params, None)).ids == [7, 8]

@@ -10,7 +10,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from click.testing import CliRunner
@@ -21,6 +21,7 @@ from specchat.bench.llamacpp_peer import (
     PLAIN_ROW,
     SPECULATIVE_ROW,
     LlamaCppPeer,
+    LlamaServer,
     completion_request,
     default_build,
     find_server,
@@ -39,7 +40,7 @@ IM_END = 151645  # Qwen2.5's <|im_end|>, the stop token of the captured replies
 
 
 def captured(name: str) -> dict[str, Any]:
-    return json.loads((DATA / f"llamacpp-{name}.json").read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+    return json.loads((DATA / f"llamacpp-{name}.json").read_text(encoding="utf-8"))
 
 
 def test_a_budget_cut_reply() -> None:
@@ -142,15 +143,22 @@ class ReplayServer:
         pass
 
 
+def replaying(servers: dict[str, ReplayServer]) -> dict[str, LlamaServer]:
+    """The replays in the servers' place: they answer the bench's requests as llama-server did."""
+    return cast("dict[str, LlamaServer]", servers)
+
+
 @pytest.fixture(scope="module")
 def replayed(
     engine: ChatEngine, prompts: list[BenchPrompt]
 ) -> tuple[list[RunRecord], list[Method], LlamaCppPeer]:
-    servers = {
-        PLAIN_ROW: ReplayServer("completion-budget-plain"),
-        SPECULATIVE_ROW: ReplayServer("completion-budget-speculative"),
-    }
-    peer = LlamaCppPeer("test", servers, Path("t.gguf"), Path("d.gguf"), frozenset({IM_END}))  # type: ignore[arg-type]
+    servers = replaying(
+        {
+            PLAIN_ROW: ReplayServer("completion-budget-plain"),
+            SPECULATIVE_ROW: ReplayServer("completion-budget-speculative"),
+        }
+    )
+    peer = LlamaCppPeer("test", servers, Path("t.gguf"), Path("d.gguf"), frozenset({IM_END}))
     methods = build_methods([2], schedules=(), hybrid=True, llama_cpp_draft_max=4)
     records = run_bench(engine, prompts, methods, BenchSettings(max_new_tokens=12), llama=peer)
     return records, methods, peer
@@ -197,11 +205,11 @@ def test_timings_that_do_not_fit_the_run_are_refused(engine: ChatEngine, prompts
     """An answer claiming more work than the bench's clock saw around the request gets no speed."""
     peer = LlamaCppPeer(
         "test",
-        {PLAIN_ROW: ReplayServer("completion-budget-plain", sleep=False)},
+        replaying({PLAIN_ROW: ReplayServer("completion-budget-plain", sleep=False)}),
         Path("t.gguf"),
         None,
         frozenset(),
-    )  # type: ignore[dict-item]
+    )
     (record,) = run_bench(
         engine, prompts[:1], [Method(PLAIN_ROW, "llamacpp")], BenchSettings(max_new_tokens=12), llama=peer
     )
@@ -215,14 +223,14 @@ def test_table_json_summary_and_plot_include_them(
     records, methods, _ = replayed
     costs = Costs(10.0, 3.0, {2: 12.0})
     groups = {g.method: g for g in all_groups(records, methods, costs) if g.category == "all"}
-    assert groups[PLAIN_ROW].tok_s is not None and groups[SPECULATIVE_ROW].alpha == pytest.approx(1.0)
+    llama_plain, ours_plain, defaults = (groups[m].tok_s for m in (PLAIN_ROW, "plain", "hybrid"))
+    assert llama_plain is not None and groups[SPECULATIVE_ROW].alpha == pytest.approx(1.0)
+    assert ours_plain is not None and defaults is not None
     summary = summarize(records, methods, costs)
     llama = summary["llama_cpp"]
     assert isinstance(llama, dict)
-    assert llama["specchat_plain_vs_llama_plain"] == pytest.approx(
-        groups["plain"].tok_s / groups[PLAIN_ROW].tok_s
-    )
-    assert llama["defaults_vs_llama_plain"] == pytest.approx(groups["hybrid"].tok_s / groups[PLAIN_ROW].tok_s)
+    assert llama["specchat_plain_vs_llama_plain"] == pytest.approx(ours_plain / llama_plain)
+    assert llama["defaults_vs_llama_plain"] == pytest.approx(defaults / llama_plain)
     targets = summary["targets"]
     assert isinstance(targets, dict) and "defaults >= 1.5x llama.cpp plain" in targets
     assert any(line.startswith("vs llama.cpp plain") for line in headline(summary, costs))
@@ -234,7 +242,9 @@ def test_table_json_summary_and_plot_include_them(
     text = console.export_text()
     assert PLAIN_ROW in text and SPECULATIVE_ROW in text
     data = [r.to_json() for r in records if r.kind == "llamacpp"]
-    assert all(d["peer_timings"]["predicted_n"] == 24 and d["tok_s"] for d in data)
+    timings = [d["peer_timings"] for d in data]
+    assert all(isinstance(t, dict) and t["predicted_n"] == 24 for t in timings)
+    assert all(d["tok_s"] for d in data)
     assert write_plot(tmp_path / "p.png", records, methods, costs).read_bytes()[:4] == b"\x89PNG"
 
 

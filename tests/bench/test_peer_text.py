@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import torch
 
-from specchat.bench.peer_text import compare, first_difference, their_log_probs
+from specchat.bench.peer_text import compare, their_log_probs
+from specchat.engine.compare import first_difference
 
 
 def log_probs(rows: list[dict[int, float]], vocab: int = 6) -> torch.Tensor:

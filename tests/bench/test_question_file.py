@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,7 @@ SPEC_BENCH_LINES = [
 ]
 
 
-def write_lines(path: Path, rows: list[object]) -> Path:
+def write_lines(path: Path, rows: Sequence[object]) -> Path:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     return path
 

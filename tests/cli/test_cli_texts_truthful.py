@@ -1,4 +1,4 @@
-"""What the CLI says about itself must match what it does (issue 22, item 19)."""
+"""What the CLI says about itself must match what it does."""
 
 from __future__ import annotations
 
@@ -69,11 +69,11 @@ def test_gamma_help_says_what_each_schedule_does_with_it() -> None:
     for schedule in ("fixed", "heuristic", "adaptive"):
         assert schedule in words
     # What the help now admits: the heuristic schedule drafts more than --gamma 1 asks.
-    schedule = HeuristicGamma(1)
+    heuristic = HeuristicGamma(1)
     from specchat.engine.events import RoundEvent
 
-    schedule.observe(RoundEvent(0, 1, 1, 1, 1.0, 1.0, "model"))
-    assert schedule.next_gamma() > 1 and "+2" in words
+    heuristic.observe(RoundEvent(0, 1, 1, 1, 1.0, 1.0, "model"))
+    assert heuristic.next_gamma() > 1 and "+2" in words
 
 
 def test_cpu_path_help_describes_the_auto_of_today() -> None:

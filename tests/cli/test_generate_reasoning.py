@@ -1,5 +1,5 @@
 """`specchat generate` and thinking models: the answer alone unless --reasoning, reasoning marked
-in jsonl, --no-thinking; and --raw, the text exactly as given (issue 33, items 4 and 5)."""
+in jsonl, --no-thinking; and --raw, the text exactly as given."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from specchat.cli.bench_command import bench
 from specchat.cli.options import LOADING_OPTIONS, SAMPLING_OPTIONS, model_options
 from specchat.config import Settings
 from specchat.errors import SpecchatError
-from specchat.ui import bridge
+from specchat.ui.workers import bridge
 
 
 class Opened(SpecchatError):

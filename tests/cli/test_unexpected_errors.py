@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from specchat.cli import main
 
 
 @pytest.fixture(autouse=True)
-def no_debug() -> None:
+def no_debug() -> Iterator[None]:
     logs.set_debug(False)
     yield
     logs.set_debug(False)

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -22,9 +23,9 @@ from textual.pilot import Pilot
 
 from specchat.config import load_settings
 from specchat.engine.session import ChatEngine
+from specchat.scripted_engines import FixedTimings, PausingEngine
 from specchat.testing import TinyPair, make_tiny_pair, save_tiny_pair
 from specchat.ui.app import SpecchatApp
-from specchat.ui.scripted_engines import FixedTimings, PausingEngine
 from specchat.ui.widgets.prompt import PromptInput
 
 HAND_WRITTEN_CONFIG = """\
@@ -32,7 +33,7 @@ HAND_WRITTEN_CONFIG = """\
 max_new_tokens = 16   # short replies
 """
 
-SAVED_CONVERSATION = {
+SAVED_CONVERSATION: dict[str, Any] = {
     "format": "specchat-conversation",
     "version": 1,
     "id": "20260101-000000-abcdef",
@@ -168,7 +169,7 @@ def record_notifications(app: SpecchatApp) -> list[str]:
     return shown
 
 
-async def wait_for(pilot: Pilot[object], condition: Callable[[], bool], timeout: float = 30.0) -> None:
+async def wait_for(pilot: Pilot[Any], condition: Callable[[], bool], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
@@ -176,7 +177,7 @@ async def wait_for(pilot: Pilot[object], condition: Callable[[], bool], timeout:
         await pilot.pause(0.02)
 
 
-async def send(pilot: Pilot[object], app: SpecchatApp, text: str) -> None:
+async def send(pilot: Pilot[Any], app: SpecchatApp, text: str) -> None:
     """Type a message and press Enter; wait until its reply is done."""
     turns = len(app.conversation.turns)
     prompt = app.query_one(PromptInput)

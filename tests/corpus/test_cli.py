@@ -164,7 +164,7 @@ VARIABLES: dict[str, Case] = {
     ),
 }
 
-# Paths that name something other than a file (issue 22, item 3): read to the end, /dev/zero grew
+# Paths that name something other than a file: read to the end, /dev/zero grew
 # the process by 170 MB/s until the kernel killed it at 20 GB.
 SPECIAL_FILES: dict[str, Case] = {
     "replay /dev/zero": Case(("/dev/zero",), ("/dev/zero", "device", "not a file"), command="replay"),
@@ -174,7 +174,7 @@ SPECIAL_FILES: dict[str, Case] = {
     "SPECCHAT_CONFIG /dev/zero": Case(("hi",), ("/dev/zero", "device"), env={"SPECCHAT_CONFIG": "/dev/zero"}),
 }
 
-# The bench's own options, refused before any model loads (issue 22, item 14).
+# The bench's own options, refused before any model loads.
 BENCH: dict[str, Case] = {
     "bench start-gamma 0": Case(("--start-gamma", "0"), ("--start-gamma", "1<=x<=16"), command="bench"),
     "bench ngram-gamma -1": Case(("--ngram-gamma", "-1"), ("--ngram-gamma", "1<=x<=16"), command="bench"),

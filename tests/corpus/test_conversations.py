@@ -16,10 +16,12 @@ from typing import Any
 import pytest
 from textual.widgets import OptionList
 
-from specchat.ui import saved_conversations as store_module
-from specchat.ui.saved_conversations import ConversationError, ConversationStore
+from specchat.scripted_engines import PausingEngine
+from specchat.store import folder as store_module
+from specchat.store.conversation import ConversationError
+from specchat.store.folder import ConversationStore
 from specchat.ui.screens.conversations import ConversationsScreen
-from specchat.ui.scripted_engines import PausingEngine
+from specchat.ui.widgets.prompt import PromptInput
 
 from .conftest import (
     SAVED_CONVERSATION,
@@ -184,7 +186,7 @@ async def test_an_unwritable_folder_keeps_the_reply_on_screen_and_says_so(
     name: str, engine: PausingEngine, already_saved: AlreadySaved, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     err = UNWRITABLE[name]
-    monkeypatch.setattr(store_module, "_write_atomic", _failing_write(err))
+    monkeypatch.setattr(store_module, "write_atomic", _failing_write(err))
     app = make_app(engine)
     shown = record_notifications(app)
     async with app.run_test(size=TERMINAL) as pilot:
@@ -193,7 +195,7 @@ async def test_an_unwritable_folder_keeps_the_reply_on_screen_and_says_so(
         assert reply.role == "assistant" and reply.content
         assert app.transcript.replies()[-1].text == reply.content, "the reply stays on screen"
         told = [n for n in shown if "NOT saved" in n]
-        assert len(told) == 1 and err.strerror in told[0], shown
+        assert len(told) == 1 and str(err.strerror) in told[0], shown
         assert not app.store.path_for(app.conversation.id).exists()
         # Once the folder can be written again, the next message saves everything.
         monkeypatch.undo()
@@ -229,7 +231,7 @@ async def test_a_message_over_the_context_leaves_no_file(
     app = make_app(engine)
     shown = record_notifications(app)
     async with app.run_test(size=TERMINAL) as pilot:
-        prompt = app.query_one("#prompt")
+        prompt = app.query_one("#prompt", PromptInput)
         prompt.text = "abc " * 100
         await pilot.press("enter")
         await wait_for(pilot, lambda: any("context holds" in n for n in shown))

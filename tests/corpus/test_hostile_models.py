@@ -1,4 +1,4 @@
-"""Hostile model files (issue 30): every crafted file of tests/hostile_gguf.py through the real
+"""Hostile model files: every crafted file of tests/hostile_gguf.py through the real
 ``specchat generate`` and ``specchat models``.
 
 Each case must end with one clear line naming what is wrong and exit status 2 (or run, for a file
@@ -149,6 +149,7 @@ def assert_clean(run: Run, what: str) -> None:
     [(case, command) for case in CASES for command in case.commands],
     ids=[case_id(case, command) for case in CASES for command in case.commands],
 )
+@pytest.mark.spawns
 def test_a_crafted_file_gets_one_line_or_runs(case: Case, command: str, hostile_runs: dict[str, Run]) -> None:
     run = hostile_runs[case_id(case, command)]
     assert_clean(run, case_id(case, command))
@@ -167,12 +168,14 @@ def test_a_crafted_file_gets_one_line_or_runs(case: Case, command: str, hostile_
         assert line.startswith("specchat: ") and "error" not in line, line
 
 
+@pytest.mark.spawns
 def test_a_valid_file_still_runs_in_the_same_cache(hostile_runs: dict[str, Run]) -> None:
     run = hostile_runs["after: a valid file"]
     assert_clean(run, "a valid file")
     assert run.status == 0 and run.stdout.strip(), run.stderr
 
 
+@pytest.mark.spawns
 def test_the_listing_shows_no_control_characters(hostile_runs: dict[str, Run]) -> None:
     """The cache holds the packed copy of a file named with OSC 52; listing it must not obey it."""
     run = hostile_runs["after: the listing"]
@@ -212,6 +215,8 @@ def sanitized_runs(hostile_folder: Path) -> dict[str, Run]:
     return run_cases(hostile_folder, runs, sanitized=True)
 
 
+@pytest.mark.spawns
+@pytest.mark.native
 def test_the_sanitized_kernels_report_nothing(sanitized_runs: dict[str, Run]) -> None:
     for what, run in sanitized_runs.items():
         report = run.stderr

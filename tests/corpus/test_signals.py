@@ -24,9 +24,10 @@ from specchat import opening
 from specchat.cli import main
 from specchat.engine.session import ChatEngine
 from specchat.models import LoadProgress
-from specchat.ui import bridge
+from specchat.scripted_engines import PausingEngine
 from specchat.ui.app import SpecchatApp
-from specchat.ui.scripted_engines import PausingEngine
+from specchat.ui.widgets.prompt import PromptInput
+from specchat.ui.workers import bridge
 
 from .conftest import TERMINAL, AlreadySaved, make_app, wait_for
 
@@ -168,7 +169,7 @@ async def test_chat_signal_mid_reply_keeps_the_reply(
     engine.pause_after = 1
     app = make_app(engine, max_new_tokens=80)
     async with app.run_test(size=TERMINAL) as pilot:
-        app.query_one("#prompt").text = "hello there"
+        app.query_one("#prompt", PromptInput).text = "hello there"
         await pilot.press("enter")
         await wait_for(pilot, engine.paused.is_set)
         app.request_quit(status)
@@ -190,14 +191,15 @@ async def test_chat_ctrl_c_mid_reply_is_a_key_and_loses_nothing(
     engine.pause_after = 1
     app = make_app(engine, max_new_tokens=40)
     async with app.run_test(size=TERMINAL) as pilot:
-        app.query_one("#prompt").text = "hello there"
+        app.query_one("#prompt", PromptInput).text = "hello there"
         await pilot.press("enter")
         await wait_for(pilot, engine.paused.is_set)
         await pilot.press("ctrl+c")
         engine.release()
         await wait_for(pilot, lambda: app.reply is None and len(app.conversation.turns) == 2)
         assert app.conversation.turns[-1].content == "".join(t.text for t in engine.tokens)
-        assert app.conversation.turns[-1].summary.stop != "cancelled"
+        summary = app.conversation.turns[-1].summary
+        assert summary is not None and summary.stop != "cancelled"
     already_saved.assert_untouched()
 
 
@@ -209,7 +211,7 @@ async def test_chat_resize_mid_reply_loses_nothing(
     engine.pause_after = 1
     app = make_app(engine, max_new_tokens=40)
     async with app.run_test(size=TERMINAL) as pilot:
-        app.query_one("#prompt").text = "hello there"
+        app.query_one("#prompt", PromptInput).text = "hello there"
         await pilot.press("enter")
         await wait_for(pilot, engine.paused.is_set)
         await pilot.resize_terminal(*size)

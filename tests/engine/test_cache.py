@@ -69,7 +69,7 @@ class ScriptedDrafter:
 
 def test_target_cache_after_each_kind_of_round(engine: ChatEngine, pair: TinyPair) -> None:
     scripted = ScriptedDrafter(pair.target, engine.vocab_width, [engine.target])
-    engine._drafters["model"] = scripted  # type: ignore[assignment]
+    engine._drafters["model"] = scripted
     engine.stop_ids = engine._decoder.stop_ids = frozenset()
     prompt = engine.prompt_ids([{"role": "user", "content": "hello"}])
     events = list(engine.stream_ids(prompt, Controls(gamma=3, max_new_tokens=40)))

@@ -16,6 +16,7 @@ from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.session import ChatEngine, Controls
 from specchat.engine.static import StaticLM
 from specchat.testing import make_tiny_pair
+from tests.typed import model_drafter
 
 pytestmark = [
     pytest.mark.gpu,
@@ -31,12 +32,13 @@ def token_ids(events: object) -> list[int]:
 
 def cuda_engine(kv: str, *, graphs: bool = True, dtype: torch.dtype = torch.float32) -> ChatEngine:
     pair = make_tiny_pair(seed=0, draft_noise=0.5, logit_scale=2.5)
-    target, draft = pair.target.to("cuda", dtype), pair.draft.to("cuda", dtype)
+    # transformers wraps .to with functools.wraps, which mypy does not bind to the instance.
+    target, draft = pair.target.to("cuda", dtype), pair.draft.to("cuda", dtype)  # type: ignore[arg-type]
     engine = ChatEngine(target, pair.tokenizer, draft, kv=kv)
     for lm in (engine.target, engine.draft):
         if isinstance(lm, StaticLM):
             lm.graphs = graphs
-    engine.drafter("model").stop_below = 0.0  # type: ignore[attr-defined]
+    model_drafter(engine).stop_below = 0.0
     return engine
 
 
@@ -84,11 +86,11 @@ def test_exact_mode_drafting_for_itself_accepts_every_draft(dtype: torch.dtype) 
     from specchat.engine.exact import use_exact_kernels
 
     pair = make_tiny_pair(seed=0, logit_scale=2.5)
-    target = pair.target.to("cuda", dtype)
+    target = pair.target.to("cuda", dtype)  # type: ignore[arg-type]  # functools.wraps, as above
     try:
         use_exact_kernels(target)
         engine = ChatEngine(target, pair.tokenizer, target, kv="static")
-        engine.drafter("model").stop_below = 0.0  # type: ignore[attr-defined]
+        model_drafter(engine).stop_below = 0.0
         prompt = engine.prompt_ids([{"role": "user", "content": TEXT}])
         controls = Controls(gamma=4, drafter="model", max_new_tokens=40)
         events = list(engine.stream_ids(prompt, controls))

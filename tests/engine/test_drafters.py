@@ -8,6 +8,7 @@ from specchat.engine.drafters import ModelDrafter
 from specchat.engine.kv import CachedLM
 from specchat.engine.sampling import SamplingParams, shape_probs
 from specchat.testing import make_tiny_pair
+from tests.typed import host_draft
 
 PROMPT = [1, 5, 6, 7, 5, 6]
 
@@ -23,16 +24,16 @@ def top_probability_after(model: ModelDrafter, ids: list[int]) -> float:
 
 
 def test_without_a_threshold_the_draft_proposes_all_of_gamma() -> None:
-    assert len(drafter(0.0).propose(PROMPT, 5, SamplingParams(), None).ids) == 5
+    assert len(host_draft(drafter(0.0).propose(PROMPT, 5, SamplingParams(), None)).ids) == 5
 
 
 def test_the_draft_stops_after_the_first_token_it_is_unsure_of() -> None:
     model = drafter(0.0)
-    draft = model.propose(PROMPT, 6, SamplingParams(), None)
+    draft = host_draft(model.propose(PROMPT, 6, SamplingParams(), None))
     confidence = [top_probability_after(model, PROMPT + draft.ids[:i]) for i in range(6)]
     threshold = sorted(confidence)[2]  # two tokens below it, wherever they fall
     first_unsure = next(i for i, p in enumerate(confidence) if p < threshold)
-    cut = drafter(threshold).propose(PROMPT, 6, SamplingParams(), None)
+    cut = host_draft(drafter(threshold).propose(PROMPT, 6, SamplingParams(), None))
     # The unsure token is still proposed (its verify row costs next to nothing); the next pass is not run.
     assert cut.ids == draft.ids[: first_unsure + 1]
     assert cut.p_draft.shape[0] == len(cut.ids)
@@ -40,4 +41,5 @@ def test_the_draft_stops_after_the_first_token_it_is_unsure_of() -> None:
 
 
 def test_a_draft_never_sure_enough_proposes_one_token_per_round() -> None:
-    assert len(drafter(1.01).propose(PROMPT, 4, SamplingParams(temperature=1.0), torch.Generator()).ids) == 1
+    draft = host_draft(drafter(1.01).propose(PROMPT, 4, SamplingParams(temperature=1.0), torch.Generator()))
+    assert len(draft.ids) == 1

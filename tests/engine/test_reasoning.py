@@ -1,4 +1,4 @@
-"""Thinking models: reasoning marked token by token, its own α, the thinking switch (issue 33)."""
+"""Thinking models: reasoning marked token by token, its own α, the thinking switch."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from specchat.engine.metrics import StreamStats
 from specchat.engine.reasoning import ReasoningMarker, answer_text, opens_reasoning, reasoning_text
 from specchat.engine.session import ChatEngine, Controls
 from specchat.testing import ANSWER_SCRIPT, REASONING_SCRIPT, ThinkingPair, make_thinking_pair
+from tests.typed import decoded
 
 ASK = [{"role": "system", "content": "be brief"}, {"role": "user", "content": " hi"}]
 REASONING = "<think>" + "".join(REASONING_SCRIPT) + "</think>\n\n"
@@ -115,7 +116,7 @@ def test_thinking_off_uses_the_templates_switch(engine: ChatEngine) -> None:
     assert engine.capabilities.thinking_switch
     on = engine.prompt_ids(ASK)
     off = engine.prompt_ids(ASK, thinking=False)
-    assert engine.tokenizer.decode(off).endswith("<think>\n\n</think>\n\n")
+    assert decoded(engine.tokenizer, off).endswith("<think>\n\n</think>\n\n")
     assert off[: len(on)] == on
     events = list(engine.stream_chat(ASK, Controls(drafter="model", gamma=3, thinking=False)))
     assert answer_text(tokens_of(events)) == ANSWER
@@ -130,7 +131,7 @@ def test_a_template_that_opens_think_starts_the_reply_inside(thinking: ThinkingP
         "{{- '<|im_start|>assistant\\n' }}", "{{- '<|im_start|>assistant\\n<think>' }}"
     )
     engine = ChatEngine(thinking.target, opened, thinking.draft)
-    assert engine.tokenizer.decode(engine.prompt_ids(ASK)).endswith("<think>")
+    assert decoded(engine.tokenizer, engine.prompt_ids(ASK)).endswith("<think>")
     tokens = tokens_of(list(engine.stream_chat(ASK, Controls(drafter="model", gamma=3))))
     assert tokens[0].text == "Let" and tokens[0].reasoning
     assert answer_text(tokens) == ANSWER

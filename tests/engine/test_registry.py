@@ -22,8 +22,8 @@ from specchat.engine.registry import (
 from specchat.engine.session import ChatEngine
 from specchat.errors import InvalidSettingError
 from specchat.testing import TinyPair
-from specchat.ui import keys
-from specchat.ui.live import LiveStats
+from specchat.ui.settings import keys
+from specchat.ui.state.live import LiveStats
 from specchat.ui.state.theory_tracker import TheoryTracker
 from specchat.ui.widgets.inspector import own_draft, own_note
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -75,7 +77,7 @@ def test_temperature_sharpens() -> None:
     "kwargs",
     [{"temperature": -0.1}, {"top_p": 0.0}, {"top_p": 1.5}, {"top_k": 0}],
 )
-def test_invalid_sampling_settings_are_rejected(kwargs: dict[str, float]) -> None:
+def test_invalid_sampling_settings_are_rejected(kwargs: dict[str, Any]) -> None:
     with pytest.raises(InvalidSettingError):
         SamplingParams(**kwargs)
 

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
@@ -29,6 +30,10 @@ from tests.engine.test_exactness import (
     exact_two_token_distribution,
     sample_two_tokens,
 )
+from tests.typed import model_drafter
+
+if TYPE_CHECKING:
+    from transformers import Gemma3ForCausalLM
 
 TEXT = "the cat sat on the mat. the cat sat on"
 
@@ -81,7 +86,7 @@ def test_the_draft_stops_on_the_device_where_the_host_loop_stops() -> None:
     """The stop rule on the device proposes the prefix the host loop proposes, round by round."""
     dynamic, static = engines(0, logit_scale=8.0)  # sure enough that chains of 1 to 5 occur
     for engine in (dynamic, static):
-        engine.drafter("model").stop_below = 0.1  # type: ignore[attr-defined]
+        model_drafter(engine).stop_below = 0.1
     prompt = dynamic.prompt_ids([{"role": "user", "content": TEXT}])
     controls = Controls(gamma=5, drafter="model", max_new_tokens=64)
     before = [e for e in dynamic.stream_ids(prompt, controls) if isinstance(e, RoundEvent)]
@@ -148,10 +153,10 @@ def counted_reads() -> Iterator[Counter[str]]:
     counts: Counter[str] = Counter()
     originals = {name: getattr(torch.Tensor, name) for name in READS}
 
-    def counting(name: str):  # type: ignore[no-untyped-def]
+    def counting(name: str):
         original = originals[name]
 
-        def read(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        def read(self, *args, **kwargs):
             counts[name] += 1
             return original(self, *args, **kwargs)
 
@@ -220,7 +225,7 @@ def test_sampled_distribution_matches_target_on_the_static_path(
 # --- Gemma 3's sliding window ---------------------------------------------------------------
 
 
-def tiny_gemma3(seed: int, vocab: int, noise: float = 0.0) -> torch.nn.Module:
+def tiny_gemma3(seed: int, vocab: int, noise: float = 0.0) -> Gemma3ForCausalLM:
     """A random Gemma 3 with a 6-token window on three of its four layers (``noise``: a draft of it)."""
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
@@ -261,7 +266,7 @@ def test_gemma3_rolls_back_past_its_window() -> None:
     prompt = dynamic.prompt_ids([{"role": "user", "content": TEXT}])
     controls = Controls(gamma=4, drafter="model", max_new_tokens=60)
     for engine in (dynamic, auto):
-        engine.drafter("model").stop_below = 0.0  # type: ignore[attr-defined]
+        model_drafter(engine).stop_below = 0.0
     plain = token_ids(dynamic.stream_plain(prompt, controls))
     events = list(auto.stream_ids(prompt, controls))
     assert token_ids(events) == plain

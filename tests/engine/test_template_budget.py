@@ -1,4 +1,4 @@
-"""The chat template rendered within its budget (issue 30, item 9): the same text as transformers'
+"""The chat template rendered within its budget: the same text as transformers'
 apply_chat_template, and one line for a template that loops, grows, raises or does not parse."""
 
 from __future__ import annotations

@@ -114,7 +114,10 @@ def test_jsonl_round_trips_every_v2_field(engine: ChatEngine) -> None:
     events = _events(engine, Controls(gamma=3, drafter="model", temperature=0.8, max_new_tokens=30, seed=1))
     for event in events:
         data = json.loads(json.dumps(event.to_json()))
-        kind = {"token": TokenEvent, "round": RoundEvent, "summary": SummaryEvent}[data["type"]]
+        kinds: dict[str, type[TokenEvent | RoundEvent | SummaryEvent]] = {
+            "token": TokenEvent, "round": RoundEvent, "summary": SummaryEvent
+        }
+        kind = kinds[data["type"]]
         assert kind.from_json(data).to_json() == event.to_json()  # JSON rounds the timings
 
 

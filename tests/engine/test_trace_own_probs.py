@@ -1,4 +1,4 @@
-"""Each draft's trace carries both models' own softmax (T = 1, unshaped): issue 22, item 17.
+"""Each draft's trace carries both models' own softmax (T = 1, unshaped).
 
 At T = 0 the test is argmax equality, so the shaped figures teach nothing; what each model
 itself thought of the drafted token is what the inspector shows there.
@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from specchat.engine.events import DraftTrace, RoundEvent, known
+from specchat.engine.events import DraftTrace, RoundEvent, TokenEvent, known
 from specchat.engine.sampling import own_probabilities
 from specchat.engine.session import ChatEngine, Controls
 
@@ -36,7 +36,7 @@ def _traced(engine: ChatEngine, controls: Controls) -> list[tuple[list[int], Rou
                 out.append((list(ids), event))
             ids += emitted
             emitted = []
-        elif hasattr(event, "kind"):
+        elif isinstance(event, TokenEvent):
             emitted.append(event.token_id)
     return out
 
@@ -52,7 +52,7 @@ def _traced(engine: ChatEngine, controls: Controls) -> list[tuple[list[int], Rou
 def test_the_target_s_own_softmax_of_each_draft_is_traced(engine: ChatEngine, controls: Controls) -> None:
     rounds = _traced(engine, controls)
     assert rounds
-    target = engine.target.model  # type: ignore[union-attr]
+    target = engine.target.model
     for context, round_event in rounds:
         for position, trace in enumerate(round_event.drafts):
             prefix = context + [d.token_id for d in round_event.drafts[:position]]

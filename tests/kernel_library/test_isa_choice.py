@@ -1,4 +1,4 @@
-"""Which CPU path a start takes when specchat's kernels have no variant to run (issue 24)."""
+"""Which CPU path a start takes when specchat's kernels have no variant to run."""
 
 from __future__ import annotations
 

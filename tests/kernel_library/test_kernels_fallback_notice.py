@@ -1,5 +1,4 @@
-"""What the loader says when specchat's kernels are damaged or cannot load (issue 22 item 10,
-issue 24 item 5).
+"""What the loader says when specchat's kernels are damaged or cannot load.
 
 ``auto`` never falls back to fbgemm's int8 path unasked (an 11 GB fp32 copy, a 14 GB peak): where
 the kernels cannot load the start stops with one line naming the way out. A rebuild is a notice

@@ -1,4 +1,4 @@
-"""A damaged or read-only kernels folder: no crash, no silent slow start (issue 22, items 9 and 10).
+"""A damaged or read-only kernels folder: no crash, no silent slow start.
 
 These run on any CPU: a tiny extension module stands in for the kernels (whose library needs
 AVX-512 to load), built by the same code into a temporary folder. Every start runs in a child

@@ -1,4 +1,4 @@
-"""The C++ decoder's entry checks (issue 30): sizes it cannot compute with become a Python error,
+"""The C++ decoder's entry checks: sizes it cannot compute with become a Python error,
 whatever a caller hands it, never a read or write past a buffer."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def test_the_engine_refuses_a_prompt_id_past_the_embedding_in_one_line() -> None
     from tests.kernels.decoder_abuse import FIXTURE
 
     tokenizer = AutoTokenizer.from_pretrained(str(FIXTURE.parent), gguf_file=FIXTURE.name)
-    engine = ChatEngine(build(fresh()), tokenizer)  # type: ignore[arg-type]
+    engine = ChatEngine(build(fresh()), tokenizer)
     assert engine.input_rows == 320
     with pytest.raises(InvalidSettingError, match="token id 320, and the model has embeddings for ids 0 to"):
         engine.start_ids([1, 320], Controls(drafter="none", max_new_tokens=2))

@@ -4,15 +4,18 @@ under speculation."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
-from transformers import Gemma3ForCausalLM, Gemma3TextConfig, Qwen3Config, Qwen3ForCausalLM
+from transformers import Gemma3ForCausalLM, Gemma3TextConfig, PreTrainedModel, Qwen3Config, Qwen3ForCausalLM
 
 from specchat.engine.events import TokenEvent
 from specchat.engine.session import ChatEngine, Controls
 from specchat.kernels import cpu_supports
 from specchat.kernels.native import NativeCausalLM, from_hf
 from specchat.testing import make_tokenizer
+from tests.typed import as_model
 
 pytestmark = pytest.mark.skipif(cpu_supports() is not None, reason=f"no kernels here: {cpu_supports()}")
 
@@ -101,9 +104,10 @@ def test_gemma3_windowed_layers_see_only_their_window() -> None:
 
 
 @pytest.mark.parametrize("make", [gemma3_model, qwen3_model], ids=["gemma3", "qwen3"])
-def test_greedy_speculation_equals_plain_decoding(make: object) -> None:
-    model = make()  # type: ignore[operator]
-    engine = ChatEngine(from_hf(model, bits=4), make_tokenizer(), from_hf(make(seed=99), bits=4))  # type: ignore[operator]
+def test_greedy_speculation_equals_plain_decoding(make: Callable[..., PreTrainedModel]) -> None:
+    model = make()
+    target, draft = from_hf(model, bits=4), from_hf(make(seed=99), bits=4)
+    engine = ChatEngine(as_model(target), make_tokenizer(), as_model(draft))
     prompt = engine.prompt_ids([{"role": "user", "content": "the cat sat on the mat. the cat sat on"}])
     controls = Controls(gamma=4, drafter="model", max_new_tokens=40)
     plain = [e.token_id for e in engine.stream_plain(prompt, controls) if isinstance(e, TokenEvent)]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import gguf
 import numpy as np
 import pytest
 
 from specchat.kernels.formats import (
+    Unpacked,
     pack,
     packed_bytes,
     quantize_q4,
@@ -25,7 +28,9 @@ from specchat.kernels.formats import (
     unpack_q8_0,
 )
 
-SMALL_BLOCK_TYPES = [
+Unpacker = Callable[[np.ndarray, int, int], Unpacked]
+
+SMALL_BLOCK_TYPES: list[tuple[gguf.GGMLQuantizationType, Unpacker, str]] = [
     (gguf.GGMLQuantizationType.Q8_0, unpack_q8_0, "q8"),
     (gguf.GGMLQuantizationType.Q4_0, unpack_q4_0, "q4"),
     (gguf.GGMLQuantizationType.Q4_1, unpack_q4_1, "q4"),
@@ -64,21 +69,21 @@ def random_blocks(qtype: gguf.GGMLQuantizationType, n: int, k: int, seed: int = 
         (gguf.GGMLQuantizationType.Q6_K, unpack_q6_k),
     ],
 )
-def test_gguf_blocks_unpack_to_the_same_weights(qtype: gguf.GGMLQuantizationType, unpack: object) -> None:
+def test_gguf_blocks_unpack_to_the_same_weights(qtype: gguf.GGMLQuantizationType, unpack: Unpacker) -> None:
     n, k = 48, 512
     raw = random_blocks(qtype, n, k)
     expected = gguf.quants.dequantize(raw, qtype).reshape(n, k)
-    ours = unpack(raw, n, k).dequantize()  # type: ignore[operator]
+    ours = unpack(raw, n, k).dequantize()
     assert np.array_equal(ours, expected)
 
 
 @pytest.mark.parametrize(("qtype", "unpack", "kind"), SMALL_BLOCK_TYPES)
 def test_small_block_types_unpack_to_the_same_weights(
-    qtype: gguf.GGMLQuantizationType, unpack: object, kind: str
+    qtype: gguf.GGMLQuantizationType, unpack: Unpacker, kind: str
 ) -> None:
     n, k = 48, 512
     raw = small_blocks(qtype, n, k)
-    matrix = unpack(raw, n, k)  # type: ignore[operator]
+    matrix = unpack(raw, n, k)
     assert matrix.kind == kind and matrix.super_block == 32
     assert np.array_equal(matrix.dequantize(), gguf.quants.dequantize(raw, qtype).reshape(n, k))
     assert int(matrix.q.max()) < {"q4": 16, "q5": 32, "q6": 64, "q8": 256}[kind]  # fits the kernel's bits
@@ -168,11 +173,11 @@ def test_five_bit_values_pack_as_nibbles_and_a_fifth_bit_plane() -> None:
 @pytest.mark.parametrize(("qtype", "unpack", "kind"), SMALL_BLOCK_TYPES)
 @pytest.mark.parametrize("n", [16, 50])
 def test_packed_size_is_known_before_packing(
-    qtype: gguf.GGMLQuantizationType, unpack: object, kind: str, n: int
+    qtype: gguf.GGMLQuantizationType, unpack: Unpacker, kind: str, n: int
 ) -> None:
     for matrix in (
         unpack(small_blocks(qtype, n, 512), n, 512),
-        quantize_q4(np.ones((n, 512))),  # type: ignore[operator]
+        quantize_q4(np.ones((n, 512))),
         unpack_q5_k(random_blocks(gguf.GGMLQuantizationType.Q5_K, n, 512), n, 512),
         quantize_q8(np.ones((n, 384))),
         unpack_f16(np.ones((n, 384), dtype=np.float16), n, 384),

@@ -32,7 +32,7 @@ WIDTHS = range(1, 10)
 DTYPES = [torch.float32, torch.bfloat16]
 
 
-def prefixes_agree(run, x: torch.Tensor) -> None:  # type: ignore[no-untyped-def]
+def prefixes_agree(run, x: torch.Tensor) -> None:
     """run(x[:w]) equals the first w rows of run(x[:9]) bit for bit, for every width w."""
     widest = run(x[: max(WIDTHS)])
     for width in WIDTHS:

@@ -1,4 +1,4 @@
-"""The real kernels library, damaged or in a read-only folder (issue 22, items 9 and 10).
+"""The real kernels library, damaged or in a read-only folder.
 
 tests/kernel_library/ covers every branch with a tiny extension on any CPU; these check the same
 on the real library where its CPU runs it (the folder's conftest skips them elsewhere).

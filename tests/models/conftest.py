@@ -72,9 +72,12 @@ def write_tiny_gguf(
     writer.add_block_count(config.num_hidden_layers)
     writer.add_feed_forward_length(config.intermediate_size)
     writer.add_head_count(config.num_attention_heads)
+    assert config.num_key_value_heads is not None and config.rope_parameters is not None, "set by LlamaConfig"
+    rope_theta = config.rope_parameters["rope_theta"]
+    assert rope_theta is not None
     writer.add_head_count_kv(config.num_key_value_heads)
     writer.add_rope_dimension_count(head_dim)
-    writer.add_rope_freq_base(float(config.rope_parameters["rope_theta"]))
+    writer.add_rope_freq_base(float(rope_theta))
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
     _add_tokenizer(writer, tokenizer)
     if rope_freqs is not None:
@@ -119,13 +122,15 @@ def _gguf_tensors(model: LlamaForCausalLM) -> dict[str, np.ndarray]:
         "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
         "ffn_down": "mlp.down_proj",
     }  # fmt: skip
+    kv_heads = config.num_key_value_heads
+    assert kv_heads is not None, "set by LlamaConfig"
     for i in range(config.num_hidden_layers):
         hf = f"model.layers.{i}."
         for gguf_name, hf_name in names.items():
             tensors[f"blk.{i}.{gguf_name}.weight"] = state[f"{hf}{hf_name}.weight"]
         q, k = state[f"{hf}self_attn.q_proj.weight"], state[f"{hf}self_attn.k_proj.weight"]
         tensors[f"blk.{i}.attn_q.weight"] = _permute(q, config.num_attention_heads)
-        tensors[f"blk.{i}.attn_k.weight"] = _permute(k, config.num_key_value_heads)
+        tensors[f"blk.{i}.attn_k.weight"] = _permute(k, kv_heads)
     return tensors
 
 

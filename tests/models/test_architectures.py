@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -29,7 +30,7 @@ from tests.models.conftest import write_tiny_gguf
 
 needs_kernels = pytest.mark.skipif(cpu_supports() is not None, reason=f"no kernels here: {cpu_supports()}")
 
-LLAMA3_ROPE = {
+LLAMA3_ROPE: dict[str, Any] = {
     "rope_type": "llama3",
     "rope_theta": 10000.0,
     "factor": 8.0,
@@ -159,6 +160,7 @@ def write_phi3_gguf(model: Phi3ForCausalLM, path: Path) -> Path:
     writer.add_block_count(config.num_hidden_layers)
     writer.add_feed_forward_length(config.intermediate_size)
     writer.add_head_count(config.num_attention_heads)
+    assert config.num_key_value_heads is not None, "set by Phi3Config"
     writer.add_head_count_kv(config.num_key_value_heads)
     writer.add_rope_dimension_count(config.hidden_size // config.num_attention_heads)
     writer.add_rope_freq_base(10000.0)

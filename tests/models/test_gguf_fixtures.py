@@ -163,7 +163,8 @@ def test_llama_server_gives_the_same_log_probabilities_and_greedy_tokens(name: s
     if binary is None:
         pytest.skip("no llama.cpp build (set SPECCHAT_LLAMA_CPP to its bin folder)")
     from specchat.bench.llamacpp_peer import LlamaServer
-    from specchat.bench.peer_text import first_difference, our_log_probs, their_log_probs
+    from specchat.bench.peer_text import our_log_probs, their_log_probs
+    from specchat.engine.compare import first_difference
 
     prompt = IDS[0, :12].tolist()
     with tempfile.TemporaryDirectory() as scratch:

@@ -1,4 +1,4 @@
-"""The GGUF validation layer (issue 30): the bytes walked within caps, unread keys never read, and
+"""The GGUF validation layer: the bytes walked within caps, unread keys never read, and
 every decoder dimension checked against the tensors before anything is packed or cached."""
 
 from __future__ import annotations

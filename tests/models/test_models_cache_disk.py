@@ -137,7 +137,7 @@ def test_full_disk_while_assembling(
 ) -> None:
     real_copy = assemble._copy_chunks
 
-    def copy_until_full(model, paths, out, progress):  # type: ignore[no-untyped-def]
+    def copy_until_full(model, paths, out, progress):
         real_copy(model, paths[:1], out, progress)  # the first chunk fits, then the disk is full
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 

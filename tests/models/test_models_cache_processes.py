@@ -131,7 +131,7 @@ def test_signal_during_conversion_leaves_nothing_behind(signum: int, gguf: Path,
     proc.send_signal(signum)
     _, stderr = proc.communicate(timeout=60)
 
-    said = {
+    said: dict[int, tuple[int, str]] = {
         signal.SIGTERM: (143, "specchat: stopped by SIGTERM."),
         signal.SIGINT: (130, "specchat: interrupted."),
     }

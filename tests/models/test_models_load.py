@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -90,7 +91,7 @@ def test_a_default_draft_of_another_vocabulary_is_dropped_with_one_notice(
         ({"quant": "3bit"}, "unknown quantization"),
     ],
 )
-def test_bad_settings_fail_before_anything_is_read(kwargs: dict[str, str], expected: str) -> None:
+def test_bad_settings_fail_before_anything_is_read(kwargs: dict[str, Any], expected: str) -> None:
     with pytest.raises(InvalidSettingError, match=expected):
         load_model("no-such-model", **kwargs)
 

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, cast
+
 import pytest
 
 from specchat.models import load_pair
 from specchat.models.assemble import is_installed
 from specchat.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET, PACKAGED
+
+
+def input_ids(encoded: object) -> list[int]:
+    """The ids of ``apply_chat_template(..., tokenize=True)``: a mapping holding them (transformers
+    types the call as the union of every form it can return)."""
+    return cast("Mapping[str, list[int]]", encoded)["input_ids"]
 
 
 @pytest.fixture(autouse=True)
@@ -24,7 +33,7 @@ def test_packaged_pair_loads_and_shares_tokens() -> None:
     assert target.tokenizer.get_vocab() == draft.tokenizer.get_vocab()
     messages = [{"role": "user", "content": "Write a Python function that reverses a string."}]
     ids = [
-        lm.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)["input_ids"]
+        input_ids(lm.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
         for lm in (target, draft)
     ]
     assert ids[0] == ids[1] and len(ids[0]) > 10
@@ -52,7 +61,7 @@ def test_the_real_packed_tokenizers_read_straight_from_their_files_are_autotoken
         fast, reference = load_tokenizer(folder), AutoTokenizer.from_pretrained(str(folder))
         assert_same_tokenizer(fast, reference)
         for messages in conversations:
-            as_ids = {"tokenize": True, "add_generation_prompt": True, "return_dict": True}
-            ids = reference.apply_chat_template(messages, **as_ids)["input_ids"]
-            assert fast.apply_chat_template(messages, **as_ids)["input_ids"] == ids
+            as_ids: dict[str, Any] = {"tokenize": True, "add_generation_prompt": True, "return_dict": True}
+            ids = input_ids(reference.apply_chat_template(messages, **as_ids))
+            assert input_ids(fast.apply_chat_template(messages, **as_ids)) == ids
             assert fast.decode(ids) == reference.decode(ids)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.skipif(cpu_supports() is not None, reason=f"specchat's 
 IDS = torch.tensor([[1, 5, 9, 12, 7, 30, 22, 4, 8, 3]])
 
 
-def logits(model: object, ids: torch.Tensor = IDS) -> torch.Tensor:
+def logits(model: Callable[..., Any], ids: torch.Tensor = IDS) -> torch.Tensor:
     return model(ids, None, logits_to_keep=ids.shape[1]).logits[0]
 
 
@@ -179,7 +180,12 @@ def test_an_older_tokenizer_layout_goes_through_autotokenizer(
     (folder / "special_tokens_map.json").write_text(json.dumps({"eos_token": "</s>", "bos_token": "<s>"}))
     calls: list[str] = []
     original = AutoTokenizer.from_pretrained
-    monkeypatch.setattr(AutoTokenizer, "from_pretrained", lambda path: calls.append(path) or original(path))
+
+    def recording(path: str) -> Any:
+        calls.append(path)
+        return original(path)
+
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", recording)
     assert_same_tokenizer(load_tokenizer(folder), reference)
     assert calls == [str(folder)]
 

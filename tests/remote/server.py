@@ -61,6 +61,7 @@ class FakeServer:
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
+        assert isinstance(host, str), "a TCP address"
         return f"http://{host}:{port}"
 
     def __enter__(self) -> FakeServer:

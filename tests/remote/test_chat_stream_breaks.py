@@ -1,4 +1,4 @@
-"""The chat attached to a plain OpenAI-compatible server (issue 22, items 5 and 6): Pilot tests.
+"""The chat attached to a plain OpenAI-compatible server: Pilot tests.
 
 Such a server reports no rounds. Its tokens must show as they arrive, and when its stream
 breaks (the connection closes, a chunk is malformed) what arrived stays in the conversation and

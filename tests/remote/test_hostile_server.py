@@ -1,4 +1,4 @@
-"""A misbehaving or hostile server (issue 22, items 1, 2, 4, 11 and 12), against `specchat generate`.
+"""A misbehaving or hostile server, against `specchat generate`.
 
 What a server sends is not trusted: escape sequences in its text are shown, not obeyed; the
 API key it echoes back is masked; its strings are clipped; a chunk of the wrong shape or an
@@ -46,7 +46,7 @@ class HostileServer(FakeServer):
         def echo(text: str, auth: str) -> str:
             return text.replace(AUTH, auth).replace(RAW_KEY, auth.removeprefix("Bearer "))
 
-        class Handler(base):  # type: ignore[misc, valid-type]
+        class Handler(base):
             def do_POST(self) -> None:
                 auth = self.headers.get("Authorization", "")
                 script.stream = [echo(payload, auth) for payload in script.stream]
@@ -328,7 +328,8 @@ def test_an_html_error_page_is_named_as_one() -> None:
     script.status = 503
     script.error_body = "<html><title>Service Unavailable</title><body>try later</body></html>"
     with HostileServer(script) as server:
-        server.httpd.RequestHandlerClass._send = _as_html(server.httpd.RequestHandlerClass._send)
+        handler: Any = server.httpd.RequestHandlerClass  # the fake's own class, which has _send
+        handler._send = _as_html(handler._send)
         result = generate(server.url)
     assert result.exit_code == 2
     assert "(503: an HTML page saying Service Unavailable try later)" in one_error_line(result)

@@ -1,4 +1,4 @@
-"""The chat and the replay with hostile text (issue 22, items 1, 2 and 4): Pilot tests.
+"""The chat and the replay with hostile text: Pilot tests.
 
 A server's reply, error and model id, and a shared conversation file, are shown with their
 control characters visible (``^[``), the API key masked and long strings clipped; what the
@@ -14,8 +14,8 @@ import pytest
 
 from specchat.config import Settings
 from specchat.engine.events import TokenEvent
+from specchat.store.folder import ConversationStore
 from specchat.ui.app import SpecchatApp
-from specchat.ui.saved_conversations import ConversationStore
 from specchat.ui.screens.replay import ReplayScreen
 from specchat.ui.widgets.inspector import InspectorPanel
 from specchat.ui.widgets.transcript import AssistantMessage, Notice, UserMessage
@@ -150,6 +150,7 @@ async def test_the_replay_of_a_shared_file_shows_its_escapes_visibly(tmp_path: A
         assert isinstance(screen, ReplayScreen)
         await wait_for(pilot, lambda: screen.finished, timeout=30)
         await pilot.pause()
+        assert screen.sub_title is not None
         assert_neutral(screen.sub_title)
         assert "^[]" in screen.sub_title  # the title, taken from the file or its first message
         user = str(screen.query_one(UserMessage).render())

@@ -1,5 +1,5 @@
 """A server's reasoning: ``reasoning_content`` or ``<think>`` in the content, marked as the local
-engine marks it; the thinking switch sent as chat_template_kwargs; raw mode refused (issue 33)."""
+engine marks it; the thinking switch sent as chat_template_kwargs; raw mode refused."""
 
 from __future__ import annotations
 

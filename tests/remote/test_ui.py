@@ -13,8 +13,8 @@ from textual.pilot import Pilot
 
 from specchat.config import Settings
 from specchat.engine.events import TokenEvent
+from specchat.store.markdown import fmt
 from specchat.ui.app import SpecchatApp
-from specchat.ui.saved_conversations import fmt
 from specchat.ui.screens.loading import LoadingScreen
 from specchat.ui.widgets.panels import Legend, SidePanel, StatsBody
 from specchat.ui.widgets.prompt import PromptInput
@@ -88,7 +88,7 @@ async def test_chat_with_llama_server_colours_tokens_and_labels_every_figure(
             assert reply.tokens.runs == runs(turn.tokens)
 
             shown = app.query_one(SidePanel).current
-            assert shown is not None
+            assert shown is not None and turn.summary is not None
             assert shown.alpha == fmt(22 / 50) == fmt(turn.summary.alpha)
             assert shown.tau == fmt(turn.summary.tau)
             assert shown.sources["alpha"] == "measured" and shown.sources["tau"] == "inferred"

@@ -10,6 +10,7 @@ from specchat.engine import sampling as sampling_module
 from specchat.engine.selftest import (
     END,
     ExactnessSampler,
+    Outcome,
     chi_square_homogeneity,
     chi_square_p_value,
     expected_noise,
@@ -56,8 +57,8 @@ def test_noise_band_matches_the_normal_approximation_and_contains_same_distribut
     weights = [rng.random() for _ in range(12)]
     inside = 0
     for trial in range(40):
-        a = Counter((x,) for x in rng.choices(range(12), weights, k=800))
-        b = Counter((x,) for x in rng.choices(range(12), weights, k=800))
+        a: Counter[Outcome] = Counter((x,) for x in rng.choices(range(12), weights, k=800))
+        b: Counter[Outcome] = Counter((x,) for x in rng.choices(range(12), weights, k=800))
         mean, band = tv_noise(a, b, seed=trial)
         assert mean == pytest.approx(expected_noise(a, b), rel=0.15)
         inside += total_variation(a, b) <= band
@@ -65,8 +66,8 @@ def test_noise_band_matches_the_normal_approximation_and_contains_same_distribut
 
 
 def test_noise_band_stays_honest_when_most_outcomes_are_seen_once() -> None:
-    a = Counter((i,) for i in range(0, 1000))
-    b = Counter((i,) for i in range(1000, 2000))  # two samples of a huge flat distribution
+    a: Counter[Outcome] = Counter((i,) for i in range(0, 1000))
+    b: Counter[Outcome] = Counter((i,) for i in range(1000, 2000))  # two samples of a huge flat distribution
     mean, band = tv_noise(a, b)
     assert total_variation(a, b) == pytest.approx(1.0)
     assert band == pytest.approx(1.0) and mean == pytest.approx(1.0)

@@ -6,7 +6,7 @@ import pytest
 
 from specchat.engine.events import RoundEvent, SummaryEvent
 from specchat.engine.metrics import CostModel, expected_tokens_per_round, predicted_speedup
-from specchat.ui.live import LiveStats
+from specchat.ui.state.live import LiveStats
 from specchat.ui.state.theory_tracker import ADVISOR_GAMMAS, COST_GAMMAS, TheoryTracker, theory_lines
 
 PLAIN_MS = 10.0

@@ -1,4 +1,4 @@
-"""The γ advisor past the widest verify pass timed (issue 22, item 16): a forecast on the cost
+"""The γ advisor past the widest verify pass timed: a forecast on the cost
 line, said to be one on the panel, never a cliff to 0×."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from specchat.engine.events import RoundEvent
 from specchat.engine.metrics import interpolate_verify_ms
-from specchat.ui.live import LiveStats
+from specchat.ui.state.live import LiveStats
 from specchat.ui.state.theory_tracker import ADVISOR_GAMMAS, TheoryTracker, TheoryView, theory_lines
 
 PLAIN_MS = 90.0

@@ -9,13 +9,17 @@ from typing import Any
 
 import pytest
 import torch
+from rich.style import Style
+from rich.text import Span
 from textual.pilot import Pilot
 
+from specchat.backend import Controls
 from specchat.config import Settings
 from specchat.engine.session import ChatEngine
+from specchat.scripted_engines import FixedTimings, PausingEngine
 from specchat.testing import TinyPair, make_tiny_pair
 from specchat.ui.app import SpecchatApp
-from specchat.ui.scripted_engines import FixedTimings, PausingEngine
+from specchat.ui.widgets.panels import Figures, SidePanel
 from specchat.ui.widgets.prompt import PromptInput
 
 SIZE = (120, 36)
@@ -105,3 +109,21 @@ async def wait_paused(pilot: Pilot[Any], app: SpecchatApp, engine: PausingEngine
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def shown(panel: SidePanel) -> Figures:
+    """The figures the side panel shows (it has drawn them once the app is up)."""
+    assert panel.current is not None
+    return panel.current
+
+
+def controls_of(app: SpecchatApp) -> Controls:
+    """The controls of the loaded engine (tests read them once a model is loaded)."""
+    assert app.controls is not None
+    return app.controls
+
+
+def span_style(span: Span) -> Style:
+    """A drawn span's style: the transcript styles its text with Style objects, not names."""
+    assert isinstance(span.style, Style)
+    return span.style

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import json
 from itertools import groupby
+from typing import cast
 
 import pytest
+from textual.widgets import TextArea
 
+from specchat.backend import Backend
 from specchat.engine.events import SummaryEvent
 from specchat.engine.metrics import RollingAlpha, StreamStats
-from specchat.ui.saved_conversations import fmt
-from specchat.ui.scripted_engines import PausingEngine
+from specchat.scripted_engines import PausingEngine
+from specchat.store.markdown import fmt
 from specchat.ui.widgets.panels import SidePanel
 from specchat.ui.widgets.prompt import PromptInput
-from specchat.ui.widgets.transcript import AssistantMessage, ReplyText
+from specchat.ui.widgets.transcript import AssistantMessage, Notice, ReplyText
 
-from .conftest import SIZE, make_app, send, wait_idle, wait_paused
+from .conftest import SIZE, controls_of, make_app, send, shown, span_style, wait_idle, wait_paused
 
 pytestmark = pytest.mark.anyio
 
@@ -48,7 +51,7 @@ async def test_reply_shows_coloured_tokens_and_panels_match_the_events(engine: P
         styles = app.token_styles
         # Each token's style is its kind's, plus the token's index as metadata (for clicks).
         kinds_on_screen = {styles[k] for k, _ in reply.tokens.runs}
-        assert {span.style.clear_meta_and_links() for span in rendered.spans} == kinds_on_screen
+        assert {span_style(span).clear_meta_and_links() for span in rendered.spans} == kinds_on_screen
 
         # Panel figures are the engine's figures.
         stats = StreamStats()
@@ -84,7 +87,7 @@ async def test_gamma_change_mid_reply_applies_to_the_next_round(engine: PausingE
         await wait_paused(pilot, app, engine)
         await pilot.press("f3", "f3")
         # The panel shows the change at once, before any new round.
-        assert app.query_one(SidePanel).current.gamma == "4"
+        assert shown(app.query_one(SidePanel)).gamma == "4"
         assert len(engine.rounds) == 3
         engine.release()
         await wait_idle(pilot, app)
@@ -114,7 +117,8 @@ async def test_escape_mid_reply_keeps_the_partial_reply(engine: PausingEngine) -
         assert len(engine.rounds) == 2, "the engine stops before the next round"
         partial = "".join(t.text for t in engine.tokens)
         turn = app.conversation.turns[-1]
-        assert turn.role == "assistant" and turn.content == partial and turn.summary.stop == "cancelled"
+        assert turn.role == "assistant" and turn.content == partial
+        assert turn.summary is not None and turn.summary.stop == "cancelled"
         assert app.transcript.replies()[-1].text == partial
         assert "stopped" in str(app.transcript.replies()[-1].figures.content)
 
@@ -144,7 +148,9 @@ async def test_resize_mid_reply_loses_nothing(engine: PausingEngine) -> None:
         full = "".join(t.text for t in engine.tokens)
         assert app.transcript.replies()[-1].text == full
         assert app.conversation.turns[-1].content == full
-        assert app.query_one(SidePanel).current.tokens_per_s == f"{engine.events[-1].tokens_per_s:.1f}"
+        summary = engine.events[-1]
+        assert isinstance(summary, SummaryEvent)
+        assert shown(app.query_one(SidePanel)).tokens_per_s == f"{summary.tokens_per_s:.1f}"
 
 
 async def test_controls_cycle_and_show_at_once(engine: PausingEngine) -> None:
@@ -152,23 +158,23 @@ async def test_controls_cycle_and_show_at_once(engine: PausingEngine) -> None:
     async with app.run_test(size=SIZE) as pilot:
         panel = app.query_one(SidePanel)
         await pilot.press("f3")
-        assert panel.current.gamma == "16", "γ stops at the engine's maximum"
+        assert shown(panel).gamma == "16", "γ stops at the engine's maximum"
         await pilot.press("f2")
-        assert panel.current.gamma == "15"
+        assert shown(panel).gamma == "15"
         await pilot.press("f4")
-        assert panel.current.schedule == "heuristic" and app.controls.schedule == "heuristic"
+        assert shown(panel).schedule == "heuristic" and controls_of(app).schedule == "heuristic"
         await pilot.press("f5")
-        assert panel.current.drafter == "hybrid"
+        assert shown(panel).drafter == "hybrid"
         await pilot.press("f5")
-        assert panel.current.drafter == "ngram"
+        assert shown(panel).drafter == "ngram"
         await pilot.press("f5")
-        assert panel.current.drafter == "none"
+        assert shown(panel).drafter == "none"
         await pilot.press("f5")
-        assert panel.current.drafter == "model"
+        assert shown(panel).drafter == "model"
         await pilot.press("f7")
-        assert app.controls.temperature == 2.0 and panel.current.temperature == "2.0"
+        assert controls_of(app).temperature == 2.0 and shown(panel).temperature == "2.0"
         await pilot.press("f6", "f6")
-        assert app.controls.temperature == 1.8
+        assert controls_of(app).temperature == 1.8
 
 
 async def test_enter_sends_and_ctrl_j_adds_a_line(engine: PausingEngine) -> None:
@@ -201,7 +207,7 @@ async def test_regenerate_replaces_the_last_reply_and_clear_starts_over(engine: 
         await pilot.pause()
         assert app.conversation.turns == [] and app.conversation.id != first_id
         assert app.transcript.replies() == []
-        assert app.query_one(SidePanel).current.alpha == "–"
+        assert shown(app.query_one(SidePanel)).alpha == "–"
         assert app.store.path_for(first_id).exists()
 
 
@@ -258,15 +264,15 @@ async def test_reopen_a_saved_conversation_and_export_it(engine: PausingEngine) 
 
 
 async def test_help_lists_every_key_and_keys_remap(engine: PausingEngine) -> None:
-    from specchat.ui.keys import ALL_KEYS
     from specchat.ui.screens.help import HelpScreen
+    from specchat.ui.settings.keys import ALL_KEYS
 
     app = make_app(engine, keys={"gamma_up": "ctrl+up"})
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f3")
-        assert app.controls.gamma == 4, "F3 no longer raises γ"
+        assert controls_of(app).gamma == 4, "F3 no longer raises γ"
         await pilot.press("ctrl+up")
-        assert app.controls.gamma == 5
+        assert controls_of(app).gamma == 5
         await pilot.press("f1")
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
@@ -280,7 +286,7 @@ async def test_help_lists_every_key_and_keys_remap(engine: PausingEngine) -> Non
 
 
 async def test_command_palette_runs_actions(engine: PausingEngine) -> None:
-    from specchat.ui.keys import APP_KEYS
+    from specchat.ui.settings.keys import APP_KEYS
 
     app = make_app(engine)
     async with app.run_test(size=SIZE) as pilot:
@@ -295,7 +301,7 @@ async def test_command_palette_runs_actions(engine: PausingEngine) -> None:
         await pilot.pause(0.3)
         await pilot.press("enter")
         await pilot.pause(0.2)
-        assert app.controls.gamma == 5
+        assert controls_of(app).gamma == 5
 
 
 async def test_theme_switch_recolours_and_persists(engine: PausingEngine) -> None:
@@ -326,7 +332,7 @@ async def test_an_engine_error_is_one_line_and_the_message_comes_back(tiny_pair)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, "hello there")
         await wait_for_turns(pilot, app)
-        notices = [str(n.content) for n in app.transcript.query("Notice")]
+        notices = [str(n.content) for n in app.transcript.query(Notice)]
         assert notices == ["error: the conversation is too long: clear it."]
         assert app.conversation.turns == []
         assert app.query_one(PromptInput).text == "hello there"
@@ -352,13 +358,13 @@ async def test_system_prompt_edited_in_the_app_reaches_the_engine(engine: Pausin
             seen.append(list(messages))
             return inner.stream_chat(messages, controls, cancel)
 
-    engine.engine = Recording()
+    engine.engine = cast(Backend, Recording())  # the chat calls only these two
     app = make_app(engine, system_prompt="Be terse.")
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f9")
         await pilot.pause()
         assert isinstance(app.screen, SystemPromptScreen)
-        area = app.screen.query_one("#system-text")
+        area = app.screen.query_one("#system-text", TextArea)
         area.text = "Answer in French."
         await pilot.click("#system-default")
         await pilot.press("ctrl+s")
@@ -381,11 +387,11 @@ async def test_escape_when_idle_and_keys_before_a_reply_do_no_harm(engine: Pausi
 
 
 async def test_long_replies_stream_in_blocks_that_stop_re_rendering(engine: PausingEngine) -> None:
-    from specchat.engine.events import TokenEvent
+    from specchat.engine.events import TokenEvent, TokenKind
 
     lines = [f"line {i} " + "x" * 50 for i in range(30)]
     text = "\n".join(lines) + "\n\nthe end"
-    kinds = ("accepted", "correction", "bonus", "target")
+    kinds: tuple[TokenKind, ...] = ("accepted", "correction", "bonus", "target")
     tokens = [TokenEvent(kinds[i % 4], i, ch, i // 5, i % 5, 0.5, None) for i, ch in enumerate(text)]
     app = make_app(engine)
     async with app.run_test(size=SIZE) as pilot:

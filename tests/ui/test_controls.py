@@ -8,7 +8,6 @@ from typing import Any
 
 from specchat.backend import Capabilities, Controls
 from specchat.engine.gamma import GAMMA_MAX, SCHEDULES
-from specchat.ui.live import ControlsView
 from specchat.ui.state.controls import (
     TEMPERATURE_MAX,
     TEMPERATURE_STEP,
@@ -19,6 +18,7 @@ from specchat.ui.state.controls import (
     stepped_gamma,
     stepped_temperature,
 )
+from specchat.ui.state.live import ControlsView
 
 
 def test_gamma_stays_within_one_and_its_maximum() -> None:

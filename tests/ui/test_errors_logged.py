@@ -7,12 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.widgets import Static
 
 from specchat import logs
-from specchat.ui import bridge
+from specchat.scripted_engines import PausingEngine
 from specchat.ui.app import SpecchatApp
 from specchat.ui.screens.loading import LoadingScreen
-from specchat.ui.scripted_engines import PausingEngine
+from specchat.ui.widgets.transcript import Notice
+from specchat.ui.workers import bridge
 
 from .conftest import SIZE, make_app, send, settings, wait_for, wait_paused
 
@@ -34,7 +36,7 @@ async def test_a_reply_that_fails_unexpectedly(tiny_pair: Any) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, "hello there")
         await wait_for(pilot, lambda: bool(app.transcript.query("Notice")))
-        notice = str(app.transcript.query("Notice").first().content)
+        notice = str(app.transcript.query(Notice).first().content)
     assert notice == (
         f"error: the reply failed: RuntimeError: a tensor went missing (details in {logs.log_path()}; "
         "--debug prints them)."
@@ -50,7 +52,7 @@ async def test_loading_that_fails_unexpectedly(monkeypatch: pytest.MonkeyPatch) 
     app = SpecchatApp(settings())
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, LoadingScreen) and app.screen.failed is not None)
-        line = str(app.screen.query_one("#loading-what").content)
+        line = str(app.screen.query_one("#loading-what", Static).content)
         await pilot.press("q")
     assert line.startswith("could not load the models: KeyError: 'lm_head.weight' (details in ")
     assert "Traceback" in log_text() and app.return_code == 1

@@ -1,4 +1,4 @@
-"""No escape sequence from a server or a shared file reaches the real terminal (issue 22, item 1).
+"""No escape sequence from a server or a shared file reaches the real terminal.
 
 The real `specchat chat --server` and `specchat replay` run in a pseudo-terminal; every byte
 they write is kept. specchat's own escape sequences are there, of course, so the test looks for
@@ -20,7 +20,10 @@ from specchat.engine.events import TokenEvent
 from tests.remote.server import FakeServer, Script, openai_stream
 from tests.ui.test_terminal import Terminal
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal")
+pytestmark = [
+    pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal"),
+    pytest.mark.spawns,
+]
 
 PIECES = [
     "Hello",

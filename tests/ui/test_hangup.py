@@ -17,9 +17,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.ui.test_terminal import Terminal, chat, conversations, long_context_pair, sent  # noqa: F401
+from tests.ui.test_terminal import (  # noqa: F401
+    Terminal,
+    chat,
+    conversations,
+    long_context_pair,
+    sent,
+    streaming,
+)
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal")
+pytestmark = [
+    pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal"),
+    pytest.mark.spawns,
+]
 
 EXIT_WITHIN = 5.0
 
@@ -43,7 +53,7 @@ def test_a_hangup_mid_reply_saves_the_reply_and_exits_within_seconds(
     time.sleep(0.5)
     terminal.write("\r")
     terminal.wait_for(lambda: bool(sent(tmp_path)), what="the message to be saved")
-    terminal.wait_for(lambda: "tokens in" in terminal.text, what="the reply to stream")
+    terminal.wait_for(lambda: streaming(terminal), what="the reply to stream")
     time.sleep(0.5)
     gone_at = hang_up(terminal, send_sighup)
     try:

@@ -12,7 +12,7 @@ CASES = [
     ("import specchat.engine.events, specchat.engine.metrics", ("torch", "textual", "rich")),
     ("import specchat.engine.session", ("textual",)),
     ("import specchat.ui.app", ("torch", "transformers")),
-    ("import specchat.ui.saved_conversations, specchat.ui.live", ("torch", "textual")),
+    ("import specchat.store.folder, specchat.store.markdown, specchat.ui.state.live", ("torch", "textual")),
 ]
 
 

@@ -1,5 +1,5 @@
-"""At T = 0 the inspector shows each model's own softmax beside the rule that decided (issue 22,
-item 17): argmax match at T = 0, min(1, p/q) at T > 0; a lookup says it has no probability."""
+"""At T = 0 the inspector shows each model's own softmax beside the rule that decided: argmax
+match at T = 0, min(1, p/q) at T > 0; a lookup says it has no probability."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 from rich.console import Console
 
 from specchat.engine.events import UNKNOWN, DraftTrace, RoundEvent, TokenEvent
-from specchat.ui.live import Inspected
-from specchat.ui.scripted_engines import PausingEngine
-from specchat.ui.themes import TokenPalette
+from specchat.scripted_engines import PausingEngine
+from specchat.ui.settings.themes import TokenPalette
+from specchat.ui.state.live import Inspected
 from specchat.ui.widgets.inspector import InspectorPanel, prob
 
 from .conftest import SIZE, make_app, send, wait_idle
@@ -96,6 +96,6 @@ def test_a_race_lane_shows_control_characters_visibly() -> None:
     from specchat.presenters.race_text import lane_text
 
     tokens = (LaneToken(0.1, "ok\x1b]0;title\x07", "target", 1),)
-    summary = SummaryEvent(1, 1, 0, 0, None, None, 10.0, (), "length", 0.0, 0.1, 1)
+    summary = SummaryEvent(1, 1, 0, 0, None, None, 10.0, (), "max_tokens", 0.0, 0.1, 1)
     shown = lane_text(RaceLane("plain", tokens, 0.2, summary), 1.0, {}).plain
     assert shown == "ok^[]0;title^G"

@@ -6,16 +6,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.widgets import ProgressBar, Static
 
 from specchat.errors import ModelNotFoundError
 from specchat.models import LoadProgress
 from specchat.testing import TinyPair, save_tiny_pair
-from specchat.ui import bridge
 from specchat.ui.app import SpecchatApp
 from specchat.ui.screens.loading import LoadingScreen
 from specchat.ui.widgets.panels import SidePanel
+from specchat.ui.workers import bridge
 
-from .conftest import SIZE, send, settings, wait_for, wait_idle
+from .conftest import SIZE, send, settings, shown, wait_for, wait_idle
 
 pytestmark = pytest.mark.anyio
 
@@ -29,7 +30,11 @@ async def test_models_load_behind_a_loading_screen_then_chat(
     real = bridge.load_engine
 
     def recording(s: Any, progress: Any) -> bridge.LoadedEngine:
-        return real(s, lambda p: (seen.append(p), progress(p)))
+        def record(p: LoadProgress) -> None:
+            seen.append(p)
+            progress(p)
+
+        return real(s, record)
 
     monkeypatch.setattr(bridge, "load_engine", recording)
     app = SpecchatApp(settings(target=str(target), draft=str(draft), device="cpu", dtype="float32"))
@@ -38,7 +43,7 @@ async def test_models_load_behind_a_loading_screen_then_chat(
         await pilot.pause()
         assert not isinstance(app.screen, LoadingScreen)
         assert "tiny-target" in app.sub_title and "tiny-draft" in app.sub_title
-        assert app.query_one(SidePanel).current.drafter == "model"
+        assert shown(app.query_one(SidePanel)).drafter == "model"
         await send(pilot, "hello there")
         await wait_idle(pilot, app)
         assert app.conversation.turns[-1].role == "assistant"
@@ -58,10 +63,12 @@ async def test_progress_is_shown_while_loading(monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.setattr(bridge, "load_engine", slow_load)
     app = SpecchatApp(settings())
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: "chunk 3/10" in str(app.screen.query_one("#loading-status").content))
+        await wait_for(
+            pilot, lambda: "chunk 3/10" in str(app.screen.query_one("#loading-status", Static).content)
+        )
         screen = app.screen
         assert isinstance(screen, LoadingScreen)
-        assert screen.query_one("ProgressBar").percentage == pytest.approx(0.3)
+        assert screen.query_one(ProgressBar).percentage == pytest.approx(0.3)
         await pilot.press("f3")  # the UI stays responsive; keys do no harm before the engine exists
         go.set()
         await wait_for(pilot, lambda: app.engine is not None)
@@ -97,7 +104,7 @@ async def test_a_load_failure_is_a_readable_message_and_a_clean_exit(monkeypatch
     app = SpecchatApp(settings(target="nope"))
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, LoadingScreen) and app.screen.failed is not None)
-        status = str(app.screen.query_one("#loading-what").content)
+        status = str(app.screen.query_one("#loading-what", Static).content)
         assert status == "unknown model 'nope': run `specchat models` to see what is installed."
         assert "Traceback" not in status
         await pilot.press("q")
@@ -113,7 +120,7 @@ def test_packing_cpu_kernels_stops_between_jobs_when_loading_is_abandoned(
 ) -> None:
     """Quitting while the CPU kernels are packed must not wait for every remaining job."""
     from specchat.models import load_for_decoding
-    from specchat.ui.model_loading import LoadCancelled
+    from specchat.ui.workers.model_loading import LoadCancelled
 
     target, draft = save_tiny_pair(tiny_pair, tmp_path)
     seen: list[str] = []
@@ -165,7 +172,7 @@ async def wait_until_thread_ends(jobs_done: list[int]) -> None:
 async def test_a_message_typed_while_loading_waits_in_the_box(
     monkeypatch: pytest.MonkeyPatch, engine: Any
 ) -> None:
-    """Issue 22, item 8: typing and Enter on the loading screen used to be dropped."""
+    """Typing and Enter on the loading screen used to be dropped."""
     import threading
 
     go = threading.Event()
@@ -180,7 +187,7 @@ async def test_a_message_typed_while_loading_waits_in_the_box(
         await wait_for(pilot, lambda: isinstance(app.screen, LoadingScreen))
         await pilot.press(*"quick question", "enter")
         await pilot.pause()
-        assert "waits in the box" in str(app.screen.query_one("#loading-note").content)
+        assert "waits in the box" in str(app.screen.query_one("#loading-note", Static).content)
         go.set()
         await wait_for(pilot, lambda: app.engine is not None)
         await pilot.pause()

@@ -20,7 +20,7 @@ from specchat.ui.widgets.prompt import PromptInput
 
 from .conftest import make_app, wait_for
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 MESSAGES = int(__import__("os").environ.get("LONG_SESSION_MESSAGES", "200"))
 MAX_NEW_TOKENS = 6
@@ -86,9 +86,11 @@ async def test_two_hundred_messages_with_changing_controls(long_context_pair: Ti
             prompt.focus()
             prompt.text = f"message {turn}: go on."
             await pilot.press("enter")
-            await wait_for(
-                pilot, lambda n=turn: app.reply is None and len(app.conversation.turns) == 2 * (n + 1)
-            )
+
+            def answered(n: int = turn) -> bool:
+                return app.reply is None and len(app.conversation.turns) == 2 * (n + 1)
+
+            await wait_for(pilot, answered)
 
             # The caches hold at most the conversation in use: its prompt and the reply.
             in_use = len(engine.prompt_ids(app.conversation.chat_messages()))

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
-from specchat.ui.scripted_engines import PausingEngine
+from specchat.scripted_engines import PausingEngine
 
 from .conftest import SIZE, make_app, send, wait_for, wait_idle, wait_paused
 
@@ -80,7 +80,9 @@ def test_step_mode_paused_after_the_first_round(snap_compare: Any, engine: Pausi
         await send(pilot, "hello there")
         await wait_for(pilot, lambda: app.live.step.paused)
         await pilot.press("ctrl+n")
-        await wait_for(pilot, lambda: app.live.step.paused and len(app.reply.rounds) == 2)
+        await wait_for(
+            pilot, lambda: app.live.step.paused and app.reply is not None and len(app.reply.rounds) == 2
+        )
         app.clear_notifications()
         app.refresh_panels(force=True)
         await pilot.pause()

@@ -8,14 +8,10 @@ from pathlib import Path
 import pytest
 
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
-from specchat.ui.live import LiveStats
-from specchat.ui.saved_conversations import (
-    Conversation,
-    ConversationError,
-    ConversationStore,
-    Turn,
-    to_markdown,
-)
+from specchat.store.conversation import Conversation, ConversationError, Turn
+from specchat.store.folder import ConversationStore
+from specchat.store.markdown import to_markdown
+from specchat.ui.state.live import LiveStats
 
 
 def reply() -> Turn:
@@ -89,6 +85,7 @@ def test_markdown_export(tmp_path: Path) -> None:
 
 def test_live_stats_rebuilt_from_saved_turns_match_the_stream() -> None:
     turn = reply()
+    assert turn.summary is not None
     streamed = LiveStats()
     streamed.extend(
         [turn.tokens[0], turn.tokens[1], turn.rounds[0], turn.tokens[2], turn.rounds[1], turn.summary]

@@ -14,14 +14,15 @@ import torch
 
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.presenters.kind_labels import KIND_LABELS
-from specchat.ui.saved_conversations import ConversationStore
+from specchat.scripted_engines import PausingEngine
+from specchat.store.folder import ConversationStore
 from specchat.ui.screens.replay import ReplayScreen
-from specchat.ui.scripted_engines import PausingEngine
-from specchat.ui.themes import REJECTED
+from specchat.ui.settings.themes import REJECTED
+from specchat.ui.state.lease import local_engine
 from specchat.ui.widgets.inspector import InspectorPanel, prob
 from specchat.ui.widgets.steps import StepPanel
 
-from .conftest import SIZE, make_app, send, settings, wait_for, wait_idle
+from .conftest import SIZE, make_app, send, settings, span_style, wait_for, wait_idle
 
 pytestmark = pytest.mark.anyio
 
@@ -69,7 +70,7 @@ async def test_rejected_drafts_show_struck_through_before_their_correction(engin
         rejected_style = styles[REJECTED]
         assert rejected_style.strike and rejected_style.dim
         text = reply.tokens.render_text()
-        struck = "".join(text.plain[s.start : s.end] for s in text.spans if s.style.strike)
+        struck = "".join(text.plain[s.start : s.end] for s in text.spans if span_style(s).strike)
         assert struck == reply.tokens.rejected_text() != ""
         assert "rejected draft" in str(app.main_screen.query_one("#legend").render())
 
@@ -193,15 +194,17 @@ async def test_trace_matches_the_models_own_probabilities(engine: PausingEngine,
         await send(pilot, "hello there")
         await wait_idle(pilot, app)
         messages = app.conversation.chat_messages()[:-1]
-    prompt = engine.engine.engine.prompt_ids(messages)
+    local = local_engine(engine)
+    assert local is not None
+    prompt = local.prompt_ids(messages)
     ids = list(prompt)
     events = engine.events
     checked_drafts = checked_top = 0
     position = 0
     while position < len(events) and not isinstance(events[position], SummaryEvent):
         round_tokens: list[TokenEvent] = []
-        while isinstance(events[position], TokenEvent):
-            round_tokens.append(events[position])
+        while isinstance(token_event := events[position], TokenEvent):
+            round_tokens.append(token_event)
             position += 1
         round_event = events[position]
         assert isinstance(round_event, RoundEvent)
@@ -215,9 +218,9 @@ async def test_trace_matches_the_models_own_probabilities(engine: PausingEngine,
             assert draft.accept_prob == pytest.approx(min(1.0, draft.p_target / draft.p_draft), abs=1e-6)
             assert draft.u is not None or draft.verdict == "untested"
             if draft.verdict == "accepted":
-                assert draft.u < draft.accept_prob
+                assert draft.u is not None and draft.u < draft.accept_prob
             elif draft.verdict == "rejected":
-                assert draft.u >= draft.accept_prob
+                assert draft.u is not None and draft.u >= draft.accept_prob
             checked_drafts += 1
         closing = [t for t in round_tokens if t.kind != "accepted"]
         if closing and closing[0].top:
@@ -276,7 +279,9 @@ async def test_step_mode_pauses_after_every_round_and_controls_apply_from_the_ne
         # γ + 1 while paused applies to the next step.
         await pilot.press("f3")
         await pilot.press("ctrl+n")
-        await wait_for(pilot, lambda: app.live.step.paused and len(app.reply.rounds) == 2)
+        await wait_for(
+            pilot, lambda: app.live.step.paused and app.reply is not None and len(app.reply.rounds) == 2
+        )
         assert engine.rounds[1].gamma == 5
         assert "round 2 · γ 5" in plain(steps.content)
 
@@ -322,6 +327,7 @@ async def test_replay_shows_the_saved_rounds_at_their_pace_and_steps(engine: Pau
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, ReplayScreen))
         screen = app.screen
+        assert isinstance(screen, ReplayScreen)
         assert app.engine is None, "no model is loaded"
         # Pacing: the replay is not instantaneous (each round waits its recorded time / 4).
         await pilot.pause(0.05)
@@ -331,6 +337,7 @@ async def test_replay_shows_the_saved_rounds_at_their_pace_and_steps(engine: Pau
         shown = screen.transcript.replies()[-1]
         assert shown.tokens.tokens == reply.tokens
         assert shown.tokens.rejected_text() != ""
+        assert reply.summary is not None
         assert screen.live.conversation.alpha == pytest.approx(reply.summary.alpha)
         # Restart, pause, then step one round at a time.
         await pilot.press("r")
@@ -375,6 +382,7 @@ async def test_replay_of_an_old_file_without_trace(engine: PausingEngine, tmp_pa
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, ReplayScreen) and app.screen.finished, 30)
         screen = app.screen
+        assert isinstance(screen, ReplayScreen)
         shown = screen.transcript.replies()[-1]
         assert shown.tokens.plain == conversation.turns[-1].content
         assert shown.tokens.rejected_text() == ""
@@ -392,7 +400,7 @@ async def test_replay_from_the_conversations_screen(engine: PausingEngine) -> No
         await pilot.pause()
         await pilot.press("r")
         await wait_for(pilot, lambda: isinstance(app.screen, ReplayScreen))
-        await wait_for(pilot, lambda: app.screen.finished, 30)
+        await wait_for(pilot, lambda: isinstance(app.screen, ReplayScreen) and app.screen.finished, 30)
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, ReplayScreen)

@@ -18,9 +18,9 @@ from specchat.config import data_dir
 from specchat.engine.events import Event
 from specchat.engine.race import RaceResult
 from specchat.presenters.race_text import finish_lines
+from specchat.scripted_engines import DRAFT_MS_PER_TOKEN, VERIFY_MS, PausingEngine
 from specchat.ui.screens.race_screen import Lane, RaceScreen
 from specchat.ui.screens.selftest_screen import SelfTestScreen
-from specchat.ui.scripted_engines import DRAFT_MS_PER_TOKEN, VERIFY_MS, PausingEngine
 from specchat.ui.widgets.prompt import PromptInput
 from specchat.ui.widgets.theory import TheoryPanel
 
@@ -48,7 +48,7 @@ async def test_theory_panel_fills_in_the_formulas_and_applies_the_best_gamma(eng
         assert view is not None and view.alpha is not None and view.predicted is not None
         assert view.c == pytest.approx(DRAFT_MS_PER_TOKEN / VERIFY_MS)
         assert view.v == pytest.approx(1.0)  # every verify pass costs the same under FixedTimings
-        assert view.plain_rate == pytest.approx(1000 / VERIFY_MS)
+        assert view.plain_rate is not None and view.plain_rate == pytest.approx(1000 / VERIFY_MS)
         reply = app.conversation.turns[-1].summary
         assert reply is not None
         assert view.measured_speedup == pytest.approx(reply.tokens_per_s / view.plain_rate)
@@ -207,7 +207,7 @@ async def test_a_server_gets_a_line_instead_of_the_race_and_the_selftest() -> No
 
 
 async def test_the_palette_lists_the_talk_actions(engine: PausingEngine) -> None:
-    from specchat.ui import commands
+    from specchat.ui.controllers import palette as commands
 
     app = make_app(engine)
     async with app.run_test(size=BIG):

@@ -9,7 +9,7 @@ import pytest
 from rich.style import Style
 
 from specchat.engine.events import TOKEN_KINDS
-from specchat.ui.themes import ThemeError, discover, load_theme, packaged_dir, token_styles
+from specchat.ui.settings.themes import ThemeError, discover, load_theme, packaged_dir, token_styles
 
 PACKAGED = ("specchat-dark", "specchat-light", "specchat-projector", "specchat-colorblind")
 

@@ -1,24 +1,27 @@
 """Pilot tests: a thinking model's reasoning folded to one line, unfolded by its key, inspected
-and stepped through; saved and exported as reasoning (issue 33, item 4). A chat that outgrows
+and stepped through; saved and exported as reasoning. A chat that outgrows
 the context (item 3), and how the chat says the prompt is rendered: raw, or without a template
 (item 5)."""
 
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
+from specchat.backend import Controls
 from specchat.engine.events import SummaryEvent, TokenEvent
-from specchat.engine.session import ChatEngine
+from specchat.engine.session import ChatEngine, LocalReply
+from specchat.scripted_engines import FixedTimings, PausingEngine
+from specchat.store.folder import ConversationStore
+from specchat.store.markdown import to_markdown
 from specchat.testing import ANSWER_SCRIPT, REASONING_SCRIPT, TinyPair, make_thinking_pair
-from specchat.ui.saved_conversations import ConversationStore, to_markdown
-from specchat.ui.scripted_engines import FixedTimings, PausingEngine
 from specchat.ui.widgets.inspector import InspectorPanel
 from specchat.ui.widgets.steps import StepPanel
 from specchat.ui.widgets.transcript import Notice, ReasoningFold, SystemNote
 
-from .conftest import SIZE, make_app, send, wait_for, wait_idle, wait_paused
+from .conftest import SIZE, make_app, send, span_style, wait_for, wait_idle, wait_paused
 from .test_inspector_greedy import plain
 
 pytestmark = pytest.mark.anyio
@@ -50,8 +53,10 @@ async def test_reasoning_is_folded_to_one_line_and_the_key_unfolds_it(thinking: 
         assert line.startswith("▸ reasoning · ")
         assert f"{summary.reasoning_tokens} tokens · α {summary.reasoning_alpha:.2f}" in line
         assert "Ctrl+D shows it" in line
-        assert summary.reasoning_alpha is not None and summary.reasoning_alpha < summary.answer_alpha == 1.0
+        assert summary.reasoning_alpha is not None and summary.answer_alpha is not None
+        assert summary.reasoning_alpha < summary.answer_alpha == 1.0
         # Folded: the reasoning's blocks take no room; the answer shows as usual.
+        assert fold.body is not None, "composed"
         assert not fold.body.display or fold.body.region.height == 0
         assert reply.text == ANSWER
         assert [b for b in reply.tokens.blocks if b.region.height > 0] == [reply.tokens.blocks[-1]]
@@ -66,7 +71,8 @@ async def test_reasoning_is_folded_to_one_line_and_the_key_unfolds_it(thinking: 
         # Provenance colours inside the reasoning: each token in its kind's style.
         styles = app.token_styles
         kinds = {t.kind for t in thinking.tokens if t.reasoning and t.text}
-        assert {span.style.clear_meta_and_links() for span in rendered.spans} == {styles[k] for k in kinds}
+        drawn = {span_style(span).clear_meta_and_links() for span in rendered.spans}
+        assert drawn == {styles[k] for k in kinds}
         assert {"accepted", "correction"} <= kinds
 
         await pilot.press("ctrl+d")
@@ -186,7 +192,7 @@ async def test_step_mode_pauses_inside_the_reasoning(thinking: PausingEngine) ->
         assert str(fold.line.render()).startswith("▸ reasoning · ")
 
 
-async def wait_for_step(pilot, app) -> None:  # type: ignore[no-untyped-def]
+async def wait_for_step(pilot, app) -> None:
     await wait_for(pilot, lambda: app.live.step.paused)
     await pilot.pause()
 
@@ -198,23 +204,25 @@ def test_reasoning_tokens_are_what_the_engine_marked(thinking: PausingEngine) ->
     assert text == REASONING + ANSWER
 
 
-def _controls():  # type: ignore[no-untyped-def]
+def _controls():
     from specchat.backend import Controls
 
     return Controls(drafter="model", gamma=3)
 
 
 async def test_a_chat_past_the_context_keeps_answering_and_saves_every_turn(engine: PausingEngine) -> None:
-    """Issue 33, item 3: the tiny model's context holds 256 tokens (one a character); four long
+    """The tiny model's context holds 256 tokens (one a character); four long
     messages outgrow it, and every reply still comes, after a notice of what was left out."""
     app = make_app(engine, max_new_tokens=24)
     long = "the quick brown fox jumps over the lazy dog. " * 2
     async with app.run_test(size=SIZE) as pilot:
         for turn in range(4):
             await send(pilot, f"{turn} {long}")
-            await wait_for(
-                pilot, lambda turn=turn: app.reply is None and len(app.conversation.turns) == 2 * turn + 2
-            )
+
+            def answered(turn: int = turn) -> bool:
+                return app.reply is None and len(app.conversation.turns) == 2 * turn + 2
+
+            await wait_for(pilot, answered)
         notices = [str(n.render()) for n in app.transcript.query(Notice)]
         assert notices and all("left out of the prompt" in n for n in notices)
         assert "The saved conversation keeps every message" in notices[-1]
@@ -230,7 +238,7 @@ async def test_a_chat_past_the_context_keeps_answering_and_saves_every_turn(engi
 
 
 async def test_a_model_without_a_template_says_how_turns_are_joined(tiny_pair: TinyPair) -> None:
-    """Issue 33, item 5: the chat says which rendering it uses, under the system prompt."""
+    """The chat says which rendering it uses, under the system prompt."""
     bare = tiny_pair.tokenizer.__class__(tokenizer_object=tiny_pair.tokenizer.backend_tokenizer)
     app = make_app(ChatEngine(tiny_pair.target, bare, tiny_pair.draft))
     async with app.run_test(size=SIZE) as pilot:
@@ -248,11 +256,11 @@ async def test_raw_mode_sends_the_text_exactly_and_says_so(tiny_pair: TinyPair) 
     engine = ChatEngine(tiny_pair.target, tiny_pair.tokenizer, tiny_pair.draft)
     start_ids = engine.start_ids
 
-    def record(ids: list[int], *args: object, **kwargs: object) -> object:
+    def record(ids: list[int], controls: Controls, cancel: threading.Event | None = None) -> LocalReply:
         seen.append(ids)
-        return start_ids(ids, *args, **kwargs)  # type: ignore[arg-type]
+        return start_ids(ids, controls, cancel)
 
-    engine.start_ids = record  # type: ignore[method-assign]
+    engine.start_ids = record  # type: ignore[method-assign,assignment]
     app = make_app(engine, raw=True, max_new_tokens=4)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.engine is not None)

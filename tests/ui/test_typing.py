@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from textual import events
 
-from specchat.ui.scripted_engines import PausingEngine
+from specchat.scripted_engines import PausingEngine
 from specchat.ui.widgets.prompt import PromptInput
 
 from .conftest import SIZE, make_app, wait_for, wait_idle
@@ -55,7 +55,11 @@ async def test_a_sentence_and_enter_in_one_burst_sends_the_whole_sentence(engine
     async with app.run_test(size=SIZE) as pilot:
         for round_no in range(3):
             burst(app, [*typed(sentence), "enter"])
-            await wait_for(pilot, lambda n=round_no: len(app.conversation.turns) >= 2 * (n + 1), timeout=10)
+
+            def answered(n: int = round_no) -> bool:
+                return len(app.conversation.turns) >= 2 * (n + 1)
+
+            await wait_for(pilot, answered, timeout=10)
             await wait_idle(pilot, app)
             assert app.conversation.turns[2 * round_no].content == sentence
             assert app.query_one(PromptInput).text == ""

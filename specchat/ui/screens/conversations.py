@@ -16,7 +16,9 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from specchat.ui.saved_conversations import ConversationError, ConversationStore, SavedInfo, fmt
+from specchat.store.conversation import ConversationError
+from specchat.store.folder import ConversationStore, SavedInfo
+from specchat.store.markdown import fmt
 
 
 class ConversationsScreen(ModalScreen[tuple[str, str] | None]):

@@ -18,8 +18,15 @@ from textual.widgets import Static
 from specchat.engine.events import TOKEN_KINDS
 from specchat.engine.registry import DRAFT_STOP_BELOW
 from specchat.presenters.kind_labels import KIND_HELP, KIND_LABELS
-from specchat.ui.keys import APP_KEYS, KEYS_BY_ID, PROMPT_KEYS, TEXTUAL_KEYS, display_key, effective_key
-from specchat.ui.themes import REJECTED, TokenPalette
+from specchat.ui.settings.keys import (
+    APP_KEYS,
+    KEYS_BY_ID,
+    PROMPT_KEYS,
+    TEXTUAL_KEYS,
+    display_key,
+    effective_key,
+)
+from specchat.ui.settings.themes import REJECTED, TokenPalette
 
 
 class HelpScreen(ModalScreen[None]):

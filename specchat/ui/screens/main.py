@@ -1,7 +1,7 @@
 """The chat screen: transcript, token inspector, step table, legend, message box, live panels.
 
 The screen owns the layout and the panels; the app owns the engine, the conversation and the
-actions. Every panel receives the one :class:`~specchat.ui.live.LiveStats` on a timer (see
+actions. Every panel receives the one :class:`~specchat.ui.state.live.LiveStats` on a timer (see
 :meth:`MainScreen.refresh_panels`), so adding a panel means writing it and yielding it through
 :meth:`MainScreen.panel` in ``compose``: nothing else changes.
 
@@ -27,10 +27,10 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header
 
 from specchat.engine.events import ContextEvent, Event, RoundEvent, TokenEvent
-from specchat.ui.keys import KEYS_BY_ID, display_key, effective_key
-from specchat.ui.live import Inspected, LiveStats, replay
-from specchat.ui.saved_conversations import Conversation
-from specchat.ui.themes import TokenPalette
+from specchat.store.conversation import Conversation
+from specchat.ui.settings.keys import KEYS_BY_ID, display_key, effective_key
+from specchat.ui.settings.themes import TokenPalette
+from specchat.ui.state.live import Inspected, LiveStats, replay
 from specchat.ui.widgets.inspector import InspectorPanel
 from specchat.ui.widgets.panels import CompactFigures, Legend, LivePanel, SidePanel
 from specchat.ui.widgets.prompt import PromptInput

@@ -26,6 +26,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Input, Static
 
+from specchat.backend import chat_messages
 from specchat.config import data_dir
 from specchat.engine.race import RACE_TOKENS, WARM_UP_TOKENS, LaneName, RaceCancelled, RaceResult, run_race
 from specchat.engine.registry import proposes
@@ -43,7 +44,7 @@ from specchat.ui.state.lease import JobEnded, ModelLease, run_job
 
 if TYPE_CHECKING:
     from specchat.backend import Controls
-    from specchat.ui.themes import TokenPalette
+    from specchat.ui.settings.themes import TokenPalette
 
 FPS = 20
 PROGRESS_INTERVAL = 0.1
@@ -208,9 +209,7 @@ class RaceScreen(Screen[None]):
             )
             return
         race_controls = replace(controls, max_new_tokens=min(controls.max_new_tokens, RACE_TOKENS))
-        system = self.system_prompt()
-        messages = [{"role": "system", "content": system}] if system else []
-        messages.append({"role": "user", "content": prompt})
+        messages = chat_messages(self.system_prompt(), prompt)
         models = {"target": lease.target_name, "draft": lease.draft_name}
         job = self.race_job(engine, messages, race_controls, models)
         if not run_job(self, lease, "the race", job, name="race"):

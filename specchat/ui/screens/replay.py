@@ -24,11 +24,11 @@ from textual.timer import Timer
 from textual.widgets import Static
 
 from specchat.engine.events import Event, RoundEvent, SummaryEvent, TokenEvent, known
-from specchat.ui.keys import display_key
-from specchat.ui.live import ControlsView, LiveStats, StepView, replay
-from specchat.ui.saved_conversations import Conversation, Turn
+from specchat.store.conversation import Conversation, Turn
 from specchat.ui.screens.main import MainScreen, shown_round, shown_token
-from specchat.ui.themes import TokenPalette
+from specchat.ui.settings.keys import display_key
+from specchat.ui.settings.themes import TokenPalette
+from specchat.ui.state.live import ControlsView, LiveStats, StepView, replay
 from specchat.ui.widgets.transcript import AssistantMessage, UserMessage
 from specchat.untrusted import visible
 

@@ -37,8 +37,8 @@ from specchat.engine.selftest import (
     greedy_equality,
     selftest_messages,
 )
+from specchat.presenters.bars import bar
 from specchat.presenters.selftest_text import (
-    bar,
     chi_square_line,
     fit,
     fraction,

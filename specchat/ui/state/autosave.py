@@ -6,7 +6,8 @@ from typing import Protocol
 
 from textual.notifications import SeverityLevel
 
-from specchat.ui.saved_conversations import Conversation, ConversationStore
+from specchat.store.conversation import Conversation
+from specchat.store.folder import ConversationStore
 
 
 class Notify(Protocol):

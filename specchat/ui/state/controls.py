@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from specchat.engine.gamma import GAMMA_MAX, SCHEDULES, ScheduleName
-from specchat.ui.live import ControlsView
-from specchat.ui.talk import apply_best_gamma
+from specchat.ui.controllers.talk import apply_best_gamma
+from specchat.ui.state.live import ControlsView
 
 if TYPE_CHECKING:
     from specchat.backend import Capabilities, Controls

@@ -12,14 +12,15 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from textual.message import Message
 from textual.widget import Widget
 from textual.worker import get_current_worker
 
+from specchat.backend import LocalBackend, Wrapper
 from specchat.errors import SpecchatError
-from specchat.ui import bridge
+from specchat.ui.workers import bridge
 
 if TYPE_CHECKING:
     from specchat.backend import Capabilities, Controls
@@ -30,19 +31,19 @@ slow it down or retime it, and a server client may wrap a transport: one or two 
 practice. The bound only stops a wrapper that points at itself from looping for ever."""
 
 
-def local_engine(engine: Any) -> Any | None:
-    """The local ChatEngine behind ``engine`` (tests wrap it), or None for a server.
+def local_engine(engine: object) -> LocalBackend | None:
+    """The local backend behind ``engine`` (tests wrap it), or None for a server.
 
-    The race and the self-test need token ids, the plain reference decoder and the caches, which
-    only the local engine has; it is recognised by those methods, not by its class, so this
-    module loads no torch.
+    The race and the self-test need token ids and the plain reference decoder, which only local
+    models have (:class:`~specchat.backend.LocalBackend`); it is recognised by that interface, not
+    by the engine's class, so this module loads no torch.
     """
     for _ in range(MAX_WRAPPERS + 1):
-        if engine is None:
-            return None
-        if hasattr(engine, "stream_plain") and hasattr(engine, "prompt_ids"):
+        if isinstance(engine, LocalBackend):
             return engine
-        engine = getattr(engine, "engine", None)
+        if not hasattr(engine, "engine"):
+            return None
+        engine = cast(Wrapper, engine).engine
     return None
 
 
@@ -85,7 +86,7 @@ class ModelLease:
         return bridge.capabilities_of(self.engine) if self.engine is not None else None
 
     @property
-    def local(self) -> Any | None:
+    def local(self) -> LocalBackend | None:
         """The local engine, or None while loading and for a server."""
         return local_engine(self.engine)
 

@@ -27,7 +27,7 @@ from specchat.engine.metrics import (
     positions_tested,
 )
 from specchat.engine.registry import find_drafter
-from specchat.ui.live import LiveStats
+from specchat.ui.state.live import LiveStats
 from specchat.untrusted import clipped, visible
 
 ALPHA_ROUNDS = 48

@@ -30,8 +30,8 @@ from textual.widgets import Static
 from specchat.engine.events import Candidate, DraftTrace, TokenEvent, known
 from specchat.engine.registry import is_lookup
 from specchat.presenters.kind_labels import KIND_LABELS
-from specchat.ui.live import Inspected, LiveStats
-from specchat.ui.themes import TokenPalette
+from specchat.ui.settings.themes import TokenPalette
+from specchat.ui.state.live import Inspected, LiveStats
 from specchat.untrusted import visible
 
 BAR_WIDTH = 24

@@ -1,9 +1,9 @@
 """Live panels: α, τ, tokens/s, per-position acceptance, the controls, and the legend.
 
 Every panel is a :class:`LivePanel`: the screen that mounts it calls ``show_live`` with the one
-:class:`specchat.ui.live.LiveStats` on a timer (never per token), and the panel reads what it
+:class:`specchat.ui.state.live.LiveStats` on a timer (never per token), and the panel reads what it
 needs and skips the redraw when nothing it shows has changed. Token styles come from the
-:class:`~specchat.ui.themes.TokenPalette` the panel was given. :func:`figures` is the one place
+:class:`~specchat.ui.settings.themes.TokenPalette` the panel was given. :func:`figures` is the one place
 the side panel's numbers are formatted: the panel renders it and the tests read it.
 """
 
@@ -21,11 +21,12 @@ from textual.widgets import Digits, Label, Static
 
 from specchat.backend import FIGURE_LABELS
 from specchat.engine.events import TOKEN_KINDS
+from specchat.presenters.bars import bar
 from specchat.presenters.kind_labels import KIND_LABELS
-from specchat.ui.keys import display_key
-from specchat.ui.live import ROLLING_WINDOW, ControlsView, LiveStats
-from specchat.ui.saved_conversations import fmt
-from specchat.ui.themes import REJECTED, TokenPalette
+from specchat.store.markdown import fmt
+from specchat.ui.settings.keys import display_key
+from specchat.ui.settings.themes import REJECTED, TokenPalette
+from specchat.ui.state.live import ROLLING_WINDOW, ControlsView, LiveStats
 
 SPARK = "▁▂▃▄▅▆▇█"
 BAR_WIDTH = 18
@@ -66,9 +67,6 @@ class Figures:
     gamma_control: str = "per-round"
     notes: tuple[str, ...] = ()
     replay_speed: float | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 NOT_REPORTED = "not reported by this server"
@@ -130,13 +128,6 @@ def sparkline(values: Iterable[float], width: int) -> str:
         return ""
     top = max(data) or 1.0
     return "".join(SPARK[min(len(SPARK) - 1, int(v / top * (len(SPARK) - 1) + 0.5))] for v in data)
-
-
-def bar(value: float, width: int) -> str:
-    eighths = round(max(0.0, min(1.0, value)) * width * 8)
-    full, part = divmod(eighths, 8)
-    partial = " ▏▎▍▌▋▊▉"[part] if part else ""
-    return "█" * full + partial
 
 
 class BigFigure(Vertical):

@@ -23,7 +23,7 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widgets import TextArea
 
-from specchat.ui.keys import PROMPT_KEYS, bindings, key_list
+from specchat.ui.settings.keys import PROMPT_KEYS, bindings, key_list
 
 PASTE_GAP = 0.03
 """Seconds: an Enter followed by another key sooner than this was part of a paste. A terminal

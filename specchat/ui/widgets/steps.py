@@ -15,9 +15,9 @@ from rich.text import Text
 from textual.widgets import Static
 
 from specchat.presenters.kind_labels import KIND_LABELS
-from specchat.ui.keys import display_key
-from specchat.ui.live import LiveStats, StepView
-from specchat.ui.themes import REJECTED, TokenPalette
+from specchat.ui.settings.keys import display_key
+from specchat.ui.settings.themes import REJECTED, TokenPalette
+from specchat.ui.state.live import LiveStats, StepView
 from specchat.ui.widgets.inspector import prob, shown
 
 VERDICT_STYLES = {"accepted": "bold", "rejected": "bold red", "untested": "dim"}

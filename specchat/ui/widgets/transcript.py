@@ -31,8 +31,8 @@ from textual.widgets import Markdown, Static
 from specchat.engine.events import Event, RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.metrics import SectionStats
 from specchat.engine.reasoning import answer_text
-from specchat.ui.saved_conversations import fmt, left_out_words, reply_figures
-from specchat.ui.themes import REJECTED, TokenPalette
+from specchat.store.markdown import fmt, left_out_words, reply_figures
+from specchat.ui.settings.themes import REJECTED, TokenPalette
 from specchat.untrusted import visible
 
 CURSOR = "▌"

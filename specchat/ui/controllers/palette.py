@@ -1,0 +1,49 @@
+"""The command palette (Ctrl+P): every action, with its key, and every theme."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Iterator, Mapping
+from functools import partial
+from typing import Any, Protocol
+
+from textual.app import SystemCommand
+
+from specchat.ui.settings.keys import APP_KEYS, PROMPT_KEYS, display_key, effective_key
+
+
+class PaletteHost(Protocol):
+    """What the palette needs of the app (the app imports this module, so it names no app)."""
+
+    @property
+    def keymap(self) -> Mapping[str, str]: ...
+
+    @property
+    def specchat_themes(self) -> list[str]: ...
+
+    def send_prompt(self) -> None: ...
+
+    def run_action(self, action: str) -> Awaitable[Any]: ...
+
+    def theme_description(self, name: str) -> str: ...
+
+    def switch_theme(self, name: str) -> None: ...
+
+
+def system_commands(app: PaletteHost) -> Iterator[SystemCommand]:
+    keymap = app.keymap
+    send = next(spec for spec in PROMPT_KEYS if spec.id == "send")
+    yield SystemCommand(
+        send.description, _help(send.id, display_key(effective_key(send, keymap))), app.send_prompt
+    )
+    for spec in APP_KEYS:
+        yield SystemCommand(
+            spec.description,
+            _help(spec.id, display_key(effective_key(spec, keymap))),
+            partial(app.run_action, spec.action),
+        )
+    for name in app.specchat_themes:
+        yield SystemCommand(f"Theme: {name}", app.theme_description(name), partial(app.switch_theme, name))
+
+
+def _help(binding_id: str, key: str) -> str:
+    return f"{key} · key id {binding_id}"
