@@ -79,9 +79,13 @@ class Variant:
     """False for a stand-in that runs only where $SPECCHAT_CPU_ISA names it."""
 
     @property
+    def define(self) -> str:
+        """The flag that selects its isa/ header."""
+        return f"-DSPECCHAT_ISA_{(self.header or self.name).upper()}"
+
+    @property
     def cflags(self) -> tuple[str, ...]:
-        define = f"-DSPECCHAT_ISA_{(self.header or self.name).upper()}"
-        return (*COMMON_FLAGS, *self.isa_flags, define, f"-I{SOURCE.parent}")
+        return (*COMMON_FLAGS, *self.isa_flags, self.define, f"-I{SOURCE.parent}")
 
     @property
     def library(self) -> Library:

@@ -10,7 +10,11 @@
 // machine with AVX-512 but without AVX-VNNI can check its bits and time it.
 #pragma once
 
+#if defined(SPECCHAT_AVXVNNI_EVEX)
+#define SPECCHAT_AVX2_NAME "avxvnni-evex"
+#else
 #define SPECCHAT_AVX2_NAME "avxvnni"
+#endif
 #define SPECCHAT_AVX2_OWN_DOTS
 #include "isa/avx2.h"
 
