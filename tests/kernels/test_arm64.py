@@ -171,7 +171,12 @@ def test_apple_arm64_runs_i8mm_where_the_sysctl_says_so(
 ) -> None:
     on(monkeypatch, "Darwin", "arm64")
     asked: list[str] = []
-    monkeypatch.setattr(kernels, "_sysctl_says", lambda name: asked.append(name) or has_i8mm)
+
+    def sysctl_says(name: str) -> bool:
+        asked.append(name)
+        return has_i8mm
+
+    monkeypatch.setattr(kernels, "_sysctl_says", sysctl_says)
     assert kernels.choose_variant().name == expected
     assert "hw.optional.arm.FEAT_I8MM" in asked
 
