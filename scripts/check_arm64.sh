@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# The kernels' ARM64 build, checked without ARM hardware: tests/kernels/cpp/driver.cpp (the torch-free
-# core) cross-compiled for NEON and for the scalar reference, run under qemu-aarch64, and compared
-# with the x86-64 scalar build's outputs; the x86 SIMD builds this CPU runs are compared too.
-# One PASS or FAIL line per check; exit status 1 on any FAIL, 2 if a tool is missing.
+# The kernels' ARM64 builds, checked without ARM hardware: tests/kernels/cpp/driver.cpp (the
+# torch-free core) cross-compiled for NEON with the dot product (variant neon), for the int8
+# matrix multiply (variant i8mm) and for the scalar reference, run under `qemu-aarch64 -cpu max`,
+# and compared with the x86-64 scalar build's outputs; the x86 SIMD builds this CPU runs are
+# compared too (avxvnni's VEX build, which needs a CPU with AVX-VNNI, is at least compiled; its
+# EVEX twin runs on AVX-512 machines). The driver checks rows of passes 1 to 8 wide against
+# one-row passes and prints one PASS or FAIL line per check, naming the machine and the variant;
+# exit status 1 on any FAIL, 2 if a tool is missing.
 #
-#   matrices (q4, q6, q8): every build's bits equal the x86 scalar build's (no libm involved)
+#   matrices (q4, q5, q6, q8, f16, f32): every build's bits equal the x86 scalar build's (no libm)
 #   the one-layer model:   bit for bit within a platform; across platforms within TOLERANCE of the
 #                          largest logit, as the rotary embedding's sin and cos come from each libm
 #
@@ -46,12 +50,13 @@ build() {
   mkdir -p "$work/out-$name"
 }
 
-# run NAME [REF NAME TOLERANCE]: runs a built driver (under qemu for aarch64 builds).
+# run NAME [REF NAME TOLERANCE]: runs a built driver (aarch64 builds under qemu's most capable CPU,
+# which has the dot product and the int8 matrix multiply).
 run() {
   local name=$1
   shift
   local runner=()
-  [[ $name == aarch64-* ]] && runner=(qemu-aarch64)
+  [[ $name == aarch64-* ]] && runner=(qemu-aarch64 -cpu max)
   "${runner[@]}" "$work/$name" "$work/out-$name" "$@" || failed=1
 }
 
@@ -64,6 +69,19 @@ if [[ -d $work/out-x86-scalar && -s $work/out-x86-scalar/layer.bin ]]; then
     build x86-avx2 g++ -mavx2 -mfma -mf16c -DSPECCHAT_ISA_AVX2 &&
       run x86-avx2 "$work/out-x86-scalar" "x86-64 scalar" 0
   fi
+  if has avx2 fma f16c avx512_vnni avx512vl; then  # avxvnni's EVEX twin
+    build x86-avxvnni-evex g++ -mavx2 -mfma -mf16c -DSPECCHAT_AVXVNNI_EVEX -DSPECCHAT_ISA_AVXVNNI &&
+      run x86-avxvnni-evex "$work/out-x86-scalar" "x86-64 scalar" 0
+  fi
+  # avxvnni as an Intel laptop runs it (VEX): run where the CPU has AVX-VNNI, else built only, so
+  # that the one build no CI machine may run still compiles.
+  if build x86-avxvnni g++ -mavx2 -mfma -mf16c -mavxvnni -DSPECCHAT_ISA_AVXVNNI; then
+    if has avx2 fma f16c avx_vnni; then
+      run x86-avxvnni "$work/out-x86-scalar" "x86-64 scalar" 0
+    else
+      echo "PASS x86-64 avxvnni: the VEX build compiles (this CPU lacks avx_vnni to run it)"
+    fi
+  fi
   if has avx512f avx512bw avx512vl avx512_vnni f16c fma; then
     build x86-avx512 g++ -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mf16c -mfma -DSPECCHAT_ISA_AVX512 &&
       run x86-avx512 "$work/out-x86-scalar" "x86-64 scalar" 0
@@ -71,12 +89,16 @@ if [[ -d $work/out-x86-scalar && -s $work/out-x86-scalar/layer.bin ]]; then
   # ARM64, statically linked so that qemu needs no ARM libraries.
   build aarch64-scalar aarch64-linux-gnu-g++ -static -DSPECCHAT_ISA_SCALAR &&
     run aarch64-scalar "$work/out-x86-scalar" "x86-64 scalar" "$TOLERANCE"
-  build aarch64-neon aarch64-linux-gnu-g++ -static -march=armv8.2-a+dotprod -DSPECCHAT_ISA_NEON &&
+  for variant in "neon -march=armv8.2-a+dotprod -DSPECCHAT_ISA_NEON" "i8mm -march=armv8.6-a+i8mm -DSPECCHAT_ISA_I8MM"; do
+    read -r name flags <<<"$variant"
+    # shellcheck disable=SC2086  # the flags are words
+    build "aarch64-$name" aarch64-linux-gnu-g++ -static $flags || continue
     if [[ -s $work/out-aarch64-scalar/layer.bin ]]; then
-      run aarch64-neon "$work/out-aarch64-scalar" "aarch64 scalar" 0
+      run "aarch64-$name" "$work/out-aarch64-scalar" "aarch64 scalar" 0
     else
-      run aarch64-neon "$work/out-x86-scalar" "x86-64 scalar" "$TOLERANCE"
+      run "aarch64-$name" "$work/out-x86-scalar" "x86-64 scalar" "$TOLERANCE"
     fi
+  done
 else
   echo "FAIL x86 scalar: no reference outputs"
   failed=1

@@ -1,13 +1,14 @@
 """specchat's own CPU kernels: linear layers on GGUF-quantized weights (see qgemm.cpp).
 
 One C++ source (qgemm.cpp, the torch binding of the torch-free core/), built once per instruction
-set (a *variant*: avx512, avx2, neon or scalar; see isa/) on first use, with the compiler PyTorch
-extensions use, into the cache folder; later starts check the built library against what was
+set (a *variant*: avx512, avxvnni, avx2, i8mm, neon or scalar; see isa/) on first use, with the
+compiler PyTorch extensions use, into the cache folder; later starts check the built library against what was
 recorded at build time and load it in milliseconds, from a read-only folder too (see library.py).
 A damaged library is rebuilt where its folder can be written. Every variant computes the same
 bits from the same packed weights.
 
-:func:`load` runs the best variant this CPU can execute, or the one ``$SPECCHAT_CPU_ISA`` names.
+:func:`load` runs the best variant this CPU can execute, or the one ``$SPECCHAT_CPU_ISA`` names
+(where the compiler cannot build the best one, the next that builds, with a notice).
 Where none can be loaded or built (no compiler, a CPU without AVX2 or ARM's dot product, a
 damaged library in a read-only folder), it raises :class:`KernelsUnavailable` with the reason, and
 callers fall back to the stock int8 path.
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from specchat.kernels.library import KernelsUnavailable, Library, Report, load_library
+from specchat.kernels.library import BuildFailed, KernelsUnavailable, Library, Report, load_library
 
 __all__ = [
     "KernelsUnavailable",
@@ -72,15 +73,23 @@ class Variant:
     fast: bool = True
     """False for the portable reference: ``auto`` runs it only where no fast variant runs, and
     says so (:func:`slow_reason`)."""
+    header: str = ""
+    """The isa/ header it is built with (SPECCHAT_ISA_<HEADER>); empty: its name's."""
+    automatic: bool = True
+    """False for a stand-in that runs only where $SPECCHAT_CPU_ISA names it."""
+
+    @property
+    def define(self) -> str:
+        """The flag that selects its isa/ header."""
+        return f"-DSPECCHAT_ISA_{(self.header or self.name).upper()}"
 
     @property
     def cflags(self) -> tuple[str, ...]:
-        define = f"-DSPECCHAT_ISA_{self.name.upper()}"
-        return (*COMMON_FLAGS, *self.isa_flags, define, f"-I{SOURCE.parent}")
+        return (*COMMON_FLAGS, *self.isa_flags, self.define, f"-I{SOURCE.parent}")
 
     @property
     def library(self) -> Library:
-        return Library(f"specchat_qgemm_{self.name}", SOURCE, self.cflags, link_flags())
+        return Library(f"specchat_qgemm_{self.name.replace('-', '_')}", SOURCE, self.cflags, link_flags())
 
 
 AVX512 = Variant(
@@ -89,23 +98,60 @@ AVX512 = Variant(
     ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mf16c", "-mfma"),
     X86,
 )
+# AVX2 with AVX-VNNI's 256-bit dpbusd (Intel Core 12th gen and later, Core Ultra; AMD Zen 5).
+AVXVNNI = Variant(
+    "avxvnni", ("avx2", "fma", "f16c", "avx_vnni"), ("-mavx2", "-mfma", "-mf16c", "-mavxvnni"), X86
+)
+# The same kernels with dpbusd in its EVEX encoding (AVX512-VNNI + VL), everything else AVX2: it
+# stands in for avxvnni on a CPU with AVX-512 (isa/avxvnni.h), for tests and timing; never automatic.
+AVXVNNI_EVEX = Variant(
+    "avxvnni-evex",
+    ("avx2", "fma", "f16c", "avx512_vnni", "avx512vl"),
+    ("-mavx2", "-mfma", "-mf16c", "-DSPECCHAT_AVXVNNI_EVEX"),
+    X86,
+    header="avxvnni",
+    automatic=False,
+)
 AVX2 = Variant("avx2", ("avx2", "fma", "f16c"), ("-mavx2", "-mfma", "-mf16c"), X86)
+# ARM64 with the int8 matrix multiply (Linux lists it as i8mm; Apple M2 and later, Graviton 3 and 4):
+# two rows per instruction in verify passes.
+I8MM = Variant("i8mm", ("asimddp", "i8mm"), ("-march=armv8.6-a+i8mm",), ARM64)
 # ARM64 with the dot-product instructions (Linux lists them as asimddp; every Apple arm64 CPU has them).
 NEON = Variant("neon", ("asimddp",), ("-march=armv8.2-a+dotprod",), ARM64)
 # Portable and exact, about 10× slower than avx2: the last resort, never picked silently.
 SCALAR = Variant("scalar", (), (), fast=False)
-VARIANTS = (AVX512, AVX2, NEON, SCALAR)
+VARIANTS = (AVX512, AVXVNNI, AVXVNNI_EVEX, AVX2, I8MM, NEON, SCALAR)
 """Fastest first."""
 
 REQUIRED_CPU_FLAGS = AVX512.cpu_flags
 FLAGS = list(AVX512.cflags)
 """The AVX-512 build's flags (scripts/lab/ab_kernels.py builds variants of the source with them)."""
 
+MACOS_FEATURES = {"i8mm": "hw.optional.arm.FEAT_I8MM"}
+"""The sysctl that says whether an Apple CPU has each optional feature a variant needs."""
+
+
+def _sysctl_says(name: str) -> bool:
+    """Whether macOS's integer sysctl ``name`` is 1 (False where it does not exist or cannot be read)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        value, size = ctypes.c_int(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_int))
+        found = libc.sysctlbyname(
+            name.encode(), ctypes.byref(value), ctypes.byref(size), None, ctypes.c_size_t(0)
+        )
+    except (OSError, AttributeError):
+        return False
+    return found == 0 and value.value == 1
+
 
 def _cpu_flags() -> set[str] | str:
     """The CPU's feature flags, or why they cannot be known."""
     if platform.system() == "Darwin" and platform.machine() in ARM64:
-        return {"asimddp"}  # every Apple arm64 CPU has the dot product
+        # every Apple arm64 CPU has the dot product; M2 and later, the int8 matrix multiply
+        return {"asimddp"} | {flag for flag, name in MACOS_FEATURES.items() if _sysctl_says(name)}
     if platform.system() != "Linux":
         where = f"{platform.system()} {platform.machine()}"
         return f"they are built for Linux and for macOS on arm64 (this is {where})"
@@ -143,18 +189,22 @@ def choose_variant() -> Variant:
         if reason is not None:
             raise KernelsUnavailable(f"{ISA_ENV}={asked}: {reason}")
         return by_name[asked]
-    for candidate in VARIANTS:
-        if missing_for(candidate) is None:
-            return candidate
+    for candidate in runnable():
+        return candidate
     raise KernelsUnavailable(missing_for(SCALAR) or "no variant runs here")
+
+
+def runnable() -> list[Variant]:
+    """The variants ``auto`` may run on this CPU, fastest first (the scalar one last)."""
+    return [v for v in VARIANTS if v.automatic and missing_for(v) is None]
 
 
 def slow_reason() -> str | None:
     """Why ``auto`` runs the slow scalar build: no fast variant for this CPU (None where a fast one
     runs, or where $SPECCHAT_CPU_ISA chose the variant)."""
-    if os.environ.get(ISA_ENV, "").strip() or any(missing_for(v) is None for v in VARIANTS if v.fast):
+    if os.environ.get(ISA_ENV, "").strip() or any(v.fast for v in runnable()):
         return None
-    here = [v for v in VARIANTS if v.fast and platform.machine() in v.machines]
+    here = [v for v in VARIANTS if v.fast and v.automatic and platform.machine() in v.machines]
     if not here:
         return f"no fast build for {platform.machine()} CPUs"
     return f"no {here[-1].name} build runs here: {missing_for(here[-1])}"  # the least demanding one
@@ -170,8 +220,10 @@ def cpu_supports() -> str | None:
 
 
 def variant() -> str:
-    """The name of the variant this process runs (or would load): avx512, avx2, neon or scalar."""
-    return choose_variant().name
+    """The name of the variant this process runs (or would load): avx512, avxvnni, avx2, i8mm, neon
+    or scalar; where the best one did not build, the one :func:`load` fell back to."""
+    chosen = choose_variant()
+    return _fallen_back.get(chosen.name, chosen.name)
 
 
 def build_dir(chosen: Variant | None = None) -> Path:
@@ -200,21 +252,49 @@ def build_dir(chosen: Variant | None = None) -> Path:
 
 
 _loaded: dict[str, ModuleType] = {}
+_fallen_back: dict[str, str] = {}
+"""A variant that did not build -> the one loaded in its place."""
 _loading = threading.Lock()
 
 
 def load(report: Report | None = None) -> ModuleType:
     """The compiled extension of :func:`choose_variant` (built on first use: about a minute on 2 cores).
 
-    ``report`` hears the one line worth reading on the way (a damaged library being rebuilt).
-    Each variant is loaded once per process (tests load several side by side); a failure is not
-    remembered, so a later call tries again.
+    ``report`` hears the one line worth reading on the way (a damaged library being rebuilt, a
+    variant the compiler could not build). Each variant is loaded once per process (tests load
+    several side by side); a failure is not remembered, so a later call tries again. Where the
+    variant was chosen automatically and does not build (a compiler too old for its instructions,
+    such as AVX-VNNI before GCC 11), the next one this CPU runs is built instead.
     """
     chosen = choose_variant()
     with _loading:
-        if chosen.name not in _loaded:
-            _loaded[chosen.name] = load_library(chosen.library, build_dir(chosen), report)
-        return _loaded[chosen.name]
+        if chosen.name in _loaded:
+            return _loaded[chosen.name]
+        candidates = [chosen]
+        if not os.environ.get(ISA_ENV, "").strip():
+            candidates += [v for v in runnable() if v != chosen and v.fast == chosen.fast]
+        for index, candidate in enumerate(candidates):
+            try:
+                module = _loaded.get(candidate.name) or load_library(
+                    candidate.library, build_dir(candidate), report
+                )
+            except BuildFailed as err:
+                if index == len(candidates) - 1:
+                    raise
+                say = report or _warn
+                say(f"specchat's {candidate.name} CPU kernels did not build ({err}); trying the next")
+                continue
+            _loaded[candidate.name] = _loaded[chosen.name] = module
+            if candidate != chosen:
+                _fallen_back[chosen.name] = candidate.name
+            return module
+        raise AssertionError("not reached: the last candidate returns or raises")
+
+
+def _warn(message: str) -> None:
+    import logging
+
+    logging.getLogger("specchat.kernels").warning(message)
 
 
 def is_built() -> bool:

@@ -51,6 +51,10 @@ class KernelsUnavailable(RuntimeError):
     """The kernels cannot run here; the message says why."""
 
 
+class BuildFailed(KernelsUnavailable):
+    """The compiler did not build the library (another variant may still build)."""
+
+
 @dataclass(frozen=True)
 class Library:
     """One extension module: its name (``PyInit_<name>``), its source and how it is compiled."""
@@ -227,7 +231,7 @@ def _build(library: Library, folder: Path) -> ModuleType:
         )
     except (OSError, RuntimeError, ImportError) as err:
         reason = gist(str(err)) or type(err).__name__
-        raise KernelsUnavailable(f"building them failed ({reason})") from err
+        raise BuildFailed(f"building them failed ({reason})") from err
 
 
 def _put_ninja_on_path() -> None:

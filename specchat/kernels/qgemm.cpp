@@ -2,17 +2,19 @@
 //
 // Weights keep the GGUF file's own quantization (llama.cpp's Q4_K and Q6_K blocks, repacked), so
 // the target computes with exactly the weights llama.cpp reads. Activations are quantized to int8
-// per row and per block of S inputs; every dot product is accumulated exactly in int32 and scaled
-// in a fixed order. Each output row depends only on its own input row, through the same
-// instruction sequence whatever the number of rows, so a verify pass over several positions
-// reproduces single-token passes bit for bit, and speculative decoding stays exact.
+// per row and per block of S inputs; each super-block's dot products, group scales included, are
+// summed exactly in int32 and scaled in floats in a fixed order (core/kernels.h). Each output row
+// depends only on its own input row, through the same float operations whatever the number of
+// rows, so a verify pass over several positions reproduces single-token passes bit for bit, and
+// speculative decoding stays exact.
 //
 // This file is only the torch binding: the kernels and the decoder live in core/, which needs no
 // torch (a plain C++ test driver builds it for other CPUs too), and compute with the vector
 // operations of one header of isa/, chosen by the SPECCHAT_ISA_* define the library is built with
 // (one library per set): isa/scalar.h is plain C++ and says what each operation means lane by
-// lane; isa/avx512.h, isa/avx2.h and isa/neon.h do the same operations per lane, so every variant
-// gives the same bits, and a packed model is read the same way by all of them. Built with
+// lane; isa/avx512.h, avxvnni.h, avx2.h, neon.h and i8mm.h do the same operations per lane (and
+// form the exact integer sums each its own way), so every variant gives the same bits, and a
+// packed model is read the same way by all of them. Built with
 // -ffp-contract=off, so the compiler fuses no multiply and add that the code does not fuse itself.
 //
 // Layout (channels in blocks of 16, one float or int32 lane per channel):

@@ -1,6 +1,6 @@
-"""The kernels' torch-free core on other instruction sets: the NEON build checked under qemu against
-the x86 results (scripts/check_arm64.sh), the C++ driver on each x86 variant this CPU runs, and the
-flags and variant each platform gets."""
+"""The kernels' torch-free core on other instruction sets: the ARM64 builds (neon, i8mm) checked under
+qemu against the x86 results and avxvnni's VEX build compiled (scripts/check_arm64.sh), the C++
+driver on each x86 variant this CPU runs, and the flags and variant each platform and CPU gets."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ import platform
 import shutil
 import subprocess
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 import specchat.kernels as kernels
 from specchat.kernels import NEON, VARIANTS, KernelsUnavailable, Variant, missing_for
+from specchat.kernels.library import BuildFailed, Library
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = ROOT / "tests" / "kernels" / "cpp" / "driver.cpp"
@@ -26,7 +28,7 @@ def lines(output: str, verdict: str) -> list[str]:
     return [line for line in output.splitlines() if line.startswith(verdict + " ")]
 
 
-def test_neon_under_qemu_gives_the_scalar_bits() -> None:
+def test_neon_and_i8mm_under_qemu_give_the_scalar_bits() -> None:
     absent = [tool for tool in CROSS_TOOLS if shutil.which(tool) is None]
     if absent:
         pytest.skip(f"{', '.join(absent)} not found (Debian: g++-aarch64-linux-gnu qemu-user)")
@@ -36,8 +38,12 @@ def test_neon_under_qemu_gives_the_scalar_bits() -> None:
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
     assert not lines(output, "FAIL"), output
-    neon = [line for line in lines(output, "PASS") if line.startswith("PASS aarch64 neon:")]
-    assert len(neon) == 10, output  # rows of six kinds, the layer's rows, then operations, matrices, layer
+    for arm in ("neon", "i8mm"):
+        passed = [line for line in lines(output, "PASS") if line.startswith(f"PASS aarch64 {arm}:")]
+        # rows of six kinds, the layer's rows, then operations, matrices, layer
+        assert len(passed) == 10, output
+    # avxvnni's VEX build at least compiles (the laptops' build; no CI machine runs it)
+    assert any(line.startswith("PASS x86-64 avxvnni:") for line in lines(output, "PASS")), output
 
 
 def build(variant: Variant, folder: Path) -> Path:
@@ -47,7 +53,7 @@ def build(variant: Variant, folder: Path) -> Path:
         "-std=c++17",
         *(flag for flag in kernels.common_flags() if flag != "-fopenmp"),  # the driver runs one thread
         *variant.isa_flags,
-        f"-DSPECCHAT_ISA_{variant.name.upper()}",
+        variant.define,
         f"-I{kernels.SOURCE.parent}",
         str(DRIVER),
         "-o",
@@ -134,3 +140,75 @@ def test_neon_asked_for_on_x86_is_one_line(monkeypatch: pytest.MonkeyPatch) -> N
     with pytest.raises(KernelsUnavailable) as raised:
         kernels.choose_variant()
     assert str(raised.value) == f"{kernels.ISA_ENV}=neon: it needs an ARM64 CPU (this is x86_64)"
+
+
+AVX512_FLAGS = "avx2 fma f16c avx512f avx512bw avx512vl avx512_vnni"
+
+
+@pytest.mark.parametrize(
+    ("machine", "cpu_flags", "expected"),
+    [
+        ("x86_64", "avx2 fma f16c", "avx2"),  # Zen 1-4, Core before 12th gen
+        ("x86_64", "avx2 fma f16c avx_vnni", "avxvnni"),  # Core 12th-15th gen, Core Ultra
+        ("x86_64", AVX512_FLAGS, "avx512"),  # the EVEX twin is never chosen unasked
+        ("x86_64", f"{AVX512_FLAGS} avx_vnni", "avx512"),  # Sapphire Rapids, Zen 5: the wider one
+        ("x86_64", "avx2 fma avx_vnni", "scalar"),  # no f16c: nothing fast runs
+        ("aarch64", "asimddp", "neon"),
+        ("aarch64", "asimddp i8mm", "i8mm"),  # Graviton 3 and 4, Neoverse V1/V2/N2
+        ("aarch64", "i8mm", "scalar"),  # i8mm builds on neon's dot product
+    ],
+)
+def test_the_variant_follows_the_cpu_flags(
+    monkeypatch: pytest.MonkeyPatch, machine: str, cpu_flags: str, expected: str
+) -> None:
+    on(monkeypatch, "Linux", machine, cpu_flags)
+    assert kernels.choose_variant().name == expected
+
+
+@pytest.mark.parametrize(("has_i8mm", "expected"), [(True, "i8mm"), (False, "neon")])
+def test_apple_arm64_runs_i8mm_where_the_sysctl_says_so(
+    monkeypatch: pytest.MonkeyPatch, has_i8mm: bool, expected: str
+) -> None:
+    on(monkeypatch, "Darwin", "arm64")
+    asked: list[str] = []
+
+    def sysctl_says(name: str) -> bool:
+        asked.append(name)
+        return has_i8mm
+
+    monkeypatch.setattr(kernels, "_sysctl_says", sysctl_says)
+    assert kernels.choose_variant().name == expected
+    assert "hw.optional.arm.FEAT_I8MM" in asked
+
+
+def test_the_evex_twin_runs_where_asked_and_avx512_vnni_is_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    on(monkeypatch, "Linux", "x86_64", AVX512_FLAGS)
+    monkeypatch.setenv(kernels.ISA_ENV, "avxvnni-evex")
+    assert kernels.choose_variant().name == "avxvnni-evex"
+    on(monkeypatch, "Linux", "x86_64", "avx2 fma f16c avx_vnni")
+    monkeypatch.setenv(kernels.ISA_ENV, "avxvnni-evex")
+    with pytest.raises(KernelsUnavailable, match="lacks avx512_vnni, avx512vl"):
+        kernels.choose_variant()
+
+
+def test_a_variant_the_compiler_cannot_build_falls_back_to_the_next(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GCC before 11 has no -mavxvnni: an AVX-VNNI laptop then runs avx2, and says so."""
+    on(monkeypatch, "Linux", "x86_64", "avx2 fma f16c avx_vnni")
+    monkeypatch.setattr(kernels, "_loaded", {})
+    monkeypatch.setattr(kernels, "_fallen_back", {})
+    monkeypatch.setattr(kernels, "build_dir", lambda chosen=None: Path("/nonexistent"))
+    avx2_module = ModuleType("avx2 kernels")
+
+    def load_library(library: Library, folder: Path, report: object = None) -> ModuleType:
+        if "avxvnni" in library.name:
+            raise BuildFailed("g++: error: unrecognized command-line option '-mavxvnni'")
+        return avx2_module
+
+    monkeypatch.setattr(kernels, "load_library", load_library)
+    heard: list[str] = []
+    assert kernels.load(heard.append) is avx2_module
+    assert kernels.variant() == "avx2"
+    assert heard == [
+        "specchat's avxvnni CPU kernels did not build (g++: error: unrecognized command-line option "
+        "'-mavxvnni'); trying the next"
+    ]

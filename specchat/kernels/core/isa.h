@@ -6,12 +6,16 @@
 
 #if defined(SPECCHAT_ISA_AVX512)
 #include "isa/avx512.h"
+#elif defined(SPECCHAT_ISA_AVXVNNI)
+#include "isa/avxvnni.h"
 #elif defined(SPECCHAT_ISA_AVX2)
 #include "isa/avx2.h"
+#elif defined(SPECCHAT_ISA_I8MM)
+#include "isa/i8mm.h"
 #elif defined(SPECCHAT_ISA_NEON)
 #include "isa/neon.h"
 #elif defined(SPECCHAT_ISA_SCALAR)
 #include "isa/scalar.h"
 #else
-#error "build with one of -DSPECCHAT_ISA_AVX512, -DSPECCHAT_ISA_AVX2, -DSPECCHAT_ISA_NEON, -DSPECCHAT_ISA_SCALAR"
+#error "build with one of -DSPECCHAT_ISA_AVX512, _AVXVNNI, _AVX2, _I8MM, _NEON or _SCALAR"
 #endif

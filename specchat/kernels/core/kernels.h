@@ -1,4 +1,4 @@
-// The packed matrices' kernels, free of torch: activations quantized per row, the q4/q6/q8 block
+// The packed matrices' kernels, free of torch: activations quantized per row, the q4/q5/q6/q8 block
 // kernels, the vector helpers the decoder shares, and run_group, which spreads channel blocks over
 // threads through the `parallel_for` its includer defines (ATen's pool in qgemm.cpp, the test
 // driver's own loop). See qgemm.cpp for the packed layout and why every row is exact.
@@ -23,19 +23,28 @@ using namespace isa;
 template <typename Fn>
 void parallel_for(int64_t begin, int64_t end, int64_t grain, const Fn& fn);
 
-using namespace isa;
+// The kernels' inner steps: inlined whatever the compiler's budget, so that a tile's sums stay in
+// registers instead of passing through memory at every call.
+#define SPECCHAT_INLINE inline __attribute__((always_inline))
 
-// One row of activations quantized to int8 per block of `block` inputs (symmetric, scale amax/127),
-// with the sum of each 16-input group (the integer corrections for the weights' offsets).
+// Rows of activations quantized to int8 per block of `block` inputs (symmetric, scale amax/127),
+// with the sum of each 16 and each 32 inputs (the integer corrections for the weights' offsets
+// and minimums). The sums are 16-bit (a block of 32 int8 sums to at most 4096 in magnitude) and
+// each row's end two past its last group: isa's p_dot reads them two at a time.
 struct QuantRows {
   std::vector<int8_t> q;
   std::vector<float> scale;    // [M][K/block]
-  std::vector<int32_t> sum16;  // [M][K/16]
-  std::vector<float> sum32;    // [M][K/32] the sum of each 32-input group, as the q4 kernel uses it
-  int K, block;
+  std::vector<int16_t> sum16;  // [M][K/16 + 2]
+  std::vector<int16_t> sum32;  // [M][K/32 + 2]
+  int64_t K;
+  int block;
+
+  const int16_t* sums16(int64_t m) const { return sum16.data() + m * (K / 16 + 2); }
+  const int16_t* sums32(int64_t m) const { return sum32.data() + m * (K / 32 + 2); }
 };
 
-void quantize_row(const float* row, int64_t K, int block, int8_t* qrow, float* scale, int32_t* sum16) {
+void quantize_row(const float* row, int64_t K, int block, int8_t* qrow, float* scale, int16_t* sum16,
+                  int16_t* sum32) {
   for (int64_t b = 0; b < K / block; ++b) {
     const float* xb = row + b * block;
     F16 amax = f_zero();
@@ -44,19 +53,18 @@ void quantize_row(const float* row, int64_t K, int block, int8_t* qrow, float* s
     const F16 inv = f_set1(peak > 0.f ? 127.f / peak : 0.f);
     scale[b] = peak / 127.f;
     for (int i = 0; i < block; i += 16)  // rounds to nearest even
-      sum16[(b * block + i) / 16] = quantize16(f_mul(f_load(xb + i), inv), qrow + b * block + i);
+      sum16[(b * block + i) / 16] = static_cast<int16_t>(quantize16(f_mul(f_load(xb + i), inv), qrow + b * block + i));
   }
+  for (int64_t g = 0; g < K / 32; ++g) sum32[g] = static_cast<int16_t>(sum16[2 * g] + sum16[2 * g + 1]);
 }
 
 QuantRows quantize_rows(const float* x, int64_t M, int64_t K, int block) {
   QuantRows out{std::vector<int8_t>(M * K), std::vector<float>(M * (K / block)),
-                std::vector<int32_t>(M * (K / 16)), std::vector<float>(M * (K / 32)), static_cast<int>(K), block};
+                std::vector<int16_t>(M * (K / 16 + 2)), std::vector<int16_t>(M * (K / 32 + 2)), K, block};
   parallel_for(0, M, 1, [&](int64_t m0, int64_t m1) {
-    for (int64_t m = m0; m < m1; ++m) {
-      int32_t* s16 = out.sum16.data() + m * (K / 16);
-      quantize_row(x + m * K, K, block, out.q.data() + m * K, out.scale.data() + m * (K / block), s16);
-      for (int64_t g = 0; g < K / 32; ++g) out.sum32[m * (K / 32) + g] = static_cast<float>(s16[2 * g] + s16[2 * g + 1]);
-    }
+    for (int64_t m = m0; m < m1; ++m)
+      quantize_row(x + m * K, K, block, out.q.data() + m * K, out.scale.data() + m * (K / block),
+                   out.sum16.data() + m * (K / 16 + 2), out.sum32.data() + m * (K / 32 + 2));
   });
   return out;
 }
@@ -69,40 +77,97 @@ inline void prefetch_ahead(const uint8_t* group) {
   for (int line = 0; line < 256; line += 64) __builtin_prefetch(group + 8192 + line, 0, 2);
 }
 
-// Each row's exact int32 dot products over one group, in interleaved accumulators: two per row
-// when there are few rows, so that consecutive multiply-adds do not wait on each other. Integer
-// sums are exact in any order, so the result does not depend on how they are split.
-template <int R>
-struct RowSums {
-  static constexpr int CHAINS = R <= TWO_CHAINS_UP_TO ? 2 : 1;
-  I16 acc[CHAINS][R];
+// ------------------------------------------------------------------------ the integer phase
+// Every quantized kind computes, for each row r, channel c and super-block s of its inputs,
+// two exact integers:
+//   A = Σ_g scale[g, c] · Σ_{i in g} w[i, c]·x[r, i]     (g: the super-block's groups)
+//   B = Σ_g factor[g, c] · Σ_{i in g} x[r, i]            (q4, q5: the mins; q6, q8: the scales)
+// and only then turns them into floats, in one fixed order per row (see super_block_value). A
+// sum of integers is the same in any order and in any grouping, so each instruction set may form
+// it its own way (dpbusd into int32, maddubs pairs in int16 scaled by madd, sdot, smmla on two
+// rows at once) and a row still gets the same bits whatever the width of the pass; and it is
+// llama.cpp's own arithmetic for its K-quants, one float scaling per super-block and row.
+// The sums fit int32 for super-blocks of up to 256 inputs (|A| < 2^30 for q8, the widest); a
+// file with larger ones would wrap them modulo 2^32, the same way in every build.
 
-  RowSums() {
-    for (int c = 0; c < CHAINS; ++c)
-      for (int r = 0; r < R; ++r) acc[c][r] = i_zero();
+// The rows of a tile as the instruction set's dot units take them (one row each, or two on
+// i8mm): unit u holds rows u·ROWS .. u·ROWS + ROWS - 1, the last unit padded with the tile's
+// last row (its results are never read).
+template <typename D, int R>
+struct Units {
+  static constexpr int N = (R + D::ROWS - 1) / D::ROWS;
+  const int8_t* row[N][D::ROWS];
+
+  Units(const QuantRows& x, int64_t m0) {
+    for (int u = 0; u < N; ++u)
+      for (int k = 0; k < D::ROWS; ++k) row[u][k] = x.q.data() + (m0 + std::min(u * D::ROWS + k, R - 1)) * x.K;
   }
-  // Two quads of weights below 64 (q4, q6).
-  void add2(int chain, int r, const Bytes& w1, const int8_t* x1, const Bytes& w2, const int8_t* x2) {
-    acc[chain % CHAINS][r] = dot8(acc[chain % CHAINS][r], w1, x1, w2, x2);
-  }
-  // Weights of any size (q8).
-  void add_wide(int chain, int r, const Bytes& w, const int8_t* x) {
-    acc[chain % CHAINS][r] = dot4_wide(acc[chain % CHAINS][r], w, x);
-  }
-  I16 total(int r) const { return CHAINS == 2 ? i_add(acc[0][r], acc[CHAINS - 1][r]) : acc[0][r]; }
 };
 
-// y = Σ_s xscale_s · part_s + bias for R rows of one channel block, where `group_parts(s, part)`
-// accumulates super-block s's groups into part[0..R): the order every kernel scales in.
-template <int R, typename GroupParts>
+// fn(0), fn(1), ... fn(N - 1), each index a compile-time constant (std::integral_constant): loops
+// the compiler must unroll, so that a tile's sums stay in registers.
+template <typename Fn, int... I>
+SPECCHAT_INLINE void each_index(Fn&& fn, std::integer_sequence<int, I...>) {
+  (fn(std::integral_constant<int, I>{}), ...);
+}
+template <int N, typename Fn>
+SPECCHAT_INLINE void unrolled(Fn&& fn) {
+  each_index(fn, std::make_integer_sequence<int, N>{});
+}
+#define SPECCHAT_STEP __attribute__((always_inline))  // on the lambdas unrolled() calls
+
+// acc[u] += scale · (the products of NP pairs of quads with inputs at + 8p .. at + 8p + 7 of each
+// row of unit u), for weights up to MAXW. Rows go through in sub-tiles of ROWS_IN_REGISTERS, and
+// the channels in the instruction set's PARTS (a register's worth each: the 16 channels are one
+// AVX-512 register, two AVX2 ones, four NEON ones), each part for every row of the sub-tile
+// before the next: a row's sums then take one register, and every row reuses the weights the
+// group unpacked. A Dots holds at most D::room<MAXW>() pairs before it is flushed.
+template <typename D, int MAXW, int NP, int N>
+SPECCHAT_INLINE void add_group(typename D::Acc (&acc)[N], const typename D::Pair (&w)[NP],
+                               const int8_t* const (&rows)[N][D::ROWS], int64_t at, const typename D::Scale& scale) {
+  constexpr int SUB = std::max(1, ROWS_IN_REGISTERS / D::ROWS), ROOM = D::template room<MAXW>();
+  unrolled<(N + SUB - 1) / SUB>([&](auto tile) SPECCHAT_STEP {
+    constexpr int U0 = decltype(tile)::value * SUB, UN = std::min(N, U0 + SUB) - U0;
+    unrolled<(NP + ROOM - 1) / ROOM>([&](auto chunk) SPECCHAT_STEP {
+      constexpr int P0 = decltype(chunk)::value * ROOM, PN = std::min(NP, P0 + ROOM) - P0;
+      typename D::Dots dots[UN];
+      unrolled<UN>([&](auto u) SPECCHAT_STEP { dots[u] = D::zero(); });
+      unrolled<D::PARTS>([&](auto part) SPECCHAT_STEP {
+        constexpr int PART = decltype(part)::value;
+        unrolled<PN>([&](auto p) SPECCHAT_STEP {
+          unrolled<UN>([&](auto u) SPECCHAT_STEP {
+            dots[u] = D::template add<MAXW, PART>(dots[u], w[P0 + p], rows[U0 + u], at + 8 * (P0 + p));
+          });
+        });
+        unrolled<UN>([&](auto u) SPECCHAT_STEP {
+          acc[U0 + u] = D::template flush<MAXW, PART>(acc[U0 + u], dots[u], scale);
+        });
+      });
+    });
+  });
+}
+
+// B of R rows over `count` groups from `first` (factors of a group: 16 bytes at factor(g)), from
+// each row's group sums `sums(r)`.
+template <int R, typename Factors, typename Sums>
+SPECCHAT_INLINE void factor_sums(I16 (&b)[R], int64_t first, int64_t count, Factors&& factors, Sums&& sums) {
+  for (int r = 0; r < R; ++r) b[r] = i_zero();
+  for (int64_t g = first; g < first + count; g += 2) {
+    const Pairs p = factors(g, g + 1 < first + count);
+    for (int r = 0; r < R; ++r) b[r] = p_dot(b[r], p, sums(r) + g);
+  }
+}
+
+// y = Σ_s xscale_s · part_s + bias for R rows of one channel block, where `super_parts(s, part)`
+// writes super-block s's value for each row into part[0..R): the order every kernel scales in.
+template <int R, typename SuperParts>
 void scale_and_store(int64_t supers, const float* xscale, int64_t nb, float* y, int64_t ldy, const float* bias,
-                     GroupParts&& group_parts) {
+                     SuperParts&& super_parts) {
   F16 total[R];
   for (int r = 0; r < R; ++r) total[r] = f_zero();
   for (int64_t s = 0; s < supers; ++s) {
     F16 part[R];
-    for (int r = 0; r < R; ++r) part[r] = f_zero();
-    group_parts(s, part);
+    super_parts(s, part);
     for (int r = 0; r < R; ++r) {
       const float xs = xscale[r * supers + s];  // the input was quantized per super-block
       total[r] = f_fmadd(f_set1(xs), part[r], total[r]);
@@ -129,9 +194,12 @@ inline void fifth_bits(const uint8_t* qh, Bytes (&high)[8]) {
 
 // Rows [m0, m0+R) of one channel block of a q4 matrix, or of a q5 one (FIFTH: the values take a
 // fifth bit from qh, and everything else is q4's, so both formats share one instruction order).
+// Per super-block: value = d·A − dm·B, with the group scales in A and the mins in B.
 template <bool FIFTH, int R>
 void nibble_block(const Q4Weights& w, int64_t nb, int64_t K, int S, const QuantRows& x, int64_t m0, float* y,
-              int64_t ldy, const float* bias) {
+                  int64_t ldy, const float* bias) {
+  using D = Dot<R>;
+  constexpr int MAXW = FIFTH ? 31 : 15;
   const int64_t groups = K / 32, supers = K / S, per_super = S / 32;
   const uint8_t* q = w.q + nb * groups * 256;
   const uint8_t* qh = FIFTH ? w.qh + nb * groups * 64 : nullptr;
@@ -139,10 +207,10 @@ void nibble_block(const Q4Weights& w, int64_t nb, int64_t K, int S, const QuantR
   const uint8_t* mn = w.mn + nb * groups * 16;
   const uint16_t* d = w.d + nb * supers * 16;
   const uint16_t* dm = w.dm + nb * supers * 16;
-  const int8_t* xq = x.q.data() + m0 * K;
-  const float* xsum = x.sum32.data() + m0 * groups;
+  const Units<D, R> units(x, m0);
   scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias, [&](int64_t s, F16* part) {
-    const F16 dv = f_half(d + s * 16), dmv = f_half(dm + s * 16);
+    typename D::Acc acc[Units<D, R>::N];
+    for (auto& a : acc) a = D::acc_zero();
     for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
       const uint8_t* qg = q + g * 256;
       prefetch_ahead(qg);
@@ -151,23 +219,23 @@ void nibble_block(const Q4Weights& w, int64_t nb, int64_t K, int S, const QuantR
         __builtin_prefetch(qh + g * 64 + 2048, 0, 2);  // as far ahead as qg's
         fifth_bits(qh + g * 64, high);
       }
-      RowSums<R> sums;
+      Bytes lo[4], hi[4];  // quad j: inputs 4j + t (low nibbles), 16 + 4j + t (high nibbles)
       for (int j = 0; j < 4; ++j) {
         const Bytes v = b_load(qg + 64 * j);
-        Bytes lo = b_bits<0>(v, 0x0F), hi = b_bits<4>(v, 0x0F);
-        if constexpr (FIFTH) lo = b_or(lo, high[j]), hi = b_or(hi, high[j + 4]);
-        for (int r = 0; r < R; ++r) {
-          const int8_t* xr = xq + r * K + g * 32;
-          sums.add2(j, r, lo, xr + 4 * j, hi, xr + 4 * (j + 4));
-        }
+        lo[j] = b_bits<0>(v, 0x0F), hi[j] = b_bits<4>(v, 0x0F);
+        if constexpr (FIFTH) lo[j] = b_or(lo[j], high[j]), hi[j] = b_or(hi[j], high[j + 4]);
       }
-      const F16 scale = f_mul(dv, f_u8(sc + g * 16));
-      const F16 minimum = f_mul(dmv, f_u8(mn + g * 16));
-      for (int r = 0; r < R; ++r) {
-        part[r] = f_fmadd(scale, f_from_i(sums.total(r)), part[r]);
-        part[r] = f_fnmadd(minimum, f_set1(xsum[r * groups + g]), part[r]);
-      }
+      const typename D::Pair pairs[4] = {D::template pair<MAXW>(lo[0], lo[1]), D::template pair<MAXW>(lo[2], lo[3]),
+                                         D::template pair<MAXW>(hi[0], hi[1]), D::template pair<MAXW>(hi[2], hi[3])};
+      add_group<D, MAXW>(acc, pairs, units.row, g * 32, D::scale_u8(sc + g * 16));
     }
+    I16 mins[R];
+    factor_sums(mins, s * per_super, per_super,
+                [&](int64_t g, bool two) { return p_u8(mn + g * 16, two ? mn + (g + 1) * 16 : nullptr); },
+                [&](int r) { return x.sums32(m0 + r); });
+    const F16 dv = f_half(d + s * 16), dmv = f_half(dm + s * 16);
+    for (int r = 0; r < R; ++r)
+      part[r] = f_fnmadd(dmv, f_from_i(mins[r]), f_mul(dv, f_from_i(D::row(acc[r / D::ROWS], r % D::ROWS))));
   });
 }
 
@@ -176,6 +244,15 @@ void q4_block(Args&&... args) { nibble_block<false, R>(std::forward<Args>(args).
 template <int R, typename... Args>
 void q5_block(Args&&... args) { nibble_block<true, R>(std::forward<Args>(args)...); }
 
+// Per super-block of a q6 or q8 matrix: value = d·(A − offset·B), with the scales of its groups
+// of 16 in both A and B.
+template <int R, typename D>
+SPECCHAT_INLINE void offset_parts(const typename D::Acc* acc, const I16 (&scaled_sums)[R], const uint16_t* d, int offset, F16* part) {
+  const F16 dv = f_half(d);
+  for (int r = 0; r < R; ++r)
+    part[r] = f_mul(dv, f_from_i(i_sub_mul(D::row(acc[r / D::ROWS], r % D::ROWS), scaled_sums[r], offset)));
+}
+
 struct Q8Weights {
   const uint8_t* q; const int8_t* sc; const uint16_t* d; int offset;
 };
@@ -183,28 +260,27 @@ struct Q8Weights {
 template <int R>
 void q8_block(const Q8Weights& w, int64_t nb, int64_t K, int S, const QuantRows& x, int64_t m0, float* y,
               int64_t ldy, const float* bias) {
+  using D = Dot<R>;
   const int64_t groups = K / 16, supers = K / S, per_super = S / 16;
   const uint8_t* q = w.q + nb * groups * 256;
   const int8_t* sc = w.sc + nb * groups * 16;
   const uint16_t* d = w.d + nb * supers * 16;
-  const int8_t* xq = x.q.data() + m0 * K;
-  const int32_t* xsum = x.sum16.data() + m0 * groups;
+  const Units<D, R> units(x, m0);
   scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias, [&](int64_t s, F16* part) {
-    const F16 dv = f_half(d + s * 16);
+    typename D::Acc acc[Units<D, R>::N];
+    for (auto& a : acc) a = D::acc_zero();
     for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
       const uint8_t* qg = q + g * 256;
       prefetch_ahead(qg);
-      RowSums<R> sums;
-      for (int j = 0; j < 4; ++j) {
-        const Bytes v = b_load(qg + 64 * j);
-        for (int r = 0; r < R; ++r) sums.add_wide(j, r, v, xq + r * K + g * 16 + 4 * j);
-      }
-      const F16 scale = f_mul(dv, f_i8(sc + g * 16));
-      for (int r = 0; r < R; ++r) {
-        const I16 sum = i_sub(sums.total(r), w.offset * xsum[r * groups + g]);
-        part[r] = f_fmadd(scale, f_from_i(sum), part[r]);
-      }
+      const typename D::Pair pairs[2] = {D::template pair<255>(b_load(qg), b_load(qg + 64)),
+                                         D::template pair<255>(b_load(qg + 128), b_load(qg + 192))};
+      add_group<D, 255>(acc, pairs, units.row, g * 16, D::scale_i8(sc + g * 16));
     }
+    I16 scaled_sums[R];
+    factor_sums(scaled_sums, s * per_super, per_super,
+                [&](int64_t g, bool two) { return p_i8(sc + g * 16, two ? sc + (g + 1) * 16 : nullptr); },
+                [&](int r) { return x.sums16(m0 + r); });
+    offset_parts<R, D>(acc, scaled_sums, d + s * 16, w.offset, part);
   });
 }
 
@@ -213,20 +289,21 @@ struct Q6Weights {
 };
 
 // Rows [m0, m0+R) of one channel block of a q6 matrix. Each group of 32 inputs is two of q8_block's
-// groups of 16, taken in the same order through the same float operations, so a q6 matrix gives
-// bit for bit what its values give through q8_block while streaming 6.5 bits a weight, not 8.5.
+// groups of 16, with the same scales and sums, so a q6 matrix gives bit for bit what its values
+// give through q8_block while streaming 6.5 bits a weight, not 8.5.
 template <int R>
 void q6_block(const Q6Weights& w, int64_t nb, int64_t K, int S, const QuantRows& x, int64_t m0, float* y,
               int64_t ldy, const float* bias) {
+  using D = Dot<R>;
   const int64_t groups = K / 32, supers = K / S, per_super = S / 32, groups16 = K / 16;
   const uint8_t* q = w.q + nb * groups * 256;
   const uint8_t* qh = w.qh + nb * groups * 128;
   const int8_t* sc = w.sc + nb * groups16 * 16;
   const uint16_t* d = w.d + nb * supers * 16;
-  const int8_t* xq = x.q.data() + m0 * K;
-  const int32_t* xsum = x.sum16.data() + m0 * groups16;
+  const Units<D, R> units(x, m0);
   scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias, [&](int64_t s, F16* part) {
-    const F16 dv = f_half(d + s * 16);
+    typename D::Acc acc[Units<D, R>::N];
+    for (auto& a : acc) a = D::acc_zero();
     for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
       const uint8_t* qg = q + g * 256;
       const uint8_t* hg = qh + g * 128;
@@ -241,20 +318,16 @@ void q6_block(const Q6Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
         w6[1][j] = b_or(lower, b_bits<2>(whole, 0x30));  // b_j's top bits from bits 6-7 down to 4-5
       }
       for (int half = 0; half < 2; ++half) {
-        const int64_t g16 = 2 * g + half;
-        RowSums<R> sums;
-        for (int j = 0; j < 4; j += 2)
-          for (int r = 0; r < R; ++r) {
-            const int8_t* xr = xq + r * K + g16 * 16 + 4 * j;
-            sums.add2(j / 2, r, w6[half][j], xr, w6[half][j + 1], xr + 4);
-          }
-        const F16 scale = f_mul(dv, f_i8(sc + g16 * 16));
-        for (int r = 0; r < R; ++r) {
-          const I16 sum = i_sub(sums.total(r), w.offset * xsum[r * groups16 + g16]);
-          part[r] = f_fmadd(scale, f_from_i(sum), part[r]);
-        }
+        const typename D::Pair pairs[2] = {D::template pair<63>(w6[half][0], w6[half][1]),
+                                           D::template pair<63>(w6[half][2], w6[half][3])};
+        add_group<D, 63>(acc, pairs, units.row, g * 32 + 16 * half, D::scale_i8(sc + (2 * g + half) * 16));
       }
     }
+    I16 scaled_sums[R];
+    factor_sums(scaled_sums, s * per_super * 2, per_super * 2,
+                [&](int64_t g, bool two) { return p_i8(sc + g * 16, two ? sc + (g + 1) * 16 : nullptr); },
+                [&](int r) { return x.sums16(m0 + r); });
+    offset_parts<R, D>(acc, scaled_sums, d + s * 16, w.offset, part);
   });
 }
 
@@ -284,22 +357,27 @@ void f16_block(Args&&... args) { float_block<true, R>(std::forward<Args>(args)..
 template <int R, typename... Args>
 void f32_block(Args&&... args) { float_block<false, R>(std::forward<Args>(args)...); }
 
+// Quantized kinds take up to 8 rows per pass over a channel block's weights (in sub-tiles of the
+// instruction set's ROWS_IN_REGISTERS, which share each group's unpacked weights); the float kinds,
+// which keep a whole row's sums in registers, FLOAT_ROW_TILE.
+constexpr int ROW_TILE = 8;
+
 template <typename Fn>
-void for_rows(int64_t M, Fn&& fn) {
-  for (int64_t m0 = 0; m0 < M; m0 += ROW_TILE) fn(m0, std::min<int64_t>(ROW_TILE, M - m0));
+void for_rows(int64_t M, int64_t tile, Fn&& fn) {
+  for (int64_t m0 = 0; m0 < M; m0 += tile) fn(m0, std::min<int64_t>(tile, M - m0));
 }
 
-// Rows are computed in tiles of up to ROW_TILE; a row's operations do not depend on its tile.
-#define SPECCHAT_ROWS(KERNEL, n, ...)                           \
-  switch (n) {                                                 \
-    case 1: KERNEL<1>(__VA_ARGS__); break;                      \
-    case 2: KERNEL<2>(__VA_ARGS__); break;                      \
-    case 3: KERNEL<3>(__VA_ARGS__); break;                      \
-    case 4: KERNEL<std::min(4, ROW_TILE)>(__VA_ARGS__); break;  \
-    case 5: KERNEL<std::min(5, ROW_TILE)>(__VA_ARGS__); break;  \
-    case 6: KERNEL<std::min(6, ROW_TILE)>(__VA_ARGS__); break;  \
-    case 7: KERNEL<std::min(7, ROW_TILE)>(__VA_ARGS__); break;  \
-    default: KERNEL<ROW_TILE>(__VA_ARGS__); break;              \
+// A tile of n rows (at most TILE); a row's operations do not depend on its tile.
+#define SPECCHAT_ROWS(KERNEL, TILE, n, ...)                 \
+  switch (n) {                                             \
+    case 1: KERNEL<1>(__VA_ARGS__); break;                  \
+    case 2: KERNEL<std::min(2, TILE)>(__VA_ARGS__); break;  \
+    case 3: KERNEL<std::min(3, TILE)>(__VA_ARGS__); break;  \
+    case 4: KERNEL<std::min(4, TILE)>(__VA_ARGS__); break;  \
+    case 5: KERNEL<std::min(5, TILE)>(__VA_ARGS__); break;  \
+    case 6: KERNEL<std::min(6, TILE)>(__VA_ARGS__); break;  \
+    case 7: KERNEL<std::min(7, TILE)>(__VA_ARGS__); break;  \
+    default: KERNEL<std::min(8, TILE)>(__VA_ARGS__); break; \
   }
 
 // exp(x) for 16 floats: 2^(x·log2 e), with a degree-6 polynomial for the fraction (about 2 ulp).
@@ -352,23 +430,29 @@ struct Matrix {
   // (or, for the float kinds, the float input xf [M, K]).
   void run_block(int64_t nb, const QuantRows& x, const float* xf, int64_t M, float* y, int64_t ldy) const {
     const int block_size = static_cast<int>(S);
-    for_rows(M, [&](int64_t m0, int64_t rows) {
-      if (kind == 16) {
-        SPECCHAT_ROWS(f16_block, rows, q, nb, K, xf, m0, y, ldy, bias)
-      } else if (kind == 32) {
-        SPECCHAT_ROWS(f32_block, rows, q, nb, K, xf, m0, y, ldy, bias)
-      } else if (kind == 4) {
+    if (is_float()) {
+      for_rows(M, FLOAT_ROW_TILE, [&](int64_t m0, int64_t rows) {
+        if (kind == 16) {
+          SPECCHAT_ROWS(f16_block, FLOAT_ROW_TILE, rows, q, nb, K, xf, m0, y, ldy, bias)
+        } else {
+          SPECCHAT_ROWS(f32_block, FLOAT_ROW_TILE, rows, q, nb, K, xf, m0, y, ldy, bias)
+        }
+      });
+      return;
+    }
+    for_rows(M, ROW_TILE, [&](int64_t m0, int64_t rows) {
+      if (kind == 4) {
         const Q4Weights w{q, sc, mn, d, dm, nullptr};
-        SPECCHAT_ROWS(q4_block, rows, w, nb, K, block_size, x, m0, y, ldy, bias)
+        SPECCHAT_ROWS(q4_block, ROW_TILE, rows, w, nb, K, block_size, x, m0, y, ldy, bias)
       } else if (kind == 5) {
         const Q4Weights w{q, sc, mn, d, dm, qh};
-        SPECCHAT_ROWS(q5_block, rows, w, nb, K, block_size, x, m0, y, ldy, bias)
+        SPECCHAT_ROWS(q5_block, ROW_TILE, rows, w, nb, K, block_size, x, m0, y, ldy, bias)
       } else if (kind == 6) {
         const Q6Weights w{q, qh, signed_sc(), d, static_cast<int>(offset)};
-        SPECCHAT_ROWS(q6_block, rows, w, nb, K, block_size, x, m0, y, ldy, bias)
+        SPECCHAT_ROWS(q6_block, ROW_TILE, rows, w, nb, K, block_size, x, m0, y, ldy, bias)
       } else {
         const Q8Weights w{q, signed_sc(), d, static_cast<int>(offset)};
-        SPECCHAT_ROWS(q8_block, rows, w, nb, K, block_size, x, m0, y, ldy, bias)
+        SPECCHAT_ROWS(q8_block, ROW_TILE, rows, w, nb, K, block_size, x, m0, y, ldy, bias)
       }
     });
   }

@@ -6,12 +6,16 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 
 namespace isa {
 
+#ifndef SPECCHAT_AVX2_NAME
 constexpr const char* NAME = "avx2";
-constexpr int ROW_TILE = 4;          // 16 registers: 2 per row's sums, the weights and a broadcast
-constexpr int TWO_CHAINS_UP_TO = 2;
+#else
+constexpr const char* NAME = SPECCHAT_AVX2_NAME;  // isa/avxvnni.h: these operations, its own dot products
+#endif
+constexpr int FLOAT_ROW_TILE = 4;  // 16 registers: 2 per row's sums, the weights and a broadcast
 
 struct F16 { __m256 lo, hi; };
 struct I16 { __m256i lo, hi; };
@@ -117,39 +121,120 @@ inline Bytes b_bits(Bytes a, uint8_t mask) {
     return {_mm256_and_si256(_mm256_srli_epi16(a.lo, SHIFT), m), _mm256_and_si256(_mm256_srli_epi16(a.hi, SHIFT), m)};
 }
 
-// Σ_t w[4c+t]·x[t] per 32-bit lane: maddubs forms pair sums in int16, madd adds the pairs in int32.
-// Exact while a pair sum fits int16: weights below 64 give at most 2·63·127.
-inline __m256i dot4_half(__m256i w, __m256i x, __m256i ones) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones);
-}
-inline I16 dot4(I16 acc, const Bytes& w, const int8_t* x) {
-  const __m256i xv = _mm256_set1_epi32(*reinterpret_cast<const int32_t*>(x)), ones = _mm256_set1_epi16(1);
-  return {_mm256_add_epi32(acc.lo, dot4_half(w.lo, xv, ones)), _mm256_add_epi32(acc.hi, dot4_half(w.hi, xv, ones))};
+inline int32_t load32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
 }
 
-// Two quads at once: each maddubs pair sum lies within ±2·63·127, so two of them still fit
-// int16, and one madd serves both.
-inline __m256i dot8_half(__m256i w1, __m256i x1, __m256i w2, __m256i x2) {
-  const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(w1, x1), _mm256_maddubs_epi16(w2, x2));
-  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+// Two groups' factors as 16-bit pairs, one pair per channel's 32-bit lane (channels 0-7, 8-15).
+struct Pairs { __m256i lo, hi; };
+inline __m128i load16(const void* p) { return p ? _mm_loadu_si128(static_cast<const __m128i*>(p)) : _mm_setzero_si128(); }
+inline Pairs p_u8(const uint8_t* a, const uint8_t* b) {
+  const __m128i va = load16(a), vb = load16(b);
+  return {_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(va, vb)), _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(va, vb))};
 }
-inline I16 dot8(I16 acc, const Bytes& w1, const int8_t* x1, const Bytes& w2, const int8_t* x2) {
-  const __m256i a = _mm256_set1_epi32(*reinterpret_cast<const int32_t*>(x1));
-  const __m256i b = _mm256_set1_epi32(*reinterpret_cast<const int32_t*>(x2));
-  return {_mm256_add_epi32(acc.lo, dot8_half(w1.lo, a, w2.lo, b)), _mm256_add_epi32(acc.hi, dot8_half(w1.hi, a, w2.hi, b))};
+inline Pairs p_i8(const int8_t* a, const int8_t* b) {
+  const __m128i va = load16(a), vb = load16(b);
+  return {_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(va, vb)), _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(va, vb))};
+}
+inline I16 p_dot(I16 acc, const Pairs& p, const int16_t* sums) {
+  const __m256i s = _mm256_set1_epi32(load32(sums));
+  return {_mm256_add_epi32(acc.lo, _mm256_madd_epi16(p.lo, s)), _mm256_add_epi32(acc.hi, _mm256_madd_epi16(p.hi, s))};
+}
+inline I16 i_sub_mul(I16 a, const I16& b, int32_t k) {
+  const __m256i v = _mm256_set1_epi32(k);
+  return {_mm256_sub_epi32(a.lo, _mm256_mullo_epi32(b.lo, v)), _mm256_sub_epi32(a.hi, _mm256_mullo_epi32(b.hi, v))};
 }
 
-// Weights up to 255 would saturate maddubs' pair sums (2·255·127 > 32767): each byte is split
-// into nibbles, whose pair sums fit, and the high nibbles' sums are weighted by 16 in madd.
-inline __m256i dot4_wide_half(__m256i w, __m256i x) {
-  const __m256i low = _mm256_set1_epi8(0x0F);
-  const __m256i lo = _mm256_and_si256(w, low), hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), low);
-  return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, x), _mm256_set1_epi16(1)),
-                          _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x), _mm256_set1_epi16(16)));
-}
-inline I16 dot4_wide(I16 acc, const Bytes& w, const int8_t* x) {
-  const __m256i xv = _mm256_set1_epi32(*reinterpret_cast<const int32_t*>(x));
-  return {_mm256_add_epi32(acc.lo, dot4_wide_half(w.lo, xv)), _mm256_add_epi32(acc.hi, dot4_wide_half(w.hi, xv))};
-}
+#ifndef SPECCHAT_AVX2_OWN_DOTS
+// ---------------------------------------------------------------- the integer phase
+// maddubs forms each pair of products in int16, and madd then multiplies the pairs by the
+// group's scale into int32: the scaling costs nothing beyond the madd that would widen them
+// anyway. Weights up to 255 are split into nibbles, whose pairs fit, and the high nibbles' sums
+// are weighted by 16 in their madd.
+constexpr int ROWS_IN_REGISTERS = 4;  // each row's sums in one register, half of the block at a time
+
+struct RowDot {
+  static constexpr int ROWS = 1;
+  static constexpr int PARTS = 2;  // channels 0-7, then 8-15
+  struct Pair { __m256i a_lo, a_hi, b_lo, b_hi, a4_lo, a4_hi, b4_lo, b4_hi; };  // *4: high nibbles (wide)
+  struct Dots { __m256i lo, hi, lo4, hi4; };
+  struct Scale { __m256i lo, hi; };  // (s, s) in each channel's 32-bit lane
+  using Acc = I16;
+
+  template <int MAXW>
+  static Pair pair(const Bytes& a, const Bytes& b) {
+    if constexpr (MAXW <= 63) {
+      const __m256i none = _mm256_setzero_si256();
+      return {a.lo, a.hi, b.lo, b.hi, none, none, none, none};
+    } else {
+      const __m256i low = _mm256_set1_epi8(0x0F);
+      auto high = [&low](__m256i v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), low); };
+      return {_mm256_and_si256(a.lo, low), _mm256_and_si256(a.hi, low), _mm256_and_si256(b.lo, low),
+              _mm256_and_si256(b.hi, low), high(a.lo),  high(a.hi),  high(b.lo),  high(b.hi)};
+    }
+  }
+  // Each pair of quads is flushed at once: its two maddubs add two pair sums of at most
+  // 2·w·128 each to a 16-bit lane, which 32767 holds for weights (or nibbles) up to 63. Adding
+  // up to four pairs in 16 bits first (as room for q4 allows) measured 10-20 % slower: the
+  // longer-lived sums take registers that 16 do not have to spare.
+  template <int MAXW>
+  static constexpr int room() {
+    static_assert(2 * 2 * (MAXW > 63 ? 15 : MAXW) * 128 <= 32767);
+    return 1;
+  }
+  // acc + pairs of a·xa + pairs of b·xb, in 16-bit lanes.
+  static __m256i chain(__m256i acc, __m256i a, __m256i xa, __m256i b, __m256i xb) {
+    acc = _mm256_add_epi16(_mm256_add_epi16(acc, _mm256_maddubs_epi16(a, xa)), _mm256_maddubs_epi16(b, xb));
+    // Each row's sums stay one chain in the order written: GCC otherwise rebalances a tile's
+    // sums into trees whose leaves are all live at once, more than 16 registers hold.
+    asm("" : "+x"(acc));
+    return acc;
+  }
+  static Dots zero() { return {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()}; }
+  template <int MAXW, int PART>
+  static Dots add(Dots d, const Pair& w, const int8_t* const* rows, int64_t at) {
+    // Broadcast for this part alone: shared by both parts, the broadcasts of a tile would not fit
+    // in registers and would go through memory (hiding the pointer keeps GCC from sharing them).
+    const int8_t* x = rows[0] + at;
+    asm("" : "+r"(x));
+    const __m256i xa = _mm256_set1_epi32(load32(x)), xb = _mm256_set1_epi32(load32(x + 4));
+    if constexpr (PART == 0) {
+      d.lo = chain(d.lo, w.a_lo, xa, w.b_lo, xb);
+      if constexpr (MAXW > 63) d.lo4 = chain(d.lo4, w.a4_lo, xa, w.b4_lo, xb);
+    } else {
+      d.hi = chain(d.hi, w.a_hi, xa, w.b_hi, xb);
+      if constexpr (MAXW > 63) d.hi4 = chain(d.hi4, w.a4_hi, xa, w.b4_hi, xb);
+    }
+    return d;
+  }
+  static Scale scale_of(__m256i lo, __m256i hi) {
+    auto twice = [](__m256i v) {  // s in both 16-bit halves of its lane
+      return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
+    };
+    return {twice(lo), twice(hi)};
+  }
+  static Scale scale_u8(const uint8_t* p) {
+    return scale_of(_mm256_cvtepu8_epi32(load8(p)), _mm256_cvtepu8_epi32(load8(p + 8)));
+  }
+  static Scale scale_i8(const int8_t* p) {
+    return scale_of(_mm256_cvtepi8_epi32(load8(p)), _mm256_cvtepi8_epi32(load8(p + 8)));
+  }
+  static Acc acc_zero() { return i_zero(); }
+  template <int MAXW, int PART>
+  static Acc flush(Acc a, const Dots& d, const Scale& s) {
+    __m256i& out = PART == 0 ? a.lo : a.hi;
+    const __m256i sums = PART == 0 ? d.lo : d.hi, scale = PART == 0 ? s.lo : s.hi;
+    out = _mm256_add_epi32(out, _mm256_madd_epi16(sums, scale));
+    if constexpr (MAXW > 63)  // 16·s: at most 2048 in magnitude, still a 16-bit factor
+      out = _mm256_add_epi32(out, _mm256_madd_epi16(PART == 0 ? d.lo4 : d.hi4, _mm256_slli_epi16(scale, 4)));
+    return a;
+  }
+  static I16 row(const Acc& a, int) { return a; }
+};
+template <int R>
+using Dot = RowDot;
+#endif
 
 }  // namespace isa

@@ -4,12 +4,13 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 
 namespace isa {
 
 constexpr const char* NAME = "avx512";
-constexpr int ROW_TILE = 8;          // 3*8 accumulators + the weights fit in 32 registers
-constexpr int TWO_CHAINS_UP_TO = 4;  // rows at most for which each row gets two accumulators
+constexpr int ROWS_IN_REGISTERS = 8;  // 2 registers a row (the group's sums, the super-block's)
+constexpr int FLOAT_ROW_TILE = 8;
 
 struct F16 { __m512 v; };
 struct I16 { __m512i v; };
@@ -70,12 +71,62 @@ inline Bytes b_bits(Bytes a, uint8_t mask) {
   return {_mm512_and_si512(shifted, _mm512_set1_epi8(static_cast<char>(mask)))};
 }
 
-inline I16 dot4(I16 acc, Bytes w, const int8_t* x) {
-  return {_mm512_dpbusd_epi32(acc.v, w.v, _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(x)))};
+inline int32_t load32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
 }
-inline I16 dot8(I16 acc, const Bytes& w1, const int8_t* x1, const Bytes& w2, const int8_t* x2) {
-  return dot4(dot4(acc, w1, x1), w2, x2);
+
+// ---------------------------------------------------------------- the integer phase
+// dpbusd multiplies unsigned weights by signed inputs into int32 directly: any weight up to 255,
+// so every kind takes the same path.
+struct RowDot {
+  static constexpr int ROWS = 1;
+  static constexpr int PARTS = 1;
+  struct Pair { __m512i a, b; };
+  struct Dots { __m512i v; };
+  struct Scale { __m512i v; };
+  using Acc = I16;
+
+  template <int MAXW>
+  static Pair pair(const Bytes& a, const Bytes& b) { return {a.v, b.v}; }
+  template <int MAXW>
+  static constexpr int room() { return 1 << 20; }
+  static Dots zero() { return {_mm512_setzero_si512()}; }
+  template <int MAXW, int PART>
+  static Dots add(Dots d, const Pair& w, const int8_t* const* rows, int64_t at) {
+    const int8_t* x = rows[0] + at;
+    d.v = _mm512_dpbusd_epi32(d.v, w.a, _mm512_set1_epi32(load32(x)));
+    return {_mm512_dpbusd_epi32(d.v, w.b, _mm512_set1_epi32(load32(x + 4)))};
+  }
+  static Scale scale_u8(const uint8_t* p) {
+    return {_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))};
+  }
+  static Scale scale_i8(const int8_t* p) {
+    return {_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))};
+  }
+  static Acc acc_zero() { return i_zero(); }
+  template <int MAXW, int PART>
+  static Acc flush(Acc a, const Dots& d, const Scale& s) { return {_mm512_add_epi32(a.v, _mm512_mullo_epi32(d.v, s.v))}; }
+  static I16 row(const Acc& a, int) { return a; }
+};
+template <int R>
+using Dot = RowDot;
+
+// Two groups' factors as 16-bit pairs, one pair per channel's 32-bit lane.
+struct Pairs { __m512i v; };
+inline Pairs pairs_of(__m128i a, __m128i b, bool is_signed) {
+  const __m256i both = _mm256_set_m128i(_mm_unpackhi_epi8(a, b), _mm_unpacklo_epi8(a, b));
+  return {is_signed ? _mm512_cvtepi8_epi16(both) : _mm512_cvtepu8_epi16(both)};
 }
-inline I16 dot4_wide(I16 acc, Bytes w, const int8_t* x) { return dot4(acc, w, x); }
+inline __m128i load16(const void* p) { return p ? _mm_loadu_si128(static_cast<const __m128i*>(p)) : _mm_setzero_si128(); }
+inline Pairs p_u8(const uint8_t* a, const uint8_t* b) { return pairs_of(load16(a), load16(b), false); }
+inline Pairs p_i8(const int8_t* a, const int8_t* b) { return pairs_of(load16(a), load16(b), true); }
+inline I16 p_dot(I16 acc, const Pairs& p, const int16_t* sums) {
+  return {_mm512_dpwssd_epi32(acc.v, p.v, _mm512_set1_epi32(load32(sums)))};
+}
+inline I16 i_sub_mul(I16 a, const I16& b, int32_t k) {
+  return {_mm512_sub_epi32(a.v, _mm512_mullo_epi32(b.v, _mm512_set1_epi32(k)))};
+}
 
 }  // namespace isa

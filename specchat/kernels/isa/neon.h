@@ -16,9 +16,12 @@
 
 namespace isa {
 
+#ifndef SPECCHAT_NEON_NAME
 constexpr const char* NAME = "neon";
-constexpr int ROW_TILE = 4;          // 32 registers: 4 per row's sums, the weights and a broadcast
-constexpr int TWO_CHAINS_UP_TO = 2;
+#else
+constexpr const char* NAME = SPECCHAT_NEON_NAME;  // isa/i8mm.h: these operations, its own dot products
+#endif
+constexpr int FLOAT_ROW_TILE = 4;  // 32 registers: 4 per row's sums, the weights and a broadcast
 
 struct F16 { float32x4_t v[4]; };
 struct I16 { int32x4_t v[4]; };
@@ -145,32 +148,98 @@ inline Bytes b_bits(Bytes a, uint8_t mask) {
   return a;
 }
 
-// The four inputs x[0..3] in every 32-bit lane.
-inline int8x16_t broadcast4(const int8_t* x) {
-  int32_t word;
-  std::memcpy(&word, x, sizeof word);
-  return vreinterpretq_s8_s32(vdupq_n_s32(word));
+// ---------------------------------------------------------------- the integer phase
+// sdot multiplies signed bytes: weights below 128 read the same as signed ones; weights up to
+// 255 go in as w − 128 (the byte with its top bit flipped), and 128·Σx is added back at flush.
+struct RowDot {
+  static constexpr int ROWS = 1;
+  static constexpr int PARTS = 4;  // channels 0-3, 4-7, 8-11, 12-15
+  struct Pair { int8x16_t a[4], b[4]; };
+  struct Dots { int32x4_t v[4]; int32x4_t inputs; };  // inputs: Σx of the pairs (wide weights only)
+  struct Scale { int32x4_t v[4]; };
+  using Acc = I16;
+
+  template <int MAXW>
+  static Pair pair(const Bytes& a, const Bytes& b) {
+    Pair p;
+    const uint8x16_t flip = vdupq_n_u8(MAXW > 127 ? 0x80 : 0);
+    for (int k = 0; k < 4; ++k) {
+      p.a[k] = vreinterpretq_s8_u8(veorq_u8(a.v[k], flip));
+      p.b[k] = vreinterpretq_s8_u8(veorq_u8(b.v[k], flip));
+    }
+    return p;
+  }
+  template <int MAXW>
+  static constexpr int room() { return 1 << 20; }
+  static Dots zero() {
+    Dots d;
+    for (int k = 0; k < 4; ++k) d.v[k] = vdupq_n_s32(0);
+    d.inputs = vdupq_n_s32(0);
+    return d;
+  }
+  template <int MAXW, int PART>
+  static Dots add(Dots d, const Pair& w, const int8_t* const* rows, int64_t at) {
+    const int8x8_t x = vld1_s8(rows[0] + at);
+    d.v[PART] = vdotq_lane_s32(vdotq_lane_s32(d.v[PART], w.a[PART], x, 0), w.b[PART], x, 1);
+    if constexpr (MAXW > 127 && PART == 0) d.inputs = vdotq_s32(d.inputs, vdupq_n_s8(1), vcombine_s8(x, vdup_n_s8(0)));
+    return d;
+  }
+  static Scale scale_of(int16x8_t lo, int16x8_t hi) {
+    return {{vmovl_s16(vget_low_s16(lo)), vmovl_s16(vget_high_s16(lo)), vmovl_s16(vget_low_s16(hi)),
+             vmovl_s16(vget_high_s16(hi))}};
+  }
+  static Scale scale_u8(const uint8_t* p) {
+    const uint8x16_t v = vld1q_u8(p);
+    return scale_of(vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(v))), vreinterpretq_s16_u16(vmovl_u8(vget_high_u8(v))));
+  }
+  static Scale scale_i8(const int8_t* p) {
+    const int8x16_t v = vld1q_s8(p);
+    return scale_of(vmovl_s8(vget_low_s8(v)), vmovl_s8(vget_high_s8(v)));
+  }
+  static Acc acc_zero() { return i_zero(); }
+  // (Wide weights: the inputs' sums come from part 0's adds, which precede every part's flush.)
+  template <int MAXW, int PART>
+  static Acc flush(Acc a, const Dots& d, const Scale& s) {
+    a.v[PART] = vmlaq_s32(a.v[PART], d.v[PART], s.v[PART]);
+    if constexpr (MAXW > 127) a.v[PART] = vmlaq_s32(a.v[PART], s.v[PART], vdupq_n_s32(128 * vaddvq_s32(d.inputs)));
+    return a;
+  }
+  static I16 row(const Acc& a, int) { return a; }
+};
+#ifndef SPECCHAT_NEON_PAIR_DOTS
+constexpr int ROWS_IN_REGISTERS = 8;  // one register a row, in each quarter of the block in turn
+template <int R>
+using Dot = RowDot;
+#endif
+
+inline int32_t load32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
 }
 
-// acc[c] += Σ_t w[4c+t]·x[t] with sdot (signed by signed): weights below 128 read the same as
-// signed bytes, and dot4's callers guarantee weights below 64.
-inline I16 dot4(I16 acc, const Bytes& w, const int8_t* x) {
-  const int8x16_t xv = broadcast4(x);
-  for (int k = 0; k < 4; ++k) acc.v[k] = vdotq_s32(acc.v[k], vreinterpretq_s8_u8(w.v[k]), xv);
+struct Pairs { int32x4_t a[4], b[4]; };
+inline Pairs p_u8(const uint8_t* a, const uint8_t* b) {
+  const RowDot::Scale sa = RowDot::scale_u8(a);
+  const RowDot::Scale sb = b ? RowDot::scale_u8(b) : RowDot::Scale{{vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0)}};
+  Pairs p;
+  for (int k = 0; k < 4; ++k) p.a[k] = sa.v[k], p.b[k] = sb.v[k];
+  return p;
+}
+inline Pairs p_i8(const int8_t* a, const int8_t* b) {
+  const RowDot::Scale sa = RowDot::scale_i8(a);
+  const RowDot::Scale sb = b ? RowDot::scale_i8(b) : RowDot::Scale{{vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0)}};
+  Pairs p;
+  for (int k = 0; k < 4; ++k) p.a[k] = sa.v[k], p.b[k] = sb.v[k];
+  return p;
+}
+inline I16 p_dot(I16 acc, const Pairs& p, const int16_t* sums) {
+  for (int k = 0; k < 4; ++k) acc.v[k] = vmlaq_n_s32(vmlaq_n_s32(acc.v[k], p.a[k], sums[0]), p.b[k], sums[1]);
   return acc;
 }
-inline I16 dot8(I16 acc, const Bytes& w1, const int8_t* x1, const Bytes& w2, const int8_t* x2) {
-  return dot4(dot4(acc, w1, x1), w2, x2);
-}
-// Weights up to 255 are not signed bytes: sdot takes w - 128 (the byte with its top bit flipped),
-// and 128·Σ_t x[t] is added back; both sums are exact in int32.
-inline I16 dot4_wide(I16 acc, const Bytes& w, const int8_t* x) {
-  const int8x16_t xv = broadcast4(x);
-  const int32x4_t back = vdupq_n_s32(128 * (x[0] + x[1] + x[2] + x[3]));
-  const uint8x16_t flip = vdupq_n_u8(0x80);
-  for (int k = 0; k < 4; ++k)
-    acc.v[k] = vaddq_s32(vdotq_s32(acc.v[k], vreinterpretq_s8_u8(veorq_u8(w.v[k], flip)), xv), back);
-  return acc;
+inline I16 i_sub_mul(I16 a, const I16& b, int32_t k) {
+  for (int q = 0; q < 4; ++q) a.v[q] = vmlsq_n_s32(a.v[q], b.v[q], k);
+  return a;
 }
 
 }  // namespace isa

@@ -13,8 +13,8 @@
 namespace isa {
 
 constexpr const char* NAME = "scalar";
-constexpr int ROW_TILE = 8;
-constexpr int TWO_CHAINS_UP_TO = 0;
+constexpr int ROWS_IN_REGISTERS = 8;
+constexpr int FLOAT_ROW_TILE = 8;
 
 struct F16 { float v[16]; };
 struct I16 { int32_t v[16]; };
@@ -117,17 +117,81 @@ inline Bytes b_bits(Bytes a, uint8_t mask) {
   return a;
 }
 
-// acc[c] += Σ_t w[4c + t]·x[t]: weights unsigned, inputs signed, exact in int32.
-inline I16 dot4(I16 acc, const Bytes& w, const int8_t* x) {
-  for (int c = 0; c < 16; ++c)
-    for (int t = 0; t < 4; ++t) acc.v[c] += static_cast<int32_t>(w.v[4 * c + t]) * x[t];
+// ---------------------------------------------------------------- the integer phase
+// (core/kernels.h: the exact sums A and B of each super-block.) Integer sums wrap modulo 2^32
+// here as in every SIMD build; the sums of valid weights never come near that.
+inline int32_t wrap(int64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(v)); }
+
+// A row's sums, one row at a time (i8mm's Dot<R> takes two rows at once).
+struct RowDot {
+  static constexpr int ROWS = 1;
+  static constexpr int PARTS = 1;  // register-sized parts of a channel block (see core/kernels.h)
+  // The weights of two quads: a for inputs 0-3 of eight consecutive ones, b for inputs 4-7.
+  struct Pair { Bytes a, b; };
+  // One row's products over some pairs, per channel.
+  struct Dots { int32_t v[16]; };
+  // Each channel's multiplier for a group (its scale).
+  struct Scale { int32_t v[16]; };
+  using Acc = I16;
+
+  template <int MAXW>  // the largest weight (15, 31, 63 or 255)
+  static Pair pair(const Bytes& a, const Bytes& b) { return {a, b}; }
+  // How many pairs a Dots holds before flush (AVX2's are 16-bit).
+  template <int MAXW>
+  static constexpr int room() { return 1 << 20; }
+  static Dots zero() { return Dots{}; }
+  // d[c] += Σ_t a[4c + t]·x[t] + b[4c + t]·x[4 + t], x = rows[0] + at.
+  template <int MAXW, int PART>
+  static Dots add(Dots d, const Pair& w, const int8_t* const* rows, int64_t at) {
+    const int8_t* x = rows[0] + at;
+    for (int c = 0; c < 16; ++c)
+      for (int t = 0; t < 4; ++t) d.v[c] = wrap(int64_t{d.v[c]} + w.a.v[4 * c + t] * x[t] + w.b.v[4 * c + t] * x[4 + t]);
+    return d;
+  }
+  static Scale scale_u8(const uint8_t* p) {
+    Scale s;
+    for (int c = 0; c < 16; ++c) s.v[c] = p[c];
+    return s;
+  }
+  static Scale scale_i8(const int8_t* p) {
+    Scale s;
+    for (int c = 0; c < 16; ++c) s.v[c] = p[c];
+    return s;
+  }
+  static Acc acc_zero() { return I16{}; }
+  // a[c] += s[c]·d[c].
+  template <int MAXW, int PART>
+  static Acc flush(Acc a, const Dots& d, const Scale& s) {
+    for (int c = 0; c < 16; ++c) a.v[c] = wrap(a.v[c] + int64_t{s.v[c]} * d.v[c]);
+    return a;
+  }
+  // Row k of the unit's sums.
+  static I16 row(const Acc& a, int) { return a; }
+};
+template <int R>
+using Dot = RowDot;
+
+// Two groups' per-channel factors (the second all zero where there is no second group).
+struct Pairs { int32_t a[16], b[16]; };
+inline Pairs p_u8(const uint8_t* a, const uint8_t* b) {
+  Pairs p;
+  for (int c = 0; c < 16; ++c) p.a[c] = a[c], p.b[c] = b ? b[c] : 0;
+  return p;
+}
+inline Pairs p_i8(const int8_t* a, const int8_t* b) {
+  Pairs p;
+  for (int c = 0; c < 16; ++c) p.a[c] = a[c], p.b[c] = b ? b[c] : 0;
+  return p;
+}
+// acc[c] += a[c]·sums[0] + b[c]·sums[1].
+inline I16 p_dot(I16 acc, const Pairs& p, const int16_t* sums) {
+  for (int c = 0; c < 16; ++c) acc.v[c] = wrap(int64_t{acc.v[c]} + p.a[c] * sums[0] + p.b[c] * sums[1]);
   return acc;
 }
-// acc[c] += both quads' products (weights below 64; AVX2 adds the two in 16 bits).
-inline I16 dot8(I16 acc, const Bytes& w1, const int8_t* x1, const Bytes& w2, const int8_t* x2) {
-  return dot4(dot4(acc, w1, x1), w2, x2);
+// a − k·b per lane.
+inline I16 i_sub_mul(I16 a, const I16& b, int32_t k) {
+  for (int c = 0; c < 16; ++c) a.v[c] = wrap(a.v[c] - int64_t{k} * b.v[c]);
+  return a;
 }
-// The same for weights of any size (dot4's callers guarantee weights below 64).
-inline I16 dot4_wide(I16 acc, const Bytes& w, const int8_t* x) { return dot4(acc, w, x); }
 
 }  // namespace isa

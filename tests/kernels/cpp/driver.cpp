@@ -18,6 +18,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/decoder.h"
@@ -204,6 +205,50 @@ std::vector<float> check_layer(Rng& rng) {
   return together;
 }
 
+// The integer phase at its extremes, through the dot units a pass of R rows uses (one row at a
+// time, or two on i8mm): the largest weight of each kind against inputs of -128 and 127 (the
+// widest sums AVX2's 16-bit pairs must hold), then the factor sums and the offset. Each int32 is
+// returned as two 16-bit halves, which floats hold exactly.
+template <int R>
+std::vector<int32_t> edge_sums() {
+  using D = Dot<R>;
+  QuantRows x{std::vector<int8_t>(R * 64), {}, {}, {}, 64, 64};
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < 64; ++i) x.q[r * 64 + i] = static_cast<int8_t>(r == 0 ? -128 : r == 1 ? 127 : (i % 3 ? -128 : 127));
+  uint8_t top[64], mixed[64], sc[16];
+  int8_t ssc[16];
+  int16_t sums[4] = {-4096, 4064, -32768, 32767};
+  for (int i = 0; i < 64; ++i) top[i] = 255, mixed[i] = static_cast<uint8_t>(i * 37 + 11);
+  for (int c = 0; c < 16; ++c) sc[c] = static_cast<uint8_t>(c == 0 ? 255 : 63 - c), ssc[c] = static_cast<int8_t>(c == 0 ? -128 : 127 - 9 * c);
+  auto group = [&](auto maxw, const uint8_t* w, int64_t at, const typename D::Scale& scale, auto& acc, const auto& units) {
+    constexpr int MAXW = decltype(maxw)::value;
+    const uint8_t mask = MAXW == 255 ? 0xFF : static_cast<uint8_t>(MAXW);
+    const Bytes a = b_bits<0>(b_load(w), mask), b = b_bits<0>(b_load(w == top ? top : mixed), mask);
+    const typename D::Pair pairs[4] = {D::template pair<MAXW>(a, b), D::template pair<MAXW>(b, a),
+                                       D::template pair<MAXW>(a, a), D::template pair<MAXW>(b, b)};
+    add_group<D, MAXW>(acc, pairs, units.row, at, scale);
+  };
+  const Units<D, R> units(x, 0);
+  typename D::Acc acc[Units<D, R>::N];
+  for (auto& a : acc) a = D::acc_zero();
+  group(std::integral_constant<int, 15>{}, top, 0, D::scale_u8(sc), acc, units);
+  group(std::integral_constant<int, 31>{}, mixed, 32, D::scale_i8(ssc), acc, units);
+  group(std::integral_constant<int, 63>{}, top, 0, D::scale_i8(ssc), acc, units);
+  group(std::integral_constant<int, 255>{}, top, 32, D::scale_i8(ssc), acc, units);
+  group(std::integral_constant<int, 255>{}, mixed, 0, D::scale_u8(sc), acc, units);
+  std::vector<int32_t> out;
+  for (int r = 0; r < R; ++r) {
+    const I16 a = D::row(acc[r / D::ROWS], r % D::ROWS);
+    const I16 b = p_dot(p_dot(i_zero(), p_u8(sc, top), sums), p_i8(ssc, nullptr), sums + 2);
+    for (const I16& v : {a, b, i_sub_mul(a, b, 128), i_sub_mul(b, a, -7)}) {
+      int32_t lanes[16];
+      std::memcpy(lanes, &v, sizeof lanes);  // every instruction set's I16 is 16 int32 lanes in order
+      for (int32_t lane : lanes) out.push_back(lane >> 16), out.push_back(lane & 0xFFFF);
+    }
+  }
+  return out;
+}
+
 // Each vector operation on the edge values where instruction sets differ unless told otherwise:
 // NaN, signed zeros, infinities, values past int32's range, ties, subnormal results, the widest
 // integer products. NaNs are written as one pattern: which NaN an operation returns is not part
@@ -248,14 +293,9 @@ std::vector<float> edge_ops() {
   out.push_back(f_sum(vc));
   out.push_back(f_sum(f_load(scales)));
   out.push_back(f_peak(f_load(peaks)));
-  uint8_t w[64], w6[64];
-  for (int i = 0; i < 64; ++i) {
-    w[i] = large[i % 16] ^ static_cast<uint8_t>(i);
-    w6[i] = w[i] & 0x3F;
-  }
-  const I16 sums[] = {dot4_wide(i_zero(), b_load(w), x4), dot4(i_zero(), b_load(w6), x4),
-                      dot8(i_sub(i_zero(), 5), b_load(w6), x4, b_bits<2>(b_or(b_load(w), b_load(w6)), 0x3F), small)};
-  for (const I16& v : sums) put(f_from_i(v));
+  for (int32_t v : edge_sums<1>()) out.push_back(static_cast<float>(v));
+  for (int32_t v : edge_sums<2>()) out.push_back(static_cast<float>(v));
+  for (int32_t v : edge_sums<3>()) out.push_back(static_cast<float>(v));
   for (float& v : out)
     if (std::isnan(v)) v = nan;
   return out;
