@@ -1,6 +1,6 @@
 """One decoding step of a packed model on each kernel variant this CPU runs, interleaved.
 
-    python -m specchat.kernels.variant_speed PACKED_FOLDER [STEPS] [WIDTH] [THREADS]
+    python scripts/lab/variant_speed.py PACKED_FOLDER [STEPS] [WIDTH] [THREADS]
 
 PACKED_FOLDER is a folder of the packed cache (see specchat.models.packed). Every variant runs
 the same memory-mapped weights: each prefills the same 32 tokens, then the variants take turns,
