@@ -19,9 +19,9 @@ from typing import Literal, Protocol, runtime_checkable
 
 from specchat.engine.events import Event, StopReason, SummaryEvent
 from specchat.engine.gamma import SCHEDULES, check_gamma
-from specchat.engine.params import SamplingParams, check_sampling
 from specchat.engine.registry import DRAFTER_NAMES
 from specchat.errors import InvalidSettingError
+from specchat.params import SamplingParams, check_sampling
 
 Message = dict[str, str]
 """{"role": "system" | "user" | "assistant", "content": "..."}"""

@@ -1,9 +1,10 @@
 """No import circles: every ``specchat`` import counts (module level, inside a function, lazy),
-except those under ``if TYPE_CHECKING:``, which never run.
+and so do those under ``if TYPE_CHECKING:``: they never run, but a type-only circle is still two
+modules that each need the other to be understood (a Protocol on one side breaks it).
 
 A circle is a strongly connected component of the module graph. The UI must have none (its
 screens and panels get what they need through their constructors); the second test holds the
-whole package to the same rule.
+whole package to the same rule, and the third counts the type-only edges too.
 """
 
 from __future__ import annotations
@@ -54,10 +55,19 @@ def _absolute(module: str, path: Path, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def dependencies(module: str, path: Path, known: set[str]) -> set[str]:
-    """The package's modules that ``module`` imports at run time."""
+def _every_import(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Imports anywhere, ``if TYPE_CHECKING:`` included."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+
+
+def dependencies(module: str, path: Path, known: set[str], *, type_only: bool = False) -> set[str]:
+    """The package's modules that ``module`` imports at run time (and for type checking only,
+    with ``type_only``)."""
     found: set[str] = set()
-    for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
+    walk = _every_import if type_only else _runtime_imports
+    for node in walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         else:
@@ -81,10 +91,10 @@ def _parent_packages(targets: set[str], module: str, known: set[str]) -> set[str
     return parents
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(*, type_only: bool = False) -> dict[str, set[str]]:
     names = module_names()
     known = set(names)
-    return {module: dependencies(module, path, known) for module, path in names.items()}
+    return {module: dependencies(module, path, known, type_only=type_only) for module, path in names.items()}
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -150,13 +160,19 @@ def test_the_package_has_no_import_circle() -> None:
     assert everywhere == [], f"import circles in specchat:\n{_describe(everywhere)}"
 
 
-def test_the_walk_finds_a_circle_and_skips_type_only_imports() -> None:
+def test_the_package_has_no_circle_even_through_type_only_imports() -> None:
+    everywhere = circles(import_graph(type_only=True))
+    assert everywhere == [], f"import circles, type-only imports counted:\n{_describe(everywhere)}"
+
+
+def test_the_walk_finds_a_circle_and_tells_type_only_imports_apart() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert circles(graph) == [["a", "b", "c"]]
     tree = ast.parse(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import x\ndef f():\n    import y\n"
     )
     assert [n.names[0].name for n in _runtime_imports(tree) if isinstance(n, ast.Import)] == ["y"]
+    assert [n.names[0].name for n in _every_import(tree) if isinstance(n, ast.Import)] == ["x", "y"]
 
 
 def test_importing_a_submodule_counts_its_package() -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from specchat.bench import BenchError
-from specchat.bench.prompts import BenchPrompt
+from specchat.bench.prompt_record import BenchPrompt
 from specchat.untrusted import clipped, visible
 
 MAX_LINE_BYTES = 1 << 20

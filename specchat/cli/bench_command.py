@@ -186,7 +186,7 @@ def _bench_server(settings: Settings, baseline: str | None, options: dict[str, A
     """``bench --server``: prompts and sampling from the usual options; models options do not apply."""
     from specchat.backend import Controls
     from specchat.bench.prompts import load_prompts
-    from specchat.remote.bench import bench_server
+    from specchat.bench.server import bench_server
 
     server = settings.server
     if not server:

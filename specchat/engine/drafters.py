@@ -16,9 +16,9 @@ import torch.nn.functional as F
 
 from specchat.engine.events import DrafterName
 from specchat.engine.kv import CachedLM, common_prefix_length
-from specchat.engine.params import DRAFT_STOP_BELOW, SamplingParams
 from specchat.engine.sampling import pick_tokens, shape_probs
 from specchat.engine.static import StaticLM
+from specchat.params import DRAFT_STOP_BELOW, SamplingParams
 
 
 @dataclass(frozen=True, slots=True)

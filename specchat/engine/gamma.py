@@ -19,9 +19,9 @@ from specchat.engine.metrics import (
     expected_tokens_per_round,
     positions_tested,
 )
-from specchat.engine.params import GAMMA_MAX
 from specchat.engine.registry import is_model, proposes
 from specchat.errors import InvalidSettingError
+from specchat.params import GAMMA_MAX
 
 __all__ = [
     "GAMMA_MAX",

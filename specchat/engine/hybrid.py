@@ -17,8 +17,8 @@ import torch
 
 from specchat.engine.drafters import DeviceDraft, Draft, ModelDrafter, NgramDrafter, lookup_continuation
 from specchat.engine.events import DrafterName
-from specchat.engine.params import GAMMA_MAX
 from specchat.engine.sampling import SamplingParams
+from specchat.params import GAMMA_MAX
 
 
 class HybridDrafter:

@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from specchat.engine.params import DRAFT_STOP_BELOW
 from specchat.errors import InvalidSettingError
+from specchat.params import DRAFT_STOP_BELOW
 
 if TYPE_CHECKING:
     import torch

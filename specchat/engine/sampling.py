@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from specchat.engine.params import SamplingParams
+from specchat.params import SamplingParams
 
 __all__ = ["SamplingParams"]  # re-exported: the engine's callers import it from here too
 

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from specchat.engine.kv import CachedLM, common_prefix_length, device_sync
-from specchat.engine.params import GAMMA_MAX
 from specchat.errors import InvalidSettingError
+from specchat.params import GAMMA_MAX
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel

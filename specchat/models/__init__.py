@@ -31,8 +31,7 @@ _HEAVY = {
     "resolve_device": "specchat.models.device",
     "resolve_dtype": "specchat.models.device",
     "check_tokenizers_compatible": "specchat.models.compat",
-    # Not heavy, but listing reads the packed cache's format, and the packing code (kernels.native)
-    # imports this package: loading it on first use keeps that from being a circle.
+    # Not heavy, but listing reads the packed cache's format: loaded on first use like the rest.
     "list_models": "specchat.models.listing",
 }
 

@@ -485,7 +485,7 @@ def prepare_cpu_pair(
 
 def _native_pair(target: nn.Module, draft: nn.Module | None, path: CpuPath) -> CpuPair:
     """Loaded float models quantized for specchat's kernels ("gguf" means q8 here: no GGUF blocks)."""
-    from specchat.kernels.native import from_hf
+    from specchat.models.packing import from_hf
 
     def bits(mode: str) -> int:
         return 4 if mode == "q4" else 8

@@ -40,7 +40,7 @@ KERNEL_FORMAT = {
     "F16": "f16", "BF16": "f32", "F32": "f32",
 }  # fmt: skip
 """GGUF types the target keeps at their own bits, and the kernel format each becomes (the
-packing rules are specchat.kernels.native.KEPT_TYPES; every other type becomes q8;
+packing rules are specchat.models.packing.KEPT_TYPES; every other type becomes q8;
 tests/models/test_gguf_fixtures.py holds the two to agree)."""
 
 SUPER_BLOCK = {"Q4_K": 256, "Q5_K": 256, "Q6_K": 256}

@@ -5,7 +5,7 @@ The second half of specchat's validation layer (the first, :mod:`specchat.models
 walks the bytes). A file whose metadata says 1024 heads while its query matrix holds 4, or whose
 embedding has 16 rows for a 320-token vocabulary, would make native code index past its buffers;
 here it gets one line naming the key, its value and what the tensors hold instead, before
-anything is packed, converted or run. Packing (:func:`specchat.kernels.native.pack_gguf`),
+anything is packed, converted or run. Packing (:func:`specchat.models.packing.pack_gguf`),
 ``specchat models FILE`` and the conversion for the stock path all take their dimensions from
 :func:`decoder_dims` (and :func:`check_metadata` for families the decoders do not know).
 """

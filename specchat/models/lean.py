@@ -23,13 +23,13 @@ returning ``.logits`` and ``.cache``, ``config``, ``device``, ``generation_confi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specchat.kernels.lm import LeanCache, LeanOutput
 from specchat.models.architectures import BY_MODEL_TYPE, STATIC_ROPE_TYPES, fast_path_problem
 
 ROW_LIMIT = 32
@@ -68,44 +68,6 @@ def lean_supported(model: nn.Module, *, for_kernels: bool = False) -> str | None
     if next(model.parameters()).device.type != "cpu":
         return "not on the CPU"
     return None
-
-
-class LeanCache:
-    """K/V for every layer in buffers that grow by doubling; crop moves the length."""
-
-    def __init__(
-        self, layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype, capacity: int = 256
-    ) -> None:
-        self.layers, self.kv_heads, self.head_dim, self.dtype = layers, kv_heads, head_dim, dtype
-        self.length = 0
-        self.capacity = 0
-        self.keys: list[torch.Tensor] = []
-        self.values: list[torch.Tensor] = []
-        self.reserve(capacity)
-
-    def reserve(self, needed: int) -> None:
-        if needed <= self.capacity:
-            return
-        capacity = max(needed, 2 * self.capacity, 256)
-        shape = (self.kv_heads, capacity, self.head_dim)
-        keys = [torch.empty(shape, dtype=self.dtype) for _ in range(self.layers)]
-        values = [torch.empty(shape, dtype=self.dtype) for _ in range(self.layers)]
-        for old, new in zip(self.keys + self.values, keys + values, strict=False):
-            new[:, : self.length].copy_(old[:, : self.length])
-        self.keys, self.values, self.capacity = keys, values, capacity
-
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        return self.length
-
-    def crop(self, max_length: int) -> None:
-        """Keep ``max_length`` tokens, or drop ``-max_length`` when negative (as DynamicCache.crop)."""
-        self.length = max(self.length + max_length, 0) if max_length < 0 else min(max_length, self.length)
-
-
-@dataclass
-class LeanOutput:
-    logits: torch.Tensor
-    cache: LeanCache
 
 
 class LeanCausalLM(nn.Module):

@@ -369,10 +369,10 @@ def _pack_gguf(
 ) -> None:
     from transformers import GenerationConfig
 
-    from specchat.kernels.native import pack_gguf
     from specchat.models.errors_util import as_load_error
     from specchat.models.gguf_check import read_gguf
     from specchat.models.packed_stream import HEADER_ROOM, StreamedSafetensors
+    from specchat.models.packing import pack_gguf
 
     with as_load_error(f"cannot pack {gguf} for the CPU kernels"):
         source = read_gguf(gguf)  # the validation layer's walk: what transformers reads is within its caps
@@ -480,9 +480,9 @@ def time_left(seconds: float) -> str:
 def _pack_float(
     spec: str, name: str, recipe: PackRecipe, folder: Path, progress: ProgressCallback | None
 ) -> None:
-    from specchat.kernels.native import pack_hf
     from specchat.models.errors_util import as_load_error
     from specchat.models.hf_loading import load_model
+    from specchat.models.packing import pack_hf
 
     loaded = load_model(spec, device="cpu", dtype="float32", progress=progress)
     bits = 8 if recipe.mode in ("gguf", "q8") else 4

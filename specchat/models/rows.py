@@ -99,7 +99,7 @@ def one_row_at_a_time(batched: Forward) -> Forward:
     Only verify passes (at most γ_max + 1 positions) must match one-token passes; prefills are
     the same call in plain and speculative decoding, so they keep the faster batched product.
     """
-    from specchat.engine.gamma import GAMMA_MAX
+    from specchat.params import GAMMA_MAX
 
     def forward(x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 3 or x.shape[0] != 1 or not 1 < x.shape[1] <= GAMMA_MAX + 1:

@@ -48,12 +48,6 @@ def _warm(sanitized: bool) -> None:
     import transformers  # noqa: F401
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig, PreTrainedTokenizerFast  # noqa: F401
 
-    import specchat.cli.generate_command
-    import specchat.cli.models_command
-    import specchat.engine.session
-    import specchat.kernels.native
-    import specchat.models.loader
-    import specchat.models.packed  # noqa: F401
     from specchat import kernels
 
     if sanitized:

@@ -13,7 +13,8 @@ from transformers import Gemma3ForCausalLM, Gemma3TextConfig, PreTrainedModel, Q
 from specchat.engine.events import TokenEvent
 from specchat.engine.session import ChatEngine, Controls
 from specchat.kernels import cpu_supports
-from specchat.kernels.native import NativeCausalLM, from_hf
+from specchat.kernels.native import NativeCausalLM
+from specchat.models.packing import from_hf
 from specchat.testing import make_tokenizer
 from tests.typed import as_model
 

@@ -9,7 +9,8 @@ from specchat.engine.events import TokenEvent
 from specchat.engine.sampling import SamplingParams, shape_probs
 from specchat.engine.session import ChatEngine, Controls
 from specchat.kernels.formats import Unpacked, quantize_q8
-from specchat.kernels.native import NativeCausalLM, from_hf, native_model, pack_hf
+from specchat.kernels.native import NativeCausalLM, native_model
+from specchat.models.packing import from_hf, pack_hf
 from specchat.testing import make_model, make_tiny_pair, make_tokenizer, perturbed_copy
 from tests.engine.test_exactness import (
     ALPHA_LEVEL,
@@ -160,3 +161,20 @@ def test_sampled_distribution_matches_the_native_target(narrow_head: int | None)
     exact = (first[:, None] * second).flatten().double()
     counts = sample_two_tokens(engine, PROMPT, controls)
     assert chi_square_p_value(counts, exact) > ALPHA_LEVEL
+
+
+def test_the_native_and_the_lean_forward_are_one_kind_of_model() -> None:
+    """Both fast forwards are DecodingLMs (mypy checks the assignments), and they grow and crop
+    their caches alike: the engine drives either through the same calls."""
+    from specchat.kernels.lm import DecodingLM, LeanCache
+    from specchat.models.lean import LeanCausalLM
+
+    pair = make_tiny_pair(seed=0)
+    models: list[DecodingLM] = [from_hf(pair.target, bits=8), LeanCausalLM(pair.target)]
+    for model in models:
+        cache = model.new_cache()
+        out = model(IDS[:, :10], cache, logits_to_keep=2)
+        assert isinstance(out.cache, LeanCache) and out.cache.get_seq_length() == 10
+        assert out.logits.shape[:2] == (1, 2) and model.device == torch.device("cpu")
+        out.cache.crop(-3)
+        assert model(IDS[:, 7:9], out.cache).cache.get_seq_length() == 9

@@ -16,7 +16,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Phi3Config, Phi3ForCausalLM
 
 from specchat.kernels import cpu_supports
-from specchat.kernels.native import from_hf, native_model, pack_gguf
+from specchat.kernels.native import native_model
 from specchat.models.architectures import (
     ARCHITECTURES,
     BY_MODEL_TYPE,
@@ -25,6 +25,7 @@ from specchat.models.architectures import (
     fast_path_problem,
 )
 from specchat.models.lean import LeanCausalLM, lean_supported
+from specchat.models.packing import from_hf, pack_gguf
 from specchat.testing import make_tokenizer
 from tests.models.conftest import write_tiny_gguf
 

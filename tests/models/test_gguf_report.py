@@ -8,8 +8,8 @@ import pytest
 from gguf import GGMLQuantizationType
 
 from specchat.errors import ModelLoadError
-from specchat.kernels.native import pack_gguf
 from specchat.models.gguf_report import describe_gguf, report_lines
+from specchat.models.packing import pack_gguf
 from specchat.testing import TinyPair
 from tests.models.conftest import write_tiny_gguf
 

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from specchat.kernels import cpu_supports
-from specchat.kernels.native import from_hf
 from specchat.models.cache import CONVERTED_MARKER
 from specchat.models.packed import (
     FORMAT_VERSION,
@@ -22,6 +21,7 @@ from specchat.models.packed import (
     load_tokenizer,
     packed_dir,
 )
+from specchat.models.packing import from_hf
 from specchat.models.records import LoadProgress
 from specchat.testing import TinyPair
 
@@ -196,14 +196,14 @@ def test_a_gguf_streamed_into_the_cache_holds_what_packing_in_memory_gives(
 ) -> None:
     """Packing a range of rows at a time, written straight into the file (64-byte aligned, the
     gaps held by pad tensors), gives every array a whole-model packing in memory gives."""
-    import specchat.kernels.native as native
+    import specchat.models.packing as packing
     from specchat.models.packed import _mapped_weights
     from specchat.models.packed_stream import ALIGN
 
-    monkeypatch.setattr(native, "PACK_ROWS", rows_at_a_time)  # the tiny vocabulary is 3+ ranges of 16
+    monkeypatch.setattr(packing, "PACK_ROWS", rows_at_a_time)  # the tiny vocabulary is 3+ ranges of 16
     folder = load_native(str(tiny_gguf), PackRecipe("gguf")).folder
     streamed = _mapped_weights(folder / WEIGHTS)
-    whole = native.pack_gguf(str(tiny_gguf), mode="gguf")
+    whole = packing.pack_gguf(str(tiny_gguf), mode="gguf")
     assert streamed.meta() == whole.meta()
     assert streamed.tensors.keys() == whole.tensors.keys()
     for name, tensor in whole.tensors.items():

@@ -1,6 +1,6 @@
 """Passes of a packed model on each kernel variant this CPU runs, interleaved.
 
-    python -m specchat.kernels.variant_speed PACKED_FOLDER [STEPS] [WIDTHS] [THREADS] [VARIANTS]
+    python scripts/lab/variant_speed.py PACKED_FOLDER [STEPS] [WIDTHS] [THREADS] [VARIANTS]
 
 PACKED_FOLDER is a folder of the packed cache (see specchat.models.packed). Every variant runs
 the same memory-mapped weights: each prefills the same 32 tokens, then the variants take turns,

@@ -1,8 +1,9 @@
 """Decoding parameters, torch-free: the sampling settings, the largest γ and the draft model's
 stop threshold.
 
-The front ends (``specchat.backend``'s Controls, the CLI, the UI) and the engine (sampling,
-drafters) both need these; living here, below both, they need not import each other.
+The front ends (``specchat.backend``'s Controls, the CLI, the UI), the engine (sampling,
+drafters) and the models (which passes are verify passes) all need these; living at the
+package's root, below every layer, none of them need import another for them.
 """
 
 from __future__ import annotations
