@@ -81,6 +81,8 @@ RECENT_TOKENS = 64
 """How far back the drafter looks to decide whether the text needs its whole head."""
 WIDEN_SHARE = 1 / 8
 """Share of those tokens past the narrow head from which the whole head is computed."""
+AFTER_A_DRAFTED_ROUND = 2
+"""Tokens a drafted round leaves the draft behind at most (the last draft and the bonus token)."""
 
 
 class ModelDrafter:
@@ -117,9 +119,25 @@ class ModelDrafter:
     def behind(self, ids: list[int]) -> int:
         return max(len(ids) - common_prefix_length(self.lm.cached_ids, ids), 1) if ids else 0
 
+    def catch_up(self, ids: list[int]) -> None:
+        """Read what the cache lacks of ``ids`` but their last token, as a prefill would.
+
+        The draft reads the prompt only when it first drafts, so how far behind it is depends on
+        what its cache held before (nothing, or this very prompt when a reply is replayed or
+        stepped after being streamed). A model's logits are not bit-identical across pass widths,
+        so drafting straight from a catch-up pass would give one reply two sets of ``p_draft``
+        (a 238-token pass in one history, a 1-token pass in the other). Reading all but the last
+        token first makes the pass the draft's logits come from one token wide in every history,
+        as the target's prefill does; a drafted round leaves at most two tokens behind, and those
+        are read in one pass as before (no extra pass per round).
+        """
+        if self.behind(ids) > AFTER_A_DRAFTED_ROUND:
+            self.lm.prefill(ids)
+
     def propose(
         self, ids: list[int], gamma: int, params: SamplingParams, generator: torch.Generator | None
     ) -> Draft | DeviceDraft:
+        self.catch_up(ids)
         if isinstance(self.lm, StaticLM):
             return self.propose_on_device(ids, gamma, params, generator)
         context = list(ids)

@@ -43,3 +43,16 @@ def test_the_draft_stops_after_the_first_token_it_is_unsure_of() -> None:
 def test_a_draft_never_sure_enough_proposes_one_token_per_round() -> None:
     draft = host_draft(drafter(1.01).propose(PROMPT, 4, SamplingParams(temperature=1.0), torch.Generator()))
     assert len(draft.ids) == 1
+
+
+def test_the_draft_drafts_the_same_rows_whatever_its_cache_held_before() -> None:
+    """The draft reads the prompt when it first drafts: a fresh cache reads all of it, one that
+    drafted after it before (a reply replayed, or stepped after being streamed) reads one token.
+    The rows it draws from must not depend on which (logits are not bit-identical across pass
+    widths)."""
+    prompt = [(7 * i) % 40 + 1 for i in range(240)]
+    model = drafter(0.0)
+    expected = host_draft(model.propose(prompt, 4, SamplingParams(), None))
+    again = host_draft(model.propose(prompt, 4, SamplingParams(), None))
+    assert again.ids == expected.ids
+    assert torch.equal(again.p_draft, expected.p_draft)
