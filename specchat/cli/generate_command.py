@@ -181,7 +181,9 @@ def print_ansi(stream: Iterator[Event], show_reasoning: bool = False) -> Any:
             summary = event
     console.print(Text(frame.end(), style="dim"))
     if summary is not None:
-        console.print(Text(format_summary(summary), style="dim"))
+        # One line however narrow the terminal (it wraps it on screen): a copied or piped summary
+        # stays one line, "stop: cancelled" included.
+        console.print(Text(format_summary(summary), style="dim"), soft_wrap=True)
     return summary
 
 

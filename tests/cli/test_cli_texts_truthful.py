@@ -87,7 +87,11 @@ def test_cpu_path_help_describes_the_auto_of_today() -> None:
     ("isa", "expected"),
     [
         ("scalar", "CPU kernels: scalar, forced by SPECCHAT_CPU_ISA"),
-        ("bogus", "CPU kernels: none (SPECCHAT_CPU_ISA=bogus: unknown; use one of avx512, avx2, neon"),
+        (
+            "bogus",
+            "CPU kernels: none (SPECCHAT_CPU_ISA=bogus: unknown; use one of avx512, avxvnni, avxvnni-evex, "
+            "avx2, i8mm, neon",
+        ),
         pytest.param(
             "neon",
             "CPU kernels: none (SPECCHAT_CPU_ISA=neon: it needs an ARM64 CPU",

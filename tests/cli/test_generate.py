@@ -42,7 +42,8 @@ def test_jsonl_is_the_documented_contract(tiny_folders: tuple[Path, Path]) -> No
     closing = [t for t in tokens if t["kind"] != "accepted"]
     assert closing and all(len(t["top"]) == 5 and t["top"][0].keys() == {"id", "text", "p"} for t in closing)
     v1_round = {"type", "round", "gamma", "drafted", "accepted", "draft_ms", "verify_ms", "drafter"}
-    assert all(set(r) == v1_round | {"drafts"} and len(r["drafts"]) == r["drafted"] for r in rounds)
+    v2_round = v1_round | {"drafts", "caught_up", "note"}
+    assert all(set(r) == v2_round and len(r["drafts"]) == r["drafted"] for r in rounds)
     assert lines[-1]["contract"] == 2
     assert lines[-1]["tokens"] == len(tokens)
     assert lines[-1]["rounds"] == len(rounds)

@@ -28,6 +28,7 @@ def lines(output: str, verdict: str) -> list[str]:
     return [line for line in output.splitlines() if line.startswith(verdict + " ")]
 
 
+@pytest.mark.native
 def test_neon_and_i8mm_under_qemu_give_the_scalar_bits() -> None:
     absent = [tool for tool in CROSS_TOOLS if shutil.which(tool) is None]
     if absent:
@@ -78,6 +79,7 @@ def scalar_outputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 X86_VARIANTS = [v for v in VARIANTS if "x86_64" in v.machines or not v.machines]
 
 
+@pytest.mark.native
 @pytest.mark.parametrize("variant", X86_VARIANTS, ids=[v.name for v in X86_VARIANTS])
 def test_the_driver_passes_on_each_variant_this_cpu_runs(
     variant: Variant, scalar_outputs: Path, tmp_path: Path
