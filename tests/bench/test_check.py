@@ -35,6 +35,7 @@ def test_at_least_fifty_prompts_all_distinct() -> None:
     assert all(p.messages[-1]["role"] == "user" for p in prompts)
 
 
+@pytest.mark.slow
 def test_every_configuration_matches_plain_on_the_tiny_pair(
     engine: ChatEngine, prompts: list[BenchPrompt]
 ) -> None:
@@ -44,6 +45,7 @@ def test_every_configuration_matches_plain_on_the_tiny_pair(
     assert result.lines()[0].startswith(f"greedy equality with plain decoding: {result.total}/{result.total}")
 
 
+@pytest.mark.slow
 def test_a_mismatch_names_the_run_and_the_first_differing_token(
     engine: ChatEngine, prompts: list[BenchPrompt], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -77,6 +79,7 @@ def test_a_mismatch_names_the_run_and_the_first_differing_token(
     )
 
 
+@pytest.mark.slow
 def test_cli_check_counts_matches_and_writes_json(
     pair_folders: tuple[Path, Path], tmp_path: Path, one_thread: None
 ) -> None:

@@ -16,6 +16,7 @@ def runner() -> CliRunner:
     return CliRunner()
 
 
+@pytest.mark.slow
 def test_quick_bench_writes_json_and_plot(
     runner: CliRunner, pair_folders: tuple[Path, Path], tmp_path: Path, one_thread: None
 ) -> None:

@@ -164,6 +164,7 @@ def replayed(
     return records, methods, peer
 
 
+@pytest.mark.slow
 def test_rows_are_added_and_interleaved(
     replayed: tuple[list[RunRecord], list[Method], LlamaCppPeer],
     engine: ChatEngine,

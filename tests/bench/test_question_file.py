@@ -143,6 +143,7 @@ def test_cli_names_the_bad_line(tmp_path: Path) -> None:
     assert len(result.output.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_every_turn_is_a_run_and_the_second_follows_each_methods_own_answer(
     engine: ChatEngine, tmp_path: Path
 ) -> None:
@@ -186,6 +187,7 @@ def test_at_t_above_zero_each_method_is_asked_after_its_own_answer(
         assert by_method[(method.name, "81/t2")].prompt_tokens == len(engine.prompt_ids(expected.messages))
 
 
+@pytest.mark.slow
 def test_a_category_and_id_that_look_like_markup_are_printed_as_they_are(
     pair_folders: tuple[Path, Path], tmp_path: Path, one_thread: None
 ) -> None:

@@ -63,6 +63,7 @@ def test_a_drafter_added_to_the_registry_gets_a_bench_row() -> None:
     assert [(m.name, m.schedule, m.gamma) for m in added] == [("echo", "fixed", 4)]
 
 
+@pytest.mark.slow
 def test_every_method_runs_on_every_prompt(records: list[RunRecord], prompts: list[BenchPrompt]) -> None:
     assert len(records) == len(prompts) * len(METHODS)
     assert {(r.prompt_id, r.method) for r in records} == {(p.id, m.name) for p in prompts for m in METHODS}
@@ -215,6 +216,7 @@ def test_sampling_runs_skip_the_greedy_check(engine: ChatEngine, prompts: list[B
     assert all(r.matches_plain is None for r in records)
 
 
+@pytest.mark.slow
 def test_the_timed_runs_start_without_the_warm_ups_measurements(
     engine: ChatEngine, prompts: list[BenchPrompt]
 ) -> None:

@@ -28,6 +28,7 @@ def records(engine: ChatEngine, prompts: list[BenchPrompt]) -> list[RunRecord]:
     return run_bench(engine, prompts, METHODS, BenchSettings(max_new_tokens=12))
 
 
+@pytest.mark.slow
 def test_a_slow_plain_prefill_cannot_inflate_other_runs(
     engine: ChatEngine, prompts: list[BenchPrompt], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -59,6 +60,7 @@ def test_a_slow_plain_prefill_cannot_inflate_other_runs(
         assert r.tok_s <= r.tokens / r.summary.decode_s * 1.001, (r.method, r.prompt_id, r.tok_s)
 
 
+@pytest.mark.slow
 def test_every_engine_run_is_timed_by_its_own_clock(records: list[RunRecord]) -> None:
     for r in records:
         assert r.summary is not None and r.decode_wall_s is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from specchat.cli import main
@@ -104,6 +105,7 @@ def test_selftest_at_temperature_zero_checks_greedy_equality(tiny_folders: tuple
     assert last == "selftest (T = 0, γ 4, drafter model): 3 prompts token for token identical"
 
 
+@pytest.mark.slow
 def test_selftest_fails_loudly_when_speculation_is_not_exact(
     distant_folders: tuple[Path, Path], monkeypatch: object
 ) -> None:

@@ -81,6 +81,7 @@ def test_an_unwritable_log_still_gives_the_line(monkeypatch: pytest.MonkeyPatch,
     assert "RuntimeError: the disk controller said no (no log could be written" in err
 
 
+@pytest.mark.slow
 def test_a_closed_output_pipe_ends_quietly(tiny_folders: tuple[Path, Path], tmp_path: Path) -> None:
     """`specchat generate … | head -1`: the reader goes away; no error, no traceback."""
     import os

@@ -145,6 +145,7 @@ async def test_a_file_renamed_by_hand_opens_and_saves_to_itself(
     assert [m["content"] for m in saved["messages"]][:3] == ["hi", "hello", "more"]
 
 
+@pytest.mark.slow
 async def test_two_copies_with_the_same_conversation_open_never_overwrite_each_other(
     engine: PausingEngine, already_saved: AlreadySaved
 ) -> None:

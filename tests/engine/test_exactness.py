@@ -146,6 +146,7 @@ def whole_chains(small_vocab_engine: ChatEngine, monkeypatch: pytest.MonkeyPatch
     return small_vocab_engine
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_sampled_distribution_matches_target(whole_chains: ChatEngine, case: str) -> None:
     controls = CASES[case]
@@ -154,6 +155,7 @@ def test_sampled_distribution_matches_target(whole_chains: ChatEngine, case: str
     assert chi_square_p_value(counts, exact.double()) > ALPHA_LEVEL
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("drafter", ["model", "hybrid"])
 def test_sampled_distribution_matches_target_when_the_draft_stops_where_unsure(
     small_vocab_engine: ChatEngine, monkeypatch: pytest.MonkeyPatch, drafter: str
@@ -177,6 +179,7 @@ def test_sampled_distribution_matches_target_when_the_draft_stops_where_unsure(
     assert chi_square_p_value(counts, exact.double()) > ALPHA_LEVEL
 
 
+@pytest.mark.slow
 def test_distribution_test_catches_a_wrong_residual(
     whole_chains: ChatEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -188,6 +191,7 @@ def test_distribution_test_catches_a_wrong_residual(
     assert chi_square_p_value(counts, exact.double()) < ALPHA_LEVEL
 
 
+@pytest.mark.slow
 def test_distribution_test_catches_unshaped_draft_probabilities(
     whole_chains: ChatEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -216,6 +220,7 @@ def test_distribution_test_catches_unshaped_draft_probabilities(
     assert chi_square_p_value(counts, exact.double()) < ALPHA_LEVEL
 
 
+@pytest.mark.slow
 def test_plain_decoding_samples_the_same_distribution(small_vocab_engine: ChatEngine) -> None:
     controls = Controls(drafter="none", temperature=1.0, max_new_tokens=2)
     exact = exact_two_token_distribution(
@@ -225,6 +230,7 @@ def test_plain_decoding_samples_the_same_distribution(small_vocab_engine: ChatEn
     assert chi_square_p_value(counts, exact.double()) > ALPHA_LEVEL
 
 
+@pytest.mark.slow
 def test_two_token_outcomes_cover_both_closing_kinds(small_vocab_engine: ChatEngine) -> None:
     """Sanity: the sampled cases exercise corrections and bonus tokens, not just one path."""
     kinds: Counter[str] = Counter()

@@ -200,6 +200,7 @@ def small_static_engine() -> ChatEngine:
     return engine
 
 
+@pytest.mark.slow
 def test_sampled_distribution_matches_target_on_the_static_path(
     small_static_engine: ChatEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:

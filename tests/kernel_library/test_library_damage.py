@@ -108,6 +108,7 @@ def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
     return {str(entry): (entry.stat().st_size, entry.stat().st_mtime_ns) for entry in entries}
 
 
+@pytest.mark.slow
 def test_a_truncated_library_is_rebuilt_with_one_line_not_a_bus_error(library: Library, folder: Path) -> None:
     path = library.path(folder)
     whole = path.read_bytes()
@@ -132,6 +133,7 @@ def test_a_library_with_its_first_bytes_overwritten_is_rebuilt(library: Library,
     assert "damaged" in line
 
 
+@pytest.mark.slow
 def test_a_truncated_library_from_before_the_records_is_rebuilt(library: Library, folder: Path) -> None:
     library.record_path(folder).unlink(missing_ok=True)  # as an earlier specchat left it
     path = library.path(folder)
@@ -142,6 +144,7 @@ def test_a_truncated_library_from_before_the_records_is_rebuilt(library: Library
     assert "SIGBUS" in line or "loading it failed" in line
 
 
+@pytest.mark.slow
 def test_a_good_library_from_before_the_records_is_recorded_not_rebuilt(
     library: Library, folder: Path
 ) -> None:

@@ -76,6 +76,7 @@ def relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
 TOLERANCE = {"gemma3": 0.05, "qwen3": 0.03}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", [gemma3_model, qwen3_model], ids=["gemma3", "qwen3"])
 def test_the_kernels_compute_the_family(isa: str, make: object) -> None:
     model = make()  # type: ignore[operator]

@@ -39,6 +39,7 @@ def prefixes_agree(run, x: torch.Tensor) -> None:
         assert torch.equal(run(x[:width]), widest[:width]), f"width {width} differs"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("dtype", "n", "k"), [(torch.float32, 64, 1536), (torch.bfloat16, 64, 1536), (torch.bfloat16, 64, 8960)]
 )
@@ -72,6 +73,7 @@ def test_softmax_rows_do_not_depend_on_the_width(dtype: torch.dtype) -> None:
     assert torch.allclose(invariant.softmax(x).double(), torch.softmax(x.double(), -1), atol=1e-7)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("window", [None, 100])
 def test_attention_rows_do_not_depend_on_the_width(dtype: torch.dtype, window: int | None) -> None:

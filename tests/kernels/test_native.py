@@ -138,6 +138,7 @@ def test_the_drafter_computes_the_whole_head_only_for_text_past_the_narrow_one()
     assert drafter.head_rows([5, 9, 3, 7] * 16 + [30] * 8) == draft.vocab_width  # an eighth
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("narrow_head", [None, 5])
 def test_sampled_distribution_matches_the_native_target(narrow_head: int | None) -> None:
     """Exactness at T > 0 on the kernels: the target's own law, computed by enumeration. With a

@@ -196,6 +196,7 @@ def run_on_tmpfs(mount: Path, options: str, gguf: Path, setup: str = "") -> subp
     return subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, env=env)
 
 
+@pytest.mark.slow
 @needs_mounts
 def test_real_full_disk(tiny_gguf: Path, tmp_path: Path) -> None:
     # 200 KB: room for the lock files and some of the conversion's 300 KB, not all of it.
@@ -204,6 +205,7 @@ def test_real_full_disk(tiny_gguf: Path, tmp_path: Path) -> None:
     assert "is full (No space left on device)" in line and "SPECCHAT_CACHE_DIR" in line
 
 
+@pytest.mark.slow
 @needs_mounts
 def test_real_read_only_mount(tiny_gguf: Path, tmp_path: Path) -> None:
     done = run_on_tmpfs(tmp_path / "mnt", "size=1m,ro", tiny_gguf)
@@ -211,6 +213,7 @@ def test_real_read_only_mount(tiny_gguf: Path, tmp_path: Path) -> None:
     assert "cannot write to the model cache" in line and "Read-only file system" in line
 
 
+@pytest.mark.slow
 @needs_mounts
 def test_real_read_only_mount_holding_the_conversion(tiny_gguf: Path, tmp_path: Path) -> None:
     mount = tmp_path / "mnt"

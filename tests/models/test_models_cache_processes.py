@@ -123,6 +123,7 @@ def finished() -> list[Path]:
     return [p for p in root.iterdir() if not p.name.startswith(".")] if root.is_dir() else []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "ctrl-c"])
 def test_signal_during_conversion_leaves_nothing_behind(signum: int, gguf: Path, env: dict[str, str]) -> None:
     proc = start(PAUSE_IN_STAGING, gguf, env)
@@ -147,6 +148,7 @@ def test_signal_during_conversion_leaves_nothing_behind(signum: int, gguf: Path,
     assert len(finished()) == 1 and (finished()[0] / CONVERTED_MARKER).is_file()
 
 
+@pytest.mark.slow
 def test_kill_9_leftovers_are_swept_at_the_next_start(gguf: Path, env: dict[str, str]) -> None:
     proc = start(PAUSE_IN_STAGING, gguf, env)
     staged = Path(wait_for_line(proc, "STAGED").split(" ", 1)[1])
@@ -177,6 +179,7 @@ def test_a_live_writers_temporary_is_never_swept(gguf: Path, tiny_gguf: Path) ->
     assert not temporary.exists()
 
 
+@pytest.mark.slow
 def test_two_copies_convert_once_and_the_second_says_it_waits(
     gguf: Path, env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -33,6 +33,7 @@ def probe_module(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     return module
 
 
+@pytest.mark.slow
 def test_every_section_runs_on_a_cpu(tmp_path: Path) -> None:
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OUT": str(out)}

@@ -187,6 +187,7 @@ CASES = {
 PROMPT = [1, 3, 4, 3, 4, 3]  # <s> a b a b a
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("quant", QUANTS)
 def test_sampled_distribution_matches_the_quantized_target(
     small_vocab_folders: tuple[Path, Path], quant: str

@@ -34,6 +34,7 @@ def shown_text(app: object) -> str:
     return replies[-1].tokens.render_text().plain if replies else ""
 
 
+@pytest.mark.slow
 async def test_tokens_show_as_they_arrive() -> None:
     with FakeServer(slow_server(openai_stream(PIECES), delay_s=0.6)) as server:
         app = make_app(server.url)
@@ -49,6 +50,7 @@ async def test_tokens_show_as_they_arrive() -> None:
             assert "one two three" in shown_text(app)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "how",
     ["connection closed", "malformed chunk"],

@@ -92,6 +92,7 @@ def peaked_engine(peaked_pair: TinyPair) -> ChatEngine:
     return ChatEngine(peaked_pair.target, peaked_pair.tokenizer, peaked_pair.draft)
 
 
+@pytest.mark.slow
 def test_sampler_finds_speculative_and_target_samples_alike(peaked_engine: ChatEngine) -> None:
     controls = Controls(gamma=3, drafter="model", temperature=1.0)
     sampler = ExactnessSampler(peaked_engine, selftest_messages("hello"), controls, tokens=1)
@@ -117,6 +118,7 @@ def test_sampler_uses_the_current_gamma_and_is_repeatable(peaked_engine: ChatEng
     assert first.speculative == second.speculative and first.target == second.target
 
 
+@pytest.mark.slow
 def test_sampler_detects_a_wrong_residual(peaked_engine: ChatEngine, monkeypatch: pytest.MonkeyPatch) -> None:
     """The classic bug (resampling a rejection from p_target) shows on screen as a failed test."""
     monkeypatch.setattr(sampling_module, "residual_distribution", lambda p_target, p_draft: p_target)

@@ -285,6 +285,7 @@ async def test_help_lists_every_key_and_keys_remap(engine: PausingEngine) -> Non
         assert not isinstance(app.screen, HelpScreen)
 
 
+@pytest.mark.slow
 async def test_command_palette_runs_actions(engine: PausingEngine) -> None:
     from specchat.ui.settings.keys import APP_KEYS
 
@@ -386,6 +387,7 @@ async def test_escape_when_idle_and_keys_before_a_reply_do_no_harm(engine: Pausi
         assert not app.store.folder.exists() or not list(app.store.folder.glob("*.json"))
 
 
+@pytest.mark.slow
 async def test_long_replies_stream_in_blocks_that_stop_re_rendering(engine: PausingEngine) -> None:
     from specchat.engine.events import TokenEvent, TokenKind
 

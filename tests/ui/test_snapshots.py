@@ -36,6 +36,7 @@ def test_help_screen(snap_compare: Any, engine: PausingEngine) -> None:
     assert snap_compare(app, terminal_size=SIZE, press=["f1"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "theme", ["specchat-dark", "specchat-light", "specchat-projector", "specchat-colorblind"]
 )

@@ -314,6 +314,7 @@ async def _saved_conversation(engine: PausingEngine, **overrides) -> Path:
         return app.store.path_for(app.conversation.id)
 
 
+@pytest.mark.slow
 async def test_replay_shows_the_saved_rounds_at_their_pace_and_steps(engine: PausingEngine) -> None:
     path = await _saved_conversation(engine, max_new_tokens=40)
     saved = ConversationStore.load_path(path)
@@ -364,6 +365,7 @@ async def test_replay_shows_the_saved_rounds_at_their_pace_and_steps(engine: Pau
     assert app.return_code == 0
 
 
+@pytest.mark.slow
 async def test_replay_of_an_old_file_without_trace(engine: PausingEngine, tmp_path: Path) -> None:
     path = await _saved_conversation(engine, max_new_tokens=30)
     data = json.loads(path.read_text())
@@ -392,6 +394,7 @@ async def test_replay_of_an_old_file_without_trace(engine: PausingEngine, tmp_pa
         assert "no trace recorded" in plain(screen.query_one(InspectorPanel).content)
 
 
+@pytest.mark.slow
 async def test_replay_from_the_conversations_screen(engine: PausingEngine) -> None:
     await _saved_conversation(engine, max_new_tokens=20)
     app = make_app(engine)

@@ -115,6 +115,7 @@ async def test_race_screen_measures_replays_in_sync_and_exports(engine: PausingE
         await wait_idle(pilot, app)
 
 
+@pytest.mark.slow
 async def test_selftest_screen_checks_greedy_equality_then_samples_both_ways(engine: PausingEngine) -> None:
     app = make_app(engine)
     async with app.run_test(size=BIG) as pilot:
@@ -148,6 +149,7 @@ async def test_selftest_screen_checks_greedy_equality_then_samples_both_ways(eng
         assert not isinstance(app.screen, SelfTestScreen)
 
 
+@pytest.mark.slow
 async def test_switching_mode_mid_run_stops_then_switches(
     engine: PausingEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -89,6 +89,7 @@ def test_theory_panel_with_the_advisor(snap_compare: Any, engine: PausingEngine)
     assert snap_compare(app, terminal_size=THEORY_SIZE, run_before=run_before)
 
 
+@pytest.mark.slow
 def test_selftest_histograms(snap_compare: Any, engine: PausingEngine, tiny_pair: TinyPair) -> None:
     local = whole_chains(ChatEngine(tiny_pair.target, tiny_pair.tokenizer, tiny_pair.draft))
     sampler = ExactnessSampler(

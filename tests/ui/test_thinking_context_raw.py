@@ -210,6 +210,7 @@ def _controls():
     return Controls(drafter="model", gamma=3)
 
 
+@pytest.mark.slow
 async def test_a_chat_past_the_context_keeps_answering_and_saves_every_turn(engine: PausingEngine) -> None:
     """The tiny model's context holds 256 tokens (one a character); four long
     messages outgrow it, and every reply still comes, after a notice of what was left out."""
