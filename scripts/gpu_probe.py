@@ -474,25 +474,10 @@ def counted_syncs(probe: Probe) -> Iterator[Counter[str]]:
             if "called a synchronizing CUDA operation" in text:
                 counts["synchronizing CUDA operation"] += 1
         return
-    reads = ("tolist", "item", "__bool__", "__int__", "__float__", "__index__")
-    originals = {name: getattr(torch.Tensor, name) for name in reads}
+    from specchat.engine.timing import counted_host_reads
 
-    def counting(name: str) -> Callable[..., Any]:
-        original = originals[name]
-
-        def read(self: Any, *args: Any, **kwargs: Any) -> Any:
-            counts[name] += 1
-            return original(self, *args, **kwargs)
-
-        return read
-
-    try:
-        for name in reads:
-            setattr(torch.Tensor, name, counting(name))
-        yield counts
-    finally:
-        for name, original in originals.items():
-            setattr(torch.Tensor, name, original)
+    with counted_host_reads() as reads:
+        yield reads
 
 
 def section_syncs(probe: Probe) -> dict[str, Any]:

@@ -8,8 +8,6 @@ drafts kept on the device and their stop rule applied there, and the one host re
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -21,6 +19,7 @@ from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.kv import CachedLM
 from specchat.engine.session import ChatEngine, Controls
 from specchat.engine.static import StaticLM, make_cached_lm
+from specchat.engine.timing import counted_host_reads
 from specchat.testing import make_model, make_tiny_pair, make_tokenizer, perturbed_copy
 from tests.engine.test_exactness import (
     ALPHA_LEVEL,
@@ -140,37 +139,6 @@ def test_a_new_conversation_reuses_the_prefix_it_shares() -> None:
 
 # --- one host read per round ----------------------------------------------------------------
 
-READS = ("tolist", "item", "__bool__", "__int__", "__float__", "__index__")
-
-
-@contextmanager
-def counted_reads() -> Iterator[Counter[str]]:
-    """Count every way a tensor's value reaches the host (each is a device sync on CUDA).
-
-    numpy views are not counted: the engine takes them only for CPU tensors (argmax_rows,
-    top_entries), where nothing waits.
-    """
-    counts: Counter[str] = Counter()
-    originals = {name: getattr(torch.Tensor, name) for name in READS}
-
-    def counting(name: str):
-        original = originals[name]
-
-        def read(self, *args, **kwargs):
-            counts[name] += 1
-            return original(self, *args, **kwargs)
-
-        return read
-
-    try:
-        for name in READS:
-            setattr(torch.Tensor, name, counting(name))
-        yield counts
-    finally:
-        for name, original in originals.items():
-            setattr(torch.Tensor, name, original)
-
-
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 @pytest.mark.parametrize("drafter", ["model", "ngram", "hybrid"])
 def test_a_round_reads_the_device_once(temperature: float, drafter: str) -> None:
@@ -179,7 +147,7 @@ def test_a_round_reads_the_device_once(temperature: float, drafter: str) -> None
     prompt = static.prompt_ids([{"role": "user", "content": TEXT}])
     controls = Controls(gamma=4, drafter=drafter, max_new_tokens=40, temperature=temperature, seed=1)
     reply = static.start_ids(prompt, controls)  # the prefill reads nothing either, but is not a round
-    with counted_reads() as reads:
+    with counted_host_reads() as reads:
         events = [e for _ in range(6) for e in reply.step()]
     rounds = sum(isinstance(e, RoundEvent) for e in events)
     assert rounds == 6 and not any(isinstance(e, SummaryEvent) for e in events)
