@@ -15,9 +15,6 @@ import torch
 
 from specchat.kernels import load
 
-NATIVE_TYPES = frozenset({"Q4_K", "Q5_K", "Q6_K", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "F16", "BF16", "F32"})
-"""The GGUF types core/repack.h lays out (every one formats.py keeps as it is)."""
-
 SUPER_BLOCKS = {"Q4_K": 256, "Q5_K": 256, "Q6_K": 256}
 """Inputs per packed super-block: a K-quant's 256; a 32-weight block type's 32; a float's K."""
 OFFSETS = {"Q6_K": 32, "Q8_0": 128, "Q5_0": 16}
@@ -25,6 +22,9 @@ KINDS = {
     "Q4_K": "q4", "Q5_K": "q5", "Q6_K": "q6", "Q8_0": "q8", "Q4_0": "q4", "Q4_1": "q4",
     "Q5_0": "q6", "Q5_1": "q5", "F16": "f16", "BF16": "f32", "F32": "f32",
 }  # fmt: skip
+"""The kernels' kind of each GGUF type core/repack.h lays out."""
+NATIVE_TYPES = frozenset(KINDS)
+"""Every type formats.py keeps as it is."""
 
 
 @dataclass(frozen=True)
