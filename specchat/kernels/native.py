@@ -30,6 +30,7 @@ from specchat.kernels.formats import (
 )
 from specchat.kernels.lm import LeanCache, LeanOutput
 from specchat.kernels.qlinear import qmat_from_tensors
+from specchat.kernels.repack import Packed
 
 PROJECTIONS = ("q", "k", "v", "o", "gate", "up", "down")
 EXTRA_NORMS = ("q_norm", "k_norm", "post_attn_norm", "post_ffn_norm")
@@ -176,20 +177,21 @@ class PackedModel:
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.tensors.values())
 
-    def add_matrix(self, name: str, matrix: Unpacked) -> None:
-        self.add_matrix_parts(name, [matrix], matrix.shape[0])
+    def add_matrix(self, name: str, matrix: Unpacked | Packed) -> None:
+        self.add_matrix_parts(name, [matrix], matrix.rows if isinstance(matrix, Packed) else matrix.shape[0])
 
-    def add_matrix_parts(self, name: str, parts: Iterable[Unpacked], rows: int) -> None:
+    def add_matrix_parts(self, name: str, parts: Iterable[Unpacked | Packed], rows: int) -> None:
         """A matrix of ``rows`` rows given as consecutive row ranges, each a multiple of CHANNELS
         rows but the last: the kernels' layout groups rows by CHANNELS, so packing each range
-        gives the same arrays as packing the whole, a range at a time."""
+        gives the same arrays as packing the whole, a range at a time. A range may come already
+        laid out (:func:`specchat.kernels.repack.repack`, the same bytes)."""
         total = -(-rows // CHANNELS)
         first = 0
         pieces: dict[str, list[np.ndarray]] = {}
         for part in parts:
             if first == 0:
                 self.matrices[name] = MatrixMeta(part.kind, part.super_block, part.offset, rows)
-            packed = pack(part)
+            packed = part.arrays if isinstance(part, Packed) else pack(part)
             for field, array in packed.items():
                 if self.sink is not None:
                     self.sink.write_rows(f"{name}.{field}", array, first, total)

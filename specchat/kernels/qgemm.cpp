@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "core/decoder.h"
+#include "core/repack.h"
 
 namespace {
 
@@ -277,12 +278,60 @@ struct Model {
   }
 };
 
+// A GGUF tensor's rows laid out for the kernels (core/repack.h): [(array name, tensor)] in the
+// order formats.pack() gives them. `raw`: the tensor's bytes (the memory-mapped file: read only).
+std::vector<std::pair<std::string, torch::Tensor>> repack_gguf(const py::buffer& raw, const std::string& type,
+                                                               int64_t n, int64_t k,
+                                                               c10::optional<torch::Tensor> order) {
+  const repack::Format f = repack::format_of(type);
+  const py::buffer_info info = raw.request();
+  const int64_t size = info.size * info.itemsize, row_bytes = k / f.block_weights * f.block_bytes;
+  const int64_t* rows = nullptr;
+  if (order) {
+    TORCH_CHECK(order->dtype() == torch::kInt64 && order->is_contiguous() && order->numel() == n, "order: ", n, " int64 rows");
+    rows = order->data_ptr<int64_t>();
+    for (int64_t i = 0; i < n; ++i) TORCH_CHECK(rows[i] >= 0 && (rows[i] + 1) * row_bytes <= size, "row ", rows[i], " is past the tensor");
+  } else {
+    TORCH_CHECK(n * row_bytes <= size, type, ": ", n, " rows of ", k, " need ", n * row_bytes, " bytes, given ", size);
+  }
+  const int64_t B = (n + 15) / 16, g32 = k / 32, g16 = k / 16, supers = k / f.block_weights;
+  const auto u8 = torch::kUInt8, i8 = torch::kInt8, f16 = torch::kFloat16;
+  std::vector<std::pair<std::string, torch::Tensor>> arrays;
+  repack::Out out;
+  auto add = [&](const char* name, torch::Tensor t) -> torch::Tensor {
+    arrays.emplace_back(name, t);
+    return t;
+  };
+  const std::string kind = f.kind;
+  if (repack::is_float(f)) {
+    out.q = static_cast<uint8_t*>(add("q", torch::empty({B, 16, k}, kind == "f16" ? f16 : torch::kFloat32)).data_ptr());
+  } else {
+    const bool mins = repack::has_mins(f);
+    out.sc = static_cast<uint8_t*>(add("sc", torch::empty({B, mins ? g32 : g16, 16}, mins ? u8 : i8)).data_ptr());
+    out.d = static_cast<uint16_t*>(add("d", torch::empty({B, supers, 16}, f16)).data_ptr());
+    out.q = static_cast<uint8_t*>(add("q", torch::empty({B, kind == "q8" ? g16 : g32, 4, 64}, u8)).data_ptr());
+    if (kind == "q6") out.qh = static_cast<uint8_t*>(add("qh", torch::empty({B, g32, 2, 64}, u8)).data_ptr());
+    if (kind == "q5") out.qh = static_cast<uint8_t*>(add("qh", torch::empty({B, g32, 64}, u8)).data_ptr());
+    if (mins) {
+      out.mn = static_cast<uint8_t*>(add("mn", torch::empty({B, g32, 16}, u8)).data_ptr());
+      out.dm = static_cast<uint16_t*>(add("dm", torch::empty({B, supers, 16}, f16)).data_ptr());
+    }
+  }
+  {
+    py::gil_scoped_release released;
+    repack::repack(f, static_cast<const uint8_t*>(info.ptr), n, k, rows, out);
+  }
+  return arrays;
+}
+
 }  // namespace
 
 // Each variant is its own module, and several may be loaded in one process (tests compare them):
 // everything above has internal linkage and the classes are module-local, so none sees another's.
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("ISA") = NAME;  // the instruction set this library was built for
+  m.def("repack_gguf", &repack_gguf, py::arg("raw"), py::arg("type"), py::arg("n"), py::arg("k"),
+        py::arg("order") = py::none());
   py::class_<QMat, std::shared_ptr<QMat>>(m, "QMat", py::module_local())
       .def(py::init<int64_t, torch::Tensor, torch::Tensor, c10::optional<torch::Tensor>, torch::Tensor,
                     c10::optional<torch::Tensor>, int64_t, int64_t, int64_t, c10::optional<torch::Tensor>,

@@ -43,6 +43,7 @@ from specchat.kernels.native import (
     Shape,
     native_model,
 )
+from specchat.kernels.repack import NATIVE_TYPES, Packed, repack
 from specchat.models.architectures import BY_MODEL_TYPE, BY_NAME, GGUF_TENSOR_NAMES
 
 
@@ -290,6 +291,7 @@ def pack_gguf(
     on_layer: Callable[[int, int], None] | None = None,
     sink: MatrixSink | None = None,
     source: Any = None,
+    native: bool = True,
 ) -> PackedModel:
     """The kernels' tensors straight from a GGUF file's quantized blocks.
 
@@ -307,6 +309,8 @@ def pack_gguf(
     and released from memory once written (see :class:`PackedModel`), so packing a model needs
     little more memory than one range of rows; without, the whole packed model is returned.
     ``source``: the file as :func:`read_gguf` returned it, when the caller read it already.
+    ``native``: kept types are laid out by :func:`specchat.kernels.repack.repack` (False: by
+    numpy, the reference it matches byte for byte; slower by an order of magnitude).
     """
     if mode not in KEPT_TYPES:
         raise ValueError(f"unknown packing mode {mode!r}")
@@ -347,9 +351,12 @@ def pack_gguf(
 
     step = PACK_ROWS if sink is not None else None
 
-    def parts(name: str, rows: int | None = None, step: int | None = step) -> Iterator[Unpacked]:
+    def parts(
+        name: str, rows: int | None = None, step: int | None = step, laid_out: bool = True
+    ) -> Iterator[Unpacked | Packed]:
         """The tensor ``name`` (its first ``rows`` rows) as ranges of ``step`` rows (all at once:
-        None), in the kernels' formats."""
+        None), in the kernels' formats; ``laid_out``: a kept type's rows come already in the
+        kernels' layout (natively: the same bytes, on every core)."""
         tensor = tensors[name]
         k, n = tensor.dims[0], tensor.dims[1]
         raw = np.asarray(source.tensor_data(name))
@@ -357,7 +364,9 @@ def pack_gguf(
         count = n if rows is None else min(rows, n)
         for start in range(0, count, step or count):
             part = raw[start : min(count, start + (step or count))]
-            if kept is not None and rows is None:
+            if kept is not None and rows is None and laid_out and native and tensor.type_name in NATIVE_TYPES:
+                yield repack(part, tensor.type_name, part.shape[0], k)
+            elif kept is not None and rows is None:
                 yield kept(part, part.shape[0], k)
             else:
                 weights = gguf.quants.dequantize(part, tensor.ggml_type).reshape(-1, k)
@@ -366,7 +375,8 @@ def pack_gguf(
         source.release(name)
 
     def matrix(name: str, rows: int | None = None) -> Unpacked:
-        [whole] = parts(name, rows, step=None)
+        [whole] = parts(name, rows, step=None, laid_out=False)
+        assert isinstance(whole, Unpacked)
         return whole
 
     def add_streamed(name: str, gguf_name: str, rows: int | None = None) -> None:
@@ -385,12 +395,24 @@ def pack_gguf(
     packed.tensors["norm"] = vector("output_norm.weight")
     architecture = BY_NAME[arch]
 
-    def layer_matrices(i: int) -> dict[str, Unpacked]:
+    def unpermuted(part: str, i: int) -> Unpacked | Packed:
+        """Layer i's q or k matrix with llama.cpp's permutation of its rows undone."""
+        name = gguf_tensor_name(f"layers.{i}.{part}")
+        tensor = tensors[name]
+        k, n = tensor.dims[0], tensor.dims[1]
+        order = _unpermute_order(n, shape.heads if part == "q" else shape.kv_heads)
+        if native and KEPT_TYPES[mode].get(tensor.type_name) is not None and tensor.type_name in NATIVE_TYPES:
+            whole = repack(np.asarray(source.tensor_data(name)), tensor.type_name, n, k, order)
+            source.release(name)
+            return whole
+        return matrix(name).take_rows(order)
+
+    def layer_matrices(i: int) -> dict[str, Unpacked | Packed]:
         """Layer i's projections that need the whole matrix at once: a family that fuses them
         (q/k/v, gate/up) has its rows split, one that permutes q and k has them unpermuted."""
         if not architecture.fused_qkv:
             whole = ("q", "k") if architecture.qk_permuted_in_gguf else ()
-            return {part: matrix(gguf_tensor_name(f"layers.{i}.{part}")) for part in whole}
+            return {part: unpermuted(part, i) for part in whole}
         return {
             **split_qkv(matrix(f"blk.{i}.attn_qkv.weight"), shape),
             **split_gate_up(matrix(f"blk.{i}.ffn_up.weight")),
@@ -405,11 +427,7 @@ def pack_gguf(
             if part not in projections:
                 add_streamed(name, gguf_tensor_name(name))
             else:
-                weights = projections.pop(part)
-                if architecture.qk_permuted_in_gguf and part in ("q", "k"):
-                    heads_of = shape.heads if part == "q" else shape.kv_heads
-                    weights = weights.take_rows(_unpermute_order(weights.shape[0], heads_of))
-                packed.add_matrix(name, weights)
+                packed.add_matrix(name, projections.pop(part))
             bias = gguf_tensor_name(f"{name}.bias")
             if bias in tensors:
                 packed.tensors[f"{name}.bias"] = vector(bias)

@@ -239,3 +239,44 @@ def test_packing_says_the_time_left_once_two_layers_give_a_rate(monkeypatch: pyt
         "packing m (gguf), once: layer 2/4, about 1 min 0 s left",
     ]
     assert packed.time_left(42.4) == "42 s"
+
+
+@pytest.mark.parametrize(
+    "fixture", ["llama-Q4_K.gguf", "qwen2-Q5_0.gguf", "gemma3-Q8_0.gguf", "llama-BF16.gguf"]
+)
+def test_native_packing_gives_numpys_packed_model(fixture: str) -> None:
+    """The native repacking, q and k of a Llama unpermuted through its row order included, packs
+    every array numpy packs, to the byte."""
+    from specchat.models.packing import pack_gguf
+
+    path = Path(__file__).parents[1] / "fixtures" / "gguf" / fixture
+    native, reference = pack_gguf(str(path), native=True), pack_gguf(str(path), native=False)
+    assert native.meta() == reference.meta()
+    assert native.tensors.keys() == reference.tensors.keys()
+    for name, tensor in reference.tensors.items():
+        assert torch.equal(native.tensors[name].view(torch.uint8), tensor.view(torch.uint8)), name
+
+
+def test_a_failed_write_of_the_packed_file_is_raised_to_the_packing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file is written on a thread of its own: a full disk there still ends the packing."""
+    import errno
+    import os
+
+    import numpy as np
+
+    from specchat.models import packed_stream
+
+    def full(*_: Any) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(packed_stream.os, "pwrite", full)
+    with (
+        pytest.raises(OSError, match="No space"),
+        packed_stream.StreamedSafetensors(tmp_path / "w", 4096) as w,
+    ):
+        for i in range(3):
+            w.add(f"t{i}", np.zeros((16, 16), dtype=np.uint8))
+        w.close({})
+    assert os.path.exists(tmp_path / "w")
