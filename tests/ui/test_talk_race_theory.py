@@ -213,6 +213,6 @@ async def test_the_palette_lists_the_talk_actions(engine: PausingEngine) -> None
 
     app = make_app(engine)
     async with app.run_test(size=BIG):
-        titles = [command.title for command in commands.system_commands(app)]
+        titles = [command.title for command in commands.system_commands(app, app.screen)]
     for wanted in ("Race plain against", "Theory against measurement", "Exactness self-test", "Apply the γ"):
         assert any(title.startswith(wanted) for title in titles), wanted
