@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress
 
+    from specchat.bench.check import CheckResult
     from specchat.bench.costs import Costs
     from specchat.bench.llamacpp_peer import LlamaCppPeer
     from specchat.bench.runner import RunRecord
@@ -342,6 +343,80 @@ def _start_llama_cpp(plan: BenchPlan, engine: ChatEngine, console: Console) -> L
             stop_ids=engine.stop_ids,
             log_dir=log_dir,
         )
+
+
+# ------------------------------------------------------------------ the greedy check
+
+
+@dataclass(frozen=True)
+class CheckPlan:
+    """``bench --check``: every drafter and schedule against plain greedy decoding."""
+
+    settings: Settings
+    prompts: tuple[BenchPrompt, ...]
+    new_tokens: int
+    gamma: int
+    """The γ every checked configuration starts from."""
+    lean: bool
+    threads: int | None
+
+
+def make_check_plan(
+    settings: Settings,
+    *,
+    quick: bool,
+    new_tokens: int,
+    prompts_path: Path | None,
+    categories: str | None,
+    per_category: int | None,
+    start_gamma: int,
+    no_lean: bool,
+    threads: int | None,
+) -> CheckPlan:
+    """The check's plan, each option checked that can be without torch or models."""
+    from specchat.bench.prompts import load_prompts
+    from specchat.engine.gamma import check_gamma
+    from specchat.models.cpu_quant import parse_cpu_path
+
+    check_gamma(start_gamma)
+    prompts = load_prompts(
+        quick=quick,
+        only=comma_list(categories),
+        per_category=per_category,
+        check=prompts_path is None,
+        path=prompts_path,
+    )
+    parse_cpu_path(settings.cpu_path)
+    return CheckPlan(settings, tuple(prompts), new_tokens, start_gamma, not no_lean, threads)
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    result: CheckResult
+    opened: OpenedBackend
+    elapsed_s: float
+
+
+def run_check_plan(plan: CheckPlan, console: Console) -> CheckOutcome:
+    """Open the pair, then decode every prompt plainly and with every checked configuration."""
+    from specchat.bench.check import check_methods, run_check
+    from specchat.opening import local_engine
+
+    opened = open_pair(plan.settings, plan.lean, plan.threads, console, hf_note=False)
+    engine = local_engine(opened)
+    methods = check_methods(engine, plan.gamma)
+    started = time.perf_counter()
+    with progress_bar(console) as bar:
+        task = bar.add_task("checking", total=turns(plan.prompts) * (len(methods) + 1))
+        result = run_check(
+            engine,
+            plan.prompts,
+            methods,
+            plan.new_tokens,
+            before_run=lambda p, m: bar.update(task, description=described(p.id, m.name, 22, 20)),
+            progress=lambda r: bar.advance(task),
+        )
+    return CheckOutcome(result, opened, time.perf_counter() - started)
 
 
 # ------------------------------------------------------------------ shared with the check

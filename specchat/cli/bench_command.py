@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,11 +12,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from specchat.bench import BenchError
-from specchat.bench.plan import FULL_GAMMAS, QUICK_GAMMAS, comma_list, described, progress_bar, turns
+from specchat.bench.plan import FULL_GAMMAS, QUICK_GAMMAS, comma_list
 from specchat.cli.options import LOADING_OPTIONS, loading_options, sampling_options, settings_from
 from specchat.engine.gamma import GAMMA_MAX
 from specchat.errors import SpecchatError
-from specchat.opening import local_engine
 
 if TYPE_CHECKING:
     from specchat.bench.plan import BenchOutcome
@@ -296,9 +294,9 @@ def _check(
     **timing_only: Any,
 ) -> None:
     """`specchat bench --check`: greedy equality of every drafter and schedule with plain decoding."""
-    from specchat.bench.prompts import load_prompts
-    from specchat.engine.gamma import check_gamma
-    from specchat.models.cpu_quant import parse_cpu_path
+    from rich.console import Console
+
+    from specchat.bench.plan import make_check_plan, run_check_plan
 
     if temperature != 0.0:
         raise BenchError("--check compares greedy replies: leave --temperature at 0.")
@@ -306,39 +304,20 @@ def _check(
         raise BenchError("--check measures no speed, so there is nothing to plot: drop --plot.")
     if timing_only.get("llama_cpp") is not None:
         raise BenchError("--check checks specchat's own configurations: drop --llama-cpp.")
-    new_tokens = _budget(max_new_tokens, 48)
-    check_gamma(start_gamma)
-    prompts = load_prompts(
+    plan = make_check_plan(
+        settings,
         quick=quick,
-        only=comma_list(categories),
+        new_tokens=_budget(max_new_tokens, 48),
+        prompts_path=prompts_path,
+        categories=categories,
         per_category=per_category,
-        check=prompts_path is None,
-        path=prompts_path,
+        start_gamma=start_gamma,
+        no_lean=no_lean,
+        threads=threads,
     )
     _check_folders(json_path)
-    parse_cpu_path(settings.cpu_path)
-
-    from rich.console import Console
-
-    from specchat.bench.check import check_methods, run_check
-    from specchat.bench.plan import open_pair
-
-    console = Console(stderr=True)
-    loaded = open_pair(settings, not no_lean, threads, console, hf_note=False)
-    engine = local_engine(loaded)
-    methods = check_methods(engine, start_gamma)
-    started = time.perf_counter()
-    with progress_bar(console) as bar:
-        task = bar.add_task("checking", total=turns(prompts) * (len(methods) + 1))
-        result = run_check(
-            engine,
-            prompts,
-            methods,
-            new_tokens,
-            before_run=lambda p, m: bar.update(task, description=described(p.id, m.name, 22, 20)),
-            progress=lambda r: bar.advance(task),
-        )
-    elapsed = time.perf_counter() - started
+    outcome = run_check_plan(plan, Console(stderr=True))
+    result, loaded, elapsed = outcome.result, outcome.opened, outcome.elapsed_s
     for line in result.lines():
         click.echo(line)
     click.echo(
