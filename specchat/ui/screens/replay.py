@@ -102,12 +102,11 @@ def round_ms(events: list[Event], fallback_ms: float) -> float:
     return fallback_ms
 
 
-class ReplayScreen(MainScreen):
+class ReplayScreen(MainScreen, inherit_bindings=False):
     """A saved conversation, replayed (see the module's docstring). The chat's keys work here as
     on the chat, but step mode's pause (play) and step the replay; the footer lists the replay's
-    own keys first."""
+    own keys first (so it lists its bindings whole, the chat's after its own)."""
 
-    inherit_bindings = False
     BINDINGS: ClassVar[list[BindingType]] = [
         *Screen.BINDINGS,
         Binding("space", "toggle_playing", "Pause/Play"),
