@@ -3,10 +3,10 @@
 // Weights keep the GGUF file's own quantization (llama.cpp's K-quant and 32-weight blocks, F16 and
 // F32, repacked), so the target computes with exactly the weights llama.cpp reads. Activations
 // are quantized to int8 per row and per block of S inputs; each super-block's dot products, group
-// scales included, are summed exactly in int32 and scaled in floats in a fixed order (core/kernels.h). Each output row
-// depends only on its own input row, through the same float operations whatever the number of
-// rows, so a verify pass over several positions reproduces single-token passes bit for bit, and
-// speculative decoding stays exact.
+// scales included, are summed exactly in int32 and scaled in floats in a fixed order
+// (core/kernels.h). Each output row depends only on its own input row, through the same float
+// operations whatever the number of rows, so a verify pass over several positions reproduces
+// single-token passes bit for bit, and speculative decoding stays exact.
 //
 // This file is only the torch binding: the kernels and the decoder live in core/, which needs no
 // torch (a plain C++ test driver builds it for other CPUs too), and compute with the vector
