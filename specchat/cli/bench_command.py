@@ -277,21 +277,18 @@ def _check_folders(*paths: Path | None) -> None:
             raise BenchError(f"folder {path.parent} does not exist (for {path.name}).")
 
 
+CHECK_OPTIONS = ("quick", "prompts_path", "categories", "per_category", "start_gamma", "no_lean", "threads")
+"""The options the check's plan takes as they are (the rest are the timing run's)."""
+
+
 def _check(
     settings: Settings,
     *,
-    quick: bool,
     json_path: Path | None,
     plot_path: Path | None,
     max_new_tokens: int | None,
     temperature: float,
-    prompts_path: Path | None,
-    categories: str | None,
-    per_category: int | None,
-    start_gamma: int,
-    no_lean: bool,
-    threads: int | None,
-    **timing_only: Any,
+    **options: Any,
 ) -> None:
     """`specchat bench --check`: greedy equality of every drafter and schedule with plain decoding."""
     from rich.console import Console
@@ -302,19 +299,10 @@ def _check(
         raise BenchError("--check compares greedy replies: leave --temperature at 0.")
     if plot_path is not None:
         raise BenchError("--check measures no speed, so there is nothing to plot: drop --plot.")
-    if timing_only.get("llama_cpp") is not None:
+    if options.get("llama_cpp") is not None:
         raise BenchError("--check checks specchat's own configurations: drop --llama-cpp.")
-    plan = make_check_plan(
-        settings,
-        quick=quick,
-        new_tokens=_budget(max_new_tokens, 48),
-        prompts_path=prompts_path,
-        categories=categories,
-        per_category=per_category,
-        start_gamma=start_gamma,
-        no_lean=no_lean,
-        threads=threads,
-    )
+    new_tokens = _budget(max_new_tokens, 48)
+    plan = make_check_plan(settings, new_tokens=new_tokens, **{name: options[name] for name in CHECK_OPTIONS})
     _check_folders(json_path)
     outcome = run_check_plan(plan, Console(stderr=True))
     result, loaded, elapsed = outcome.result, outcome.opened, outcome.elapsed_s
@@ -322,7 +310,7 @@ def _check(
         click.echo(line)
     click.echo(
         f"target {loaded.target_name}, draft {loaded.draft_name or 'none'}, "
-        f"CPU path {loaded.kernels}{_kernels_named(loaded.kernels)}, γ {start_gamma}; {elapsed:.0f} s"
+        f"CPU path {loaded.kernels}{_kernels_named(loaded.kernels)}, γ {plan.gamma}; {elapsed:.0f} s"
     )
     if json_path is not None:
         import torch
@@ -333,7 +321,7 @@ def _check(
             "target": loaded.target_name,
             "draft": loaded.draft_name,
             "cpu_path": loaded.kernels,
-            "gamma": start_gamma,
+            "gamma": plan.gamma,
             "torch": torch.__version__,
             "elapsed_s": round(elapsed, 1),
         }
