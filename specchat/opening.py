@@ -123,16 +123,40 @@ def load_local(
 
 def _engine_on(pair: DecodingPair, *, quant: str | None = None, dtype: str | None = None) -> OpenedBackend:
     """The engine on a loaded pair, described for the front ends."""
-    from specchat.engine.session import ChatEngine
-
-    return OpenedBackend(
-        ChatEngine(pair.target, pair.tokenizer, pair.draft),
-        pair.target_name,
-        pair.draft_name,
+    return _opened_engine(
+        (pair.target, pair.tokenizer, pair.draft),
+        (pair.target_name, pair.draft_name),
         device=str(pair.device),
         kernels=pair.kernels,
         dtype=dtype,
         quant=quant,
+    )
+
+
+def _opened_engine(
+    models: tuple[Any, Any, Any],
+    names: tuple[str, str | None],
+    *,
+    device: str,
+    kernels: str,
+    dtype: str | None,
+    quant: str | None,
+    peer: tuple[Any, Any] | None = None,
+) -> OpenedBackend:
+    """The local engine on (target, tokenizer, draft), with the names and the description the
+    front ends show: the one place a ChatEngine becomes an OpenedBackend."""
+    from specchat.engine.session import ChatEngine
+
+    target, tokenizer, draft = models
+    return OpenedBackend(
+        ChatEngine(target, tokenizer, draft),
+        names[0],
+        names[1],
+        device=device,
+        kernels=kernels,
+        dtype=dtype,
+        quant=quant,
+        peer=peer,
     )
 
 
@@ -151,7 +175,6 @@ def _load_with_peer(
     """The bench's loading: on specchat's own kernels the packed models, exactly as chat runs
     them (Hugging Face's ``generate`` cannot run those, so no peer); elsewhere the float models
     loaded once, both the engine and the Hugging Face peer running on the same prepared layers."""
-    from specchat.engine.session import ChatEngine
     from specchat.models import load_for_decoding, load_pair
     from specchat.models.cpu_quant import prepare_cpu_pair
     from specchat.models.loader import choose_cpu_path
@@ -182,11 +205,9 @@ def _load_with_peer(
     cpu_path = str(chosen) if chosen is not None else settings.cpu_path
     prepared = prepare_cpu_pair(target_lm.model, draft_lm.model if draft_lm else None, cpu_path, lean=lean)
     # Prepared models (or their lean wrappers) offer the forward, config and device the engine uses.
-    engine = ChatEngine(prepared.target, target_lm.tokenizer, prepared.draft)  # type: ignore[arg-type]
-    return OpenedBackend(
-        engine,
-        target_lm.name,
-        draft_lm.name if draft_lm else None,
+    return _opened_engine(
+        (prepared.target, target_lm.tokenizer, prepared.draft),
+        (target_lm.name, draft_lm.name if draft_lm else None),
         device=str(target_lm.device),
         kernels=prepared.path + (" (lean forward)" if prepared.lean else ""),
         dtype=str(target_lm.dtype).removeprefix("torch."),

@@ -49,9 +49,8 @@ import torch
 
 import specchat.kernels.native as native
 from specchat.kernels import VARIANTS, link_flags
-from specchat.kernels.formats import Unpacked, pack
+from specchat.kernels.formats import KIND_CODES, Unpacked, pack
 from specchat.kernels.native import PackedModel
-from specchat.kernels.qlinear import KIND_CODES
 
 PREFILL = 100
 KINDS = ("q4", "q5", "q6", "q8")

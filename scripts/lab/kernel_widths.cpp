@@ -67,7 +67,7 @@ struct Arrays {
 template <typename Matrix>
 Matrix view(const Arrays& p, int kind, int64_t N, int64_t K) {
   const bool nibbles = kind == 4 || kind == 5;
-  return Matrix{kind, p.q.data(), p.sc.data(), nibbles ? p.mn.data() : nullptr, p.d.data(),
+  return Matrix{static_cast<decltype(Matrix::kind)>(kind), p.q.data(), p.sc.data(), nibbles ? p.mn.data() : nullptr, p.d.data(),
                 nibbles ? p.dm.data() : nullptr, kind == 5 || kind == 6 ? p.qh.data() : nullptr,
                 256, kind == 8 ? 128 : kind == 6 ? 32 : 0, N, K, N / 16, nullptr};
 }

@@ -3,9 +3,10 @@
 It owns the target, the drafters and their caches, turns a conversation into prompt ids with
 the target's chat template (or, raw, the text exactly as written), and streams events. A
 conversation longer than the context leaves its oldest exchanges out of the prompt (the system
-prompt stays), and the reply says so first with a ContextEvent. ``Controls`` is a plain mutable object the
-caller may change at any moment (a key press in the TUI); the engine snapshots it once at the
-start of every round, so a change applies to the next round and never races the current one.
+prompt stays), and the reply says so first with a ContextEvent. ``Controls``
+(:mod:`specchat.backend`, re-exported here) is a plain mutable object the caller may change at
+any moment (a key press in the TUI); the engine snapshots it once at the start of every round,
+so a change applies to the next round and never races the current one.
 """
 
 from __future__ import annotations

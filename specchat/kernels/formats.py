@@ -18,7 +18,8 @@ q8 with unit group scales, Q4_0 and Q4_1 are q4 with unit scales and the block's
 factor, Q5_1 is q5 the same way, Q5_0 is q6 with offset 16.
 
 :class:`Unpacked` holds a matrix in either format as plain arrays (one value per weight), which
-tests and the reference dequantizer read; :func:`pack` lays it out for the kernel.
+tests and the reference dequantizer read; :func:`pack` lays it out for the kernel, in the packed
+layout that kernels/core/layout.h tables array by array.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+KIND_CODES = {"q4": 4, "q5": 5, "q6": 6, "q8": 8, "f16": 16, "f32": 32}
+"""Each format's code in the kernels (its bits per weight): core/layout.h's ``enum class Kind``,
+which qgemm.cpp also reports as ``KINDS`` (tests/kernels/test_formats.py holds them equal)."""
 FLOAT_KINDS = {"f16": np.float16, "f32": np.float32}
 """The float kinds and the dtype each keeps its weights in."""
 MIN_KINDS = ("q4", "q5")
@@ -300,6 +304,7 @@ def _expand(factor: np.ndarray, per_super: int) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------ kernel layout
+# What pack writes, array by array: kernels/core/layout.h.
 def _six_bit_planes(q: np.ndarray, blocks: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     """q6 values (0…63) of [N16, K] as the kernel's two arrays, per group of 32 inputs.
 
@@ -325,7 +330,7 @@ def packed_bytes(kind: str, n: int, k: int, super_block: int) -> int:
     channels = -(-n // CHANNELS) * CHANNELS
     if kind in FLOAT_KINDS:
         return channels * k * np.dtype(FLOAT_KINDS[kind]).itemsize
-    bits = {"q4": 4, "q5": 5, "q6": 6, "q8": 8}[kind]
+    bits = KIND_CODES[kind]
     mins = kind in MIN_KINDS
     group = 32 if mins else 16
     per_group = 2 if mins else 1  # q4, q5: a scale and a min per group; q6, q8: a scale
@@ -334,7 +339,7 @@ def packed_bytes(kind: str, n: int, k: int, super_block: int) -> int:
 
 
 def pack(matrix: Unpacked) -> dict[str, np.ndarray]:
-    """The arrays qgemm.cpp reads (see its header), output channels padded to a multiple of 16."""
+    """The arrays qgemm.cpp reads (kernels/core/layout.h), output channels padded to a multiple of 16."""
     n, k = matrix.shape
     blocks = -(-n // CHANNELS)
     if matrix.is_float:  # [N/16, 16, K]: a channel's weights in a row

@@ -1,12 +1,12 @@
 // Block-quantized linear layers for the CPU, and the decoder that runs on them.
 //
-// Weights keep the GGUF file's own quantization (llama.cpp's Q4_K and Q6_K blocks, repacked), so
-// the target computes with exactly the weights llama.cpp reads. Activations are quantized to int8
-// per row and per block of S inputs; each super-block's dot products, group scales included, are
-// summed exactly in int32 and scaled in floats in a fixed order (core/kernels.h). Each output row
-// depends only on its own input row, through the same float operations whatever the number of
-// rows, so a verify pass over several positions reproduces single-token passes bit for bit, and
-// speculative decoding stays exact.
+// Weights keep the GGUF file's own quantization (llama.cpp's K-quant and 32-weight blocks, F16 and
+// F32, repacked), so the target computes with exactly the weights llama.cpp reads. Activations
+// are quantized to int8 per row and per block of S inputs; each super-block's dot products, group
+// scales included, are summed exactly in int32 and scaled in floats in a fixed order
+// (core/kernels.h). Each output row depends only on its own input row, through the same float
+// operations whatever the number of rows, so a verify pass over several positions reproduces
+// single-token passes bit for bit, and speculative decoding stays exact.
 //
 // This file is only the torch binding: the kernels and the decoder live in core/, which needs no
 // torch (a plain C++ test driver builds it for other CPUs too), and compute with the vector
@@ -17,24 +17,8 @@
 // packed model is read the same way by all of them. Built with
 // -ffp-contract=off, so the compiler fuses no multiply and add that the code does not fuse itself.
 //
-// Layout (channels in blocks of 16, one float or int32 lane per channel):
-//   q4: q   [N/16][K/32][4][64] u8   group of 32 inputs: byte 64*j + 4*c + t holds input 4*j + t of
-//                                     channel c in its low nibble and input 4*(j+4) + t in its high one
-//       sc  [N/16][K/32][16] u8      6-bit scale of each group    w = d*sc*q - dmin*mn
-//       mn  [N/16][K/32][16] u8      6-bit min of each group
-//       d   [N/16][K/S][16]  fp16    super-block scales (S inputs)
-//       dm  [N/16][K/S][16]  fp16
-//   q5: q4's arrays (llama.cpp's Q5_K, Q5_1: values 0..31) and each value's fifth bit:
-//       qh  [N/16][K/32][64] u8      byte 4*c + t: bit j is the fifth bit of input 4*j + t of channel c
-//   q8: q   [N/16][K/16][4][64] u8   group of 16 inputs, byte 64*j + 4*c + t = input 4*j + t
-//       sc  [N/16][K/16][16] i8      w = d*sc*(q - offset)
-//       d   [N/16][K/S][16]  fp16
-//   q6: q8's values 0..63 (llama.cpp's Q6_K) in 6 bits, sc and d as q8's; per group of 32 inputs,
-//       with a_j = inputs 4*j + t and b_j = inputs 16 + 4*j + t of channel c:
-//       q   [N/16][K/32][4][64] u8   byte 64*j + 4*c + t: a_j in bits 0-5, b_j's top two in bits 6-7
-//       qh  [N/16][K/32][2][64] u8   byte 64*h + 4*c + t: b_2h's low four bits, b_2h+1's above them
-//   f16, f32: q [N/16][16][K] fp16 / fp32, the weights themselves (llama.cpp's F16; F32 and BF16,
-//       which widens to F32 exactly); these read the float input, not its int8 quantization
+// The packed layout (which arrays each kind of matrix holds, and how their bytes are ordered) is
+// core/layout.h's table; QMat below checks every array's size against it.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
@@ -59,7 +43,7 @@ const uint16_t* halves(const torch::Tensor& t) { return reinterpret_cast<const u
 // One quantized weight matrix [N, K] (N padded to a multiple of 16 in the tensors), holding the
 // tensors its core view points into.
 struct QMat {
-  int64_t kind;  // 4, 5, 6 or 8; 16 or 32 (float weights)
+  int64_t kind;  // a Kind's code (core/layout.h), as Python passes it
   torch::Tensor q, sc, mn, d, dm, qh;
   int64_t S, offset, N, K;
   torch::Tensor bias;  // [N16] or undefined
@@ -69,27 +53,29 @@ struct QMat {
        c10::optional<torch::Tensor> dm, int64_t S, int64_t offset, int64_t N, c10::optional<torch::Tensor> bias,
        c10::optional<torch::Tensor> qh)
       : kind(kind), q(q.contiguous()), sc(sc.contiguous()), d(d.contiguous()), S(S), offset(offset), N(N) {
-    if (kind == 16 || kind == 32) {
-      init_float(bias);
+    TORCH_CHECK(is_kind(kind), "kind must be 4, 5, 6, 8, 16 or 32 (core/layout.h's Kind)");
+    const Kind k = static_cast<Kind>(kind);
+    if (is_float_kind(k)) {
+      init_float(k, bias);
       return;
     }
-    TORCH_CHECK(kind == 4 || kind == 5 || kind == 6 || kind == 8, "kind must be 4, 5, 6, 8, 16 or 32");
-    // Every array's size, from the packed layout in this file's header: the kernels index them by
-    // N and K alone, so an array of another size (a damaged or hand-made packed copy) must stop here.
+    // Every array's size, from the packed layout (core/layout.h): the kernels index them by N and
+    // K alone, so an array of another size (a damaged or hand-made packed copy) must stop here.
     TORCH_CHECK(this->q.dim() == 4 && this->q.size(2) == 4 && this->q.size(3) == 64 &&
                     this->q.scalar_type() == torch::kUInt8,
                 "quantized weights must be uint8 [N/16, groups, 4, 64]");
     const int64_t blocks = this->q.size(0);
-    K = this->q.size(1) * (kind == 8 ? 16 : 32);
+    K = this->q.size(1) * q_group(k);
     check_rows(blocks);
-    TORCH_CHECK(K > 0 && S > 0 && K % S == 0 && S % (kind == 8 ? 16 : 32) == 0, "bad super-block size");
-    const bool nibbles = kind == 4 || kind == 5;  // q5 is q4 with a fifth bit
-    check_array(this->sc, nibbles ? torch::kUInt8 : torch::kInt8, blocks * (K / (nibbles ? 32 : 16)) * 16, "sc");
+    TORCH_CHECK(K > 0 && S > 0 && K % S == 0 && S % q_group(k) == 0, "bad super-block size");
+    const bool nibbles = has_mins(k);  // q4, and q5: q4 with a fifth bit
+    check_array(this->sc, nibbles ? torch::kUInt8 : torch::kInt8, blocks * (K / scale_group(k)) * 16, "sc");
     check_array(this->d, torch::kHalf, blocks * (K / S) * 16, "d");
-    if (kind == 5 || kind == 6) {
+    const bool high_bits = qh_bytes_per_group(k) > 0;  // q5, q6
+    if (high_bits) {
       TORCH_CHECK(qh.has_value(), "q5 and q6 need their qh array");
       this->qh = qh->contiguous();
-      check_array(this->qh, torch::kUInt8, blocks * (K / 32) * (kind == 5 ? 64 : 128), "qh");
+      check_array(this->qh, torch::kUInt8, blocks * (K / 32) * qh_bytes_per_group(k), "qh");
     }
     if (nibbles) {
       TORCH_CHECK(mn.has_value() && dm.has_value(), "q4 and q5 need mins");
@@ -99,27 +85,27 @@ struct QMat {
       check_array(this->dm, torch::kHalf, blocks * (K / S) * 16, "dm");
     }
     keep_bias(bias, blocks);
-    view = Matrix{static_cast<int>(kind),
+    view = Matrix{k,
                   this->q.data_ptr<uint8_t>(),
                   nibbles ? this->sc.data_ptr<uint8_t>() : reinterpret_cast<const uint8_t*>(this->sc.data_ptr<int8_t>()),
                   nibbles ? this->mn.data_ptr<uint8_t>() : nullptr,
                   halves(this->d),
                   nibbles ? halves(this->dm) : nullptr,
-                  kind == 5 || kind == 6 ? this->qh.data_ptr<uint8_t>() : nullptr,
+                  high_bits ? this->qh.data_ptr<uint8_t>() : nullptr,
                   S, offset, N, K, this->q.size(0),
                   this->bias.defined() ? this->bias.data_ptr<float>() : nullptr};
   }
 
   // Float weights [N/16][16][K]: no scales, and the group's input is read unquantized.
-  void init_float(const c10::optional<torch::Tensor>& given_bias) {
+  void init_float(Kind k, const c10::optional<torch::Tensor>& given_bias) {
     TORCH_CHECK(q.dim() == 3 && q.size(1) == 16, "float weights must be [N/16, 16, K]");
-    TORCH_CHECK(q.scalar_type() == (kind == 16 ? torch::kHalf : torch::kFloat32), "float weights of the wrong dtype");
+    TORCH_CHECK(q.scalar_type() == (k == Kind::f16 ? torch::kHalf : torch::kFloat32), "float weights of the wrong dtype");
     K = q.size(2);
     TORCH_CHECK(K > 0 && K % 16 == 0, "float weights need K a multiple of 16");
     check_rows(q.size(0));
     keep_bias(given_bias, q.size(0));
     S = K;
-    view = Matrix{static_cast<int>(kind), static_cast<const uint8_t*>(q.data_ptr()), nullptr, nullptr, nullptr,
+    view = Matrix{k, static_cast<const uint8_t*>(q.data_ptr()), nullptr, nullptr, nullptr,
                   nullptr, nullptr, S, 0, N, K, q.size(0),
                   bias.defined() ? bias.data_ptr<float>() : nullptr};
   }
@@ -332,6 +318,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("ISA") = NAME;  // the instruction set this library was built for
   m.def("repack_gguf", &repack_gguf, py::arg("raw"), py::arg("type"), py::arg("n"), py::arg("k"),
         py::arg("order") = py::none());
+  py::dict kinds;  // each Kind's name and code (formats.py's KIND_CODES must agree)
+  for (const KindName& k : KIND_NAMES) kinds[k.name] = code_of(k.kind);
+  m.attr("KINDS") = kinds;
   py::class_<QMat, std::shared_ptr<QMat>>(m, "QMat", py::module_local())
       .def(py::init<int64_t, torch::Tensor, torch::Tensor, c10::optional<torch::Tensor>, torch::Tensor,
                     c10::optional<torch::Tensor>, int64_t, int64_t, int64_t, c10::optional<torch::Tensor>,

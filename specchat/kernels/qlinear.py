@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from specchat.kernels import load
-from specchat.kernels.formats import Unpacked, pack
+from specchat.kernels.formats import KIND_CODES, Unpacked, pack
 
 
 def qmat(
@@ -18,10 +18,6 @@ def qmat(
     if tensors is None:
         tensors = {name: torch.from_numpy(array) for name, array in pack(matrix).items()}
     return qmat_from_tensors(matrix.kind, tensors, matrix.super_block, matrix.offset, matrix.shape[0], bias)
-
-
-KIND_CODES = {"q4": 4, "q5": 5, "q6": 6, "q8": 8, "f16": 16, "f32": 32}
-"""Each packed format's code in qgemm.cpp's QMat (its bits per weight)."""
 
 
 def qmat_from_tensors(
@@ -38,7 +34,7 @@ def qmat_from_tensors(
         padded_bias[:rows] = bias.float()
     none = torch.empty(0, dtype=torch.uint8)  # the float kinds have no scales
     return load().QMat(
-        KIND_CODES[kind],
+        KIND_CODES[kind],  # core/layout.h's Kind
         tensors["q"],
         tensors.get("sc", none),
         tensors.get("mn"),
@@ -53,7 +49,7 @@ def qmat_from_tensors(
 
 
 class QLinear(nn.Module):
-    """x · Wᵀ (+ b) with W in the q4, q6 or q8 format; every output row depends on its input row only.
+    """x · Wᵀ (+ b) with W in any packed format (formats.py); every output row depends on its input row only.
 
     ``weight`` is a meta tensor of the original shape, so code that asks a layer for its width
     still gets the right answer, and code that tries to compute with it fails loudly.

@@ -9,6 +9,7 @@ bytes plus the process itself. Disk: the packed copy.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specchat.cache_root import cache_dir
+from specchat.files import write_atomic
 from specchat.models.cache import human_bytes
 
 RATE_FILE = "packing-rate-native.json"
@@ -59,14 +61,8 @@ def record_packing_rate(file_bytes: int, seconds: float) -> None:
         "seconds": round(seconds, 1),
     }
     entry["at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    try:
-        path = rate_file()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(entry) + "\n")
-        tmp.replace(path)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):  # a read-only cache only loses the estimate
+        write_atomic(rate_file(), json.dumps(entry) + "\n")
 
 
 def packing_rate() -> tuple[float, bool]:

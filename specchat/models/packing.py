@@ -59,7 +59,8 @@ def pack_hf(
     head_rows: int | None = None,
     on_layer: Callable[[int, int], None] | None = None,
 ) -> PackedModel:
-    """Quantize a loaded Hugging Face Llama / Qwen2 model for the kernels (tests, drafts, HF folders).
+    """Quantize a loaded Hugging Face model for the kernels (tests, drafts, HF folders): any family
+    the architecture table (specchat.models.architectures) runs on the fast path.
 
     ``bits`` 4 quantizes every matrix to q4, 8 to q8; ``head_rows`` keeps only the first ids of
     the output head (drafts only: see specchat.models.cpu_quant's narrow head); ``on_layer`` as

@@ -9,8 +9,9 @@ The app is the wiring: it creates the shared state (:mod:`specchat.ui.state`), h
 screens, panels and controllers through their constructors, and routes the workers' messages.
 Where things live under ``ui/``:
 
-- ``screens/``: layout (the chat's :class:`~specchat.ui.screens.main.MainScreen` holds its keys
-  and actions), ``widgets/``: what draws and its own state;
+- ``screens/``: layout and keys (the chat's :class:`~specchat.ui.screens.main.MainScreen` binds
+  the chat's keys and runs their actions; the app binds only the keys of every screen: help,
+  the theme, the screenshot), ``widgets/``: what draws and its own state;
 - ``controllers/``: what a key does (replies, sending and the conversation's keys, step mode,
   talk mode's screens, themes, loading, the palette); γ and the other control keys:
   :mod:`specchat.ui.state.controls`;
@@ -55,7 +56,7 @@ from specchat.ui.screens.help import HelpScreen
 from specchat.ui.screens.main import MainScreen
 from specchat.ui.settings import keys, themes
 from specchat.ui.state.autosave import AutoSave
-from specchat.ui.state.controls import TEMPERATURE_STEP, ControlKeys
+from specchat.ui.state.controls import ControlKeys
 from specchat.ui.state.lease import ModelLease
 from specchat.ui.state.live import LiveStats
 from specchat.ui.state.preferences import Preferences
@@ -75,7 +76,8 @@ if TYPE_CHECKING:
 class SpecchatApp(PlainToasts[int]):
     CSS_PATH = "app.tcss"
     TITLE = "specchat"
-    BINDINGS: ClassVar[list[BindingType]] = keys.bindings(keys.APP_KEYS)
+    BINDINGS: ClassVar[list[BindingType]] = keys.bindings(keys.APP_WIDE_KEYS)
+    """The keys of every screen; the chat's own are its screen's (:class:`MainScreen`)."""
 
     def __init__(
         self,
@@ -125,7 +127,9 @@ class SpecchatApp(PlainToasts[int]):
         self.set_keymap(self.keymap)
         self.effective_keys = {spec.id: keys.effective_key(spec, self.keymap) for spec in keys.ALL_KEYS}
         self.live.set_display(keys=self.effective_keys)
-        self.main_screen = MainScreen(self.live, self.palette, self.conversation.system_prompt, self.keymap)
+        self.main_screen = MainScreen(
+            self.live, self.palette, self.conversation.system_prompt, self.keymap, controllers=self
+        )
         self.replies = Replies(self, self.main_screen, self.live, bridge.StepGate(), self.lease)
         self.loading = LoadingFlow(self, settings, self.lease, self.live)
         self.control_keys = ControlKeys(
@@ -141,6 +145,8 @@ class SpecchatApp(PlainToasts[int]):
             self.main_screen,
             lambda: self.conversation,
             self.effective_keys,
+            self.control_keys,
+            self,
             replay_speed,
         )
         self.chat = ChatActions(
@@ -187,12 +193,7 @@ class SpecchatApp(PlainToasts[int]):
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        yield from commands.system_commands(self)
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "stop":
-            return True if self.reply is not None else None
-        return True
+        yield from commands.system_commands(self, screen)
 
     # ------------------------------------------------------------- the models
 
@@ -280,100 +281,33 @@ class SpecchatApp(PlainToasts[int]):
         if not logs.debug_enabled():
             self._exit_renderables[:] = [Text(f"specchat: {line}", style="red")]
 
-    # ------------------------------------------------------------ actions
-
-    def action_stop(self) -> None:
-        self.replies.stop()
-
-    async def action_regenerate(self) -> None:
-        await self.chat.regenerate()
-
-    async def action_clear(self) -> None:
-        await self.chat.clear()
-
-    def action_copy_reply(self) -> None:
-        self.chat.copy_reply()
-
-    def action_open_conversations(self) -> None:
-        self.chat.open_conversations()
-
-    def action_export_markdown(self) -> None:
-        self.chat.export_markdown()
-
-    def action_edit_system_prompt(self) -> None:
-        self.chat.edit_system_prompt()
-
-    def action_toggle_view(self) -> None:
-        self.chat.toggle_view()
-
-    def action_save_screenshot(self) -> None:
-        self.chat.save_screenshot()
+    # ------------------------------------------------------------ app-wide keys
 
     def action_help(self) -> None:
+        """The help key, on every screen: show the help, or close it."""
         if isinstance(self.screen, HelpScreen):
             self.screen.dismiss()
         else:
             self.push_screen(HelpScreen(self.keymap, self.palette))
 
-    def action_toggle_rejected(self) -> None:
-        self.themes.toggle_rejected()
-
-    def action_toggle_reasoning(self) -> None:
-        """Unfold every reply's reasoning, or fold it back to one line."""
-        if not isinstance(self.screen, MainScreen):
-            return
-        shown = self.screen.toggle_reasoning()
-        if shown is None:
-            self.notify(
-                "No reasoning here yet: a thinking model's reasoning shows folded above its answer; "
-                f"the next replies show it {'unfolded' if self.screen.reasoning_open else 'folded'}."
-            )
-        else:
-            self.notify("Reasoning unfolded." if shown else "Reasoning folded to one line.")
-
-    def action_inspect(self) -> None:
-        """Put the inspector's cursor on the reply (or leave the inspector)."""
-        if isinstance(self.screen, MainScreen):
-            self.screen.toggle_inspecting()
-
-    def action_toggle_step_mode(self) -> None:
-        self.step_keys.toggle()
-
-    def action_step(self) -> None:
-        self.step_keys.step()
-
-    def action_gamma_up(self) -> None:
-        self.control_keys.step_gamma(+1)
-
-    def action_gamma_down(self) -> None:
-        self.control_keys.step_gamma(-1)
-
-    def action_cycle_schedule(self) -> None:
-        self.control_keys.cycle_schedule()
-
-    def action_cycle_drafter(self) -> None:
-        self.control_keys.cycle_drafter()
-
-    def action_temperature_up(self) -> None:
-        self.control_keys.step_temperature(+TEMPERATURE_STEP)
-
-    def action_temperature_down(self) -> None:
-        self.control_keys.step_temperature(-TEMPERATURE_STEP)
-
-    def action_best_gamma(self) -> None:
-        self.control_keys.best_gamma(self.theory_tracker)
-
-    def action_theory(self) -> None:
-        self.talk_screens.toggle_theory()
-
-    def action_race(self) -> None:
-        self.talk_screens.race()
-
-    def action_selftest(self) -> None:
-        self.talk_screens.selftest()
-
     def action_cycle_theme(self) -> None:
-        self.themes.cycle()
+        """The theme key, on every screen: the next theme from theme files, round the list."""
+        names = self.themes.names
+        if names:
+            index = names.index(self.theme) if self.theme in names else -1
+            self.theme = names[(index + 1) % len(names)]
+
+    def action_save_screenshot(self) -> None:
+        """The screenshot key, on every screen: an SVG of the screen as it is, for slides, in
+        the user data folder."""
+        folder = data_dir() / "screenshots"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            path = self.save_screenshot(path=str(folder))
+        except OSError as err:
+            self.notify(f"cannot save the screenshot in {folder}: {err.strerror or err}", severity="error")
+            return
+        self.notify(f"Screenshot saved: {path}", title="screenshot", timeout=10)
 
     # ---------------------------------------------- what the rooms and the palette read
 

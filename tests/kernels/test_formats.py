@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from pathlib import Path
 
 import gguf
 import numpy as np
 import pytest
 
+import specchat.kernels
 from specchat.kernels.formats import (
+    KIND_CODES,
     Unpacked,
     pack,
     packed_bytes,
@@ -202,3 +206,14 @@ def test_float_tensors_keep_every_weight_in_a_row_per_channel(qtype: str) -> Non
     assert packed.shape == (4, 16, k) and packed.dtype == (np.float16 if qtype == "F16" else np.float32)
     assert np.array_equal(packed.reshape(64, k)[:n].astype(np.float32), reference)
     assert not packed.reshape(64, k)[n:].any()
+
+
+def test_the_python_kind_codes_are_the_kernels_kind_enum() -> None:
+    """formats.KIND_CODES mirrors core/layout.h's ``enum class Kind`` and its name table."""
+    layout = (Path(specchat.kernels.__file__).parent / "core" / "layout.h").read_text()
+    enum = re.search(r"enum class Kind : int \{([^}]*)\}", layout)
+    assert enum is not None
+    codes = {name: int(code) for name, code in re.findall(r"(\w+) = (\d+)", enum.group(1))}
+    assert codes == KIND_CODES
+    names = dict(re.findall(r'\{Kind::(\w+), "(\w+)"\}', layout))
+    assert names == {name: name for name in KIND_CODES}

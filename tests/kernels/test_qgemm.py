@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from specchat.kernels import load
 from specchat.kernels.formats import (
+    KIND_CODES,
     Unpacked,
     quantize_q4,
     quantize_q8,
@@ -149,3 +151,8 @@ def test_float_weights_compute_the_float_product_row_by_row(isa: str, qtype: str
     assert_rows_are_one_row_passes(layer, x)
     expected = x.double() @ torch.from_numpy(matrix.dequantize()).double().T + bias.double()
     assert torch.allclose(layer(x).double(), expected, rtol=1e-5, atol=1e-4)
+
+
+def test_each_variant_reports_the_kind_codes_python_passes(isa: str) -> None:
+    """The library's KINDS (core/layout.h's Kind, by name) are formats.KIND_CODES."""
+    assert dict(load().KINDS) == KIND_CODES

@@ -55,7 +55,7 @@ async def test_a_reply_with_escape_sequences_is_shown_visibly_in_both_views() ->
             shown = reply.tokens.render_text().plain
             assert_neutral(shown)
             assert "^[]52;c;cHduZWQ=^G" in shown and "^[[2J" in shown and "\\x9b31m" in shown
-            app.action_toggle_view()  # the Markdown view of the finished reply
+            app.main_screen.action_toggle_view()  # the Markdown view of the finished reply
             await pilot.pause()
             markdown = reply._markdown
             assert markdown is not None and markdown.display

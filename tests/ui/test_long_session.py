@@ -78,7 +78,7 @@ async def test_two_hundred_messages_with_changing_controls(long_context_pair: Ti
         prompt = app.query_one(PromptInput)
         for turn in range(MESSAGES):
             for action in actions_for(turn):
-                await app.run_action(action)
+                await app.run_action(action, app.main_screen)
             c = app.controls
             assert c is not None
             for name in seen:

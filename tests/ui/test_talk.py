@@ -420,3 +420,24 @@ async def test_screenshot_key_saves_an_svg_and_says_where(engine: PausingEngine)
         shots = list((data_dir() / "screenshots").glob("*.svg"))
         assert len(shots) == 1 and shots[0].read_text().lstrip().startswith("<svg")
         assert any(str(shots[0]) in n.message for n in app._notifications)
+
+
+async def test_a_replay_lists_its_own_keys_before_the_chats_and_steps_itself() -> None:
+    """The replay's footer: its own keys first, then the chat's (which it binds, being a chat
+    screen); step mode's keys pause and step the replay."""
+    from specchat.store.conversation import Conversation, Turn
+    from specchat.ui.app import SpecchatApp
+
+    conversation = Conversation.new("be brief", "tiny-target", None)
+    conversation.turns += [Turn("user", "hi"), Turn("assistant", "hello")]
+    app = SpecchatApp(settings(), replay=conversation)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, ReplayScreen))
+        screen = app.screen
+        assert isinstance(screen, ReplayScreen)
+        shown = [key for key, active in screen.active_bindings.items() if active.binding.show]
+        assert shown[:8] == ["space", "n", "plus", "equals_sign", "minus", "r", "escape", "q"]
+        assert shown[8:11] == ["f1", "f2", "f3"]
+        playing = screen.playing
+        await pilot.press("ctrl+g")
+        assert screen.playing is not playing

@@ -213,6 +213,31 @@ async def test_the_palette_lists_the_talk_actions(engine: PausingEngine) -> None
 
     app = make_app(engine)
     async with app.run_test(size=BIG):
-        titles = [command.title for command in commands.system_commands(app)]
+        titles = [command.title for command in commands.system_commands(app, app.screen)]
     for wanted in ("Race plain against", "Theory against measurement", "Exactness self-test", "Apply the γ"):
         assert any(title.startswith(wanted) for title in titles), wanted
+
+
+async def test_the_control_keys_change_the_controls_the_talk_screens_run_with(engine: PausingEngine) -> None:
+    """γ, schedule, drafter and temperature keys work over the race and the self-test (their jobs
+    run with the chat's controls); the chat's own keys (here F8, the Markdown view) stay with the chat."""
+    app = make_app(engine, gamma=3)
+    async with app.run_test(size=BIG) as pilot:
+        controls = app.controls
+        assert controls is not None
+        await pilot.press("f11")
+        assert isinstance(app.screen, RaceScreen)
+        await pilot.press("f3")
+        assert controls.gamma == 4
+        await pilot.press("f8")
+        assert not app.markdown_view
+        await pilot.press("escape")
+        await pilot.press("ctrl+e")
+        assert isinstance(app.screen, SelfTestScreen)
+        await pilot.press("f2", "f2")
+        assert controls.gamma == 2
+        await pilot.press("f7")
+        assert controls.temperature == pytest.approx(0.1)
+        await pilot.press("escape")
+        await pilot.press("f8")  # back on the chat, F8 is the chat's again
+        assert app.markdown_view

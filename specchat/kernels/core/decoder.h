@@ -28,8 +28,7 @@ inline std::string str(int64_t n) { return std::to_string(n); }
 // A matrix's own sizes: N rows in whole channel blocks of 16, K inputs in whole super-blocks of S.
 inline void check_matrix(const Matrix* m, const std::string& name) {
   require(m != nullptr, name + " is missing");
-  require(m->kind == 4 || m->kind == 5 || m->kind == 6 || m->kind == 8 || m->kind == 16 || m->kind == 32,
-          name + " has kind " + str(m->kind));
+  require(is_kind(code_of(m->kind)), name + " has kind " + str(code_of(m->kind)));
   require(m->N >= 1 && m->blocks >= 1 && (m->N + 15) / 16 == m->blocks,
           name + " has " + str(m->N) + " rows in " + str(m->blocks) + " blocks of 16");
   require(m->K >= 16 && m->K % 16 == 0, name + " is " + str(m->K) + " inputs wide (a multiple of 16 is needed)");
@@ -256,12 +255,15 @@ struct Decoder {
                int64_t past, int64_t n_logits, int64_t head_rows, float* logits) const {
     check_pass(id, M, capacity, past, n_logits, head_rows);
     const int64_t qd = heads * head_dim;
+    // h: the residual stream of each new row; x: its normalized copy; attn: the heads' outputs.
     std::vector<float> h(M * hidden), x(M * hidden), attn(M * qd);
+    // 1. Embed: each new id's row of the embedding (scaled, for Gemma).
     for (int64_t m = 0; m < M; ++m) dequantize_row(*embed, id[m], h.data() + m * hidden);
     if (embed_scale != 1.f) {
       const F16 scale = f_set1(embed_scale);
       for (int64_t i = 0; i < M * hidden; i += 16) f_store(h.data() + i, f_mul(f_load(h.data() + i), scale));
     }
+    // 2. The rotary tables of the new positions (global, and the local layers' own frequencies).
     const int64_t half = head_dim / 2;
     std::vector<float> cos_global(M * half), sin_global(M * half), cos_local, sin_local;
     for (int64_t m = 0; m < M; ++m)
@@ -272,11 +274,13 @@ struct Decoder {
       for (int64_t m = 0; m < M; ++m)
         rope_table(inv_freq_local, rope_scale_local, past + m, cos_local.data() + m * half, sin_local.data() + m * half);
     }
+    // 3. Each layer: attention, then the MLP, each added to the residual stream.
     for (size_t li = 0; li < layers.size(); ++li) {
       const LayerWeights& L = layers[li];
       const bool local = L.local_rope && inv_freq_local != nullptr;
       const float* cos_table = local ? cos_local.data() : cos_global.data();
       const float* sin_table = local ? sin_local.data() : sin_global.data();
+      // 3a. Attention's norm, then q, k and v in one pass over their weights.
       rms_norm(h.data(), L.attn_norm, x.data(), M);
       const std::vector<int64_t> qkv_blocks = group_blocks({L.q, L.k, L.v});
       const int64_t q_ld = qkv_blocks[0] * 16, k_ld = qkv_blocks[1] * 16, v_ld = qkv_blocks[2] * 16;
@@ -285,8 +289,10 @@ struct Decoder {
       float* kp = ks.data();
       float* vp = vs.data();
       run_group({L.q, L.k, L.v}, x.data(), M, qkv_blocks, {qp, kp, vp});
+      // 3b. Per-head q/k norms (Qwen3, Gemma 3).
       if (L.q_norm != nullptr) norm_heads(qp, q_ld, heads, L.q_norm, M);
       if (L.k_norm != nullptr) norm_heads(kp, k_ld, kv_heads, L.k_norm, M);
+      // 3c. Rotate q and k by each row's position; k and v go into the cache at that position.
       float* K = keys[li];
       float* V = values[li];
       for (int64_t m = 0; m < M; ++m) {
@@ -302,21 +308,27 @@ struct Decoder {
           std::copy(vr, vr + head_dim, V + (hd * capacity + pos) * head_dim);
         }
       }
+      // 3d. Each row attends to the cached positions it sees (all before it, or a window of them).
       attend(qp, q_ld, K, V, capacity, past, M, L.window, attn.data());
+      // 3e. The output projection (normalized where the family says so) joins the residual stream.
       add_matrix(*L.o, attn.data(), h.data(), M, L.post_attn_norm);
+      // 3f. The MLP's norm, then gate and up in one pass over their weights.
       rms_norm(h.data(), L.ffn_norm, x.data(), M);
       const std::vector<int64_t> gu_blocks = group_blocks({L.gate, L.up});
       const int64_t inter = L.gate->N, g_ld = gu_blocks[0] * 16, u_ld = gu_blocks[1] * 16;
       std::vector<float> gate(M * g_ld), up(M * u_ld), act(M * inter);
       run_group({L.gate, L.up}, x.data(), M, gu_blocks, {gate.data(), up.data()});
+      // 3g. act = SiLU(gate) · up (GELU for Gemma's GeGLU).
       for (int64_t m = 0; m < M; ++m)
         for (int64_t i = 0; i < inter; i += 16) {
           const F16 g = f_load(gate.data() + m * g_ld + i);
           const F16 u = f_load(up.data() + m * u_ld + i);
           f_store(act.data() + m * inter + i, f_mul(gelu ? gelu16(g) : silu16(g), u));
         }
+      // 3h. The down projection (normalized where the family says so) joins the residual stream.
       add_matrix(*L.down, act.data(), h.data(), M, L.post_ffn_norm);
     }
+    // 4. The final norm and the output head, for the last n_logits rows only.
     const int64_t first = M - n_logits;
     rms_norm(h.data() + first * hidden, norm, x.data(), n_logits);
     const std::vector<int64_t> blocks{logit_blocks(head_rows)};

@@ -1,7 +1,8 @@
 // The packed matrices' kernels, free of torch: activations quantized per row, the q4/q5/q6/q8 block
-// kernels, the vector helpers the decoder shares, and run_group, which spreads channel blocks over
-// threads through the `parallel_for` its includer defines (ATen's pool in qgemm.cpp, the test
-// driver's own loop). See qgemm.cpp for the packed layout and why every row is exact.
+// kernels and the f16/f32 ones, the vector helpers the decoder shares, and run_group, which spreads
+// channel blocks over threads through the `parallel_for` its includer defines (ATen's pool in
+// qgemm.cpp, the test driver's own loop). The packed layout: core/layout.h; why every row is
+// exact: qgemm.cpp's header.
 //
 // Everything here has internal linkage: each variant's library (and each driver) holds its own
 // copy, so several variants loaded in one process never see each other's symbols.
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "core/isa.h"
+#include "core/layout.h"
 
 namespace {
 
@@ -409,10 +411,10 @@ inline void axpy(float w, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) f_store(y + i, f_fmadd(vw, f_load(x + i), f_load(y + i)));
 }
 // ---------------------------------------------------------------------------------- matrices
-// One weight matrix [N, K]: pointers to its packed arrays (N padded to whole channel blocks of
-// 16); sc is unsigned for q4 and q5, signed for q6 and q8; the float kinds have only q.
+// One weight matrix [N, K]: pointers to its packed arrays (core/layout.h; N padded to whole channel
+// blocks of 16); sc is unsigned for q4 and q5, signed for q6 and q8; the float kinds have only q.
 struct Matrix {
-  int kind;  // 4, 5, 6 or 8; 16 or 32: float weights (fp16, fp32) that read the float input
+  Kind kind;  // the float kinds (f16, f32) read the float input
   const uint8_t* q;
   const uint8_t* sc;
   const uint8_t* mn;  // q4, q5
@@ -424,7 +426,7 @@ struct Matrix {
 
   const int8_t* signed_sc() const { return reinterpret_cast<const int8_t*>(sc); }
 
-  bool is_float() const { return kind == 16 || kind == 32; }
+  bool is_float() const { return is_float_kind(kind); }
 
   // Rows [0, M) of channel block nb into y (leading dimension ldy), from the quantized input x
   // (or, for the float kinds, the float input xf [M, K]).
@@ -432,7 +434,7 @@ struct Matrix {
     const int block_size = static_cast<int>(S);
     if (is_float()) {
       for_rows(M, FLOAT_ROW_TILE, [&](int64_t m0, int64_t rows) {
-        if (kind == 16) {
+        if (kind == Kind::f16) {
           SPECCHAT_ROWS(f16_block, FLOAT_ROW_TILE, rows, q, nb, K, xf, m0, y, ldy, bias)
         } else {
           SPECCHAT_ROWS(f32_block, FLOAT_ROW_TILE, rows, q, nb, K, xf, m0, y, ldy, bias)
@@ -441,18 +443,30 @@ struct Matrix {
       return;
     }
     for_rows(M, ROW_TILE, [&](int64_t m0, int64_t rows) {
-      if (kind == 4) {
-        const Q4Weights w{q, sc, mn, d, dm, nullptr};
-        SPECCHAT_ROWS(q4_block, ROW_TILE, rows, w, nb, K, block_size, x, m0, y, ldy, bias)
-      } else if (kind == 5) {
-        const Q4Weights w{q, sc, mn, d, dm, qh};
-        SPECCHAT_ROWS(q5_block, ROW_TILE, rows, w, nb, K, block_size, x, m0, y, ldy, bias)
-      } else if (kind == 6) {
-        const Q6Weights w{q, qh, signed_sc(), d, static_cast<int>(offset)};
-        SPECCHAT_ROWS(q6_block, ROW_TILE, rows, w, nb, K, block_size, x, m0, y, ldy, bias)
-      } else {
-        const Q8Weights w{q, signed_sc(), d, static_cast<int>(offset)};
-        SPECCHAT_ROWS(q8_block, ROW_TILE, rows, w, nb, K, block_size, x, m0, y, ldy, bias)
+      switch (kind) {
+        case Kind::q4: {
+          const Q4Weights w{q, sc, mn, d, dm, nullptr};
+          SPECCHAT_ROWS(q4_block, ROW_TILE, rows, w, nb, K, block_size, x, m0, y, ldy, bias)
+          break;
+        }
+        case Kind::q5: {
+          const Q4Weights w{q, sc, mn, d, dm, qh};
+          SPECCHAT_ROWS(q5_block, ROW_TILE, rows, w, nb, K, block_size, x, m0, y, ldy, bias)
+          break;
+        }
+        case Kind::q6: {
+          const Q6Weights w{q, qh, signed_sc(), d, static_cast<int>(offset)};
+          SPECCHAT_ROWS(q6_block, ROW_TILE, rows, w, nb, K, block_size, x, m0, y, ldy, bias)
+          break;
+        }
+        case Kind::q8: {
+          const Q8Weights w{q, signed_sc(), d, static_cast<int>(offset)};
+          SPECCHAT_ROWS(q8_block, ROW_TILE, rows, w, nb, K, block_size, x, m0, y, ldy, bias)
+          break;
+        }
+        case Kind::f16:
+        case Kind::f32:
+          break;  // computed above
       }
     });
   }
@@ -498,13 +512,13 @@ inline void run_group(const std::vector<const Matrix*>& mats, const float* x, in
 // One row of the matrix, dequantized (embedding lookups read the token's row).
 inline void dequantize_row(const Matrix& m, int64_t row, float* out) {
   const int64_t nb = row / 16, c = row % 16;
-  if (m.kind == 16) {
+  if (m.kind == Kind::f16) {
     const uint16_t* w = reinterpret_cast<const uint16_t*>(m.q) + row * m.K;
     for (int64_t i = 0; i < m.K; ++i) out[i] = half_to_float(w[i]);
-  } else if (m.kind == 32) {
+  } else if (m.kind == Kind::f32) {
     const float* w = reinterpret_cast<const float*>(m.q) + row * m.K;
     std::copy(w, w + m.K, out);
-  } else if (m.kind == 4 || m.kind == 5) {
+  } else if (has_mins(m.kind)) {  // q4, q5
     const int64_t groups = m.K / 32, per_super = m.S / 32;
     const uint8_t* q = m.q + nb * groups * 256;
     const uint8_t* sc = m.sc + nb * groups * 16;
@@ -517,12 +531,12 @@ inline void dequantize_row(const Matrix& m, int64_t row, float* out) {
       for (int j = 0; j < 8; ++j)
         for (int t = 0; t < 4; ++t) {
           const uint8_t byte = q[g * 256 + 64 * (j % 4) + 4 * c + t];
-          const int fifth = m.kind == 5 ? ((m.qh[(nb * groups + g) * 64 + 4 * c + t] >> j) & 1) << 4 : 0;
+          const int fifth = m.kind == Kind::q5 ? ((m.qh[(nb * groups + g) * 64 + 4 * c + t] >> j) & 1) << 4 : 0;
           const int value = (j < 4 ? (byte & 0x0F) : (byte >> 4)) | fifth;
           out[g * 32 + 4 * j + t] = scale * value - minimum;
         }
     }
-  } else if (m.kind == 6) {
+  } else if (m.kind == Kind::q6) {
     const int64_t groups = m.K / 32, per_super = m.S / 16;
     const uint8_t* q = m.q + nb * groups * 256;
     const uint8_t* qh = m.qh + nb * groups * 128;
@@ -540,7 +554,7 @@ inline void dequantize_row(const Matrix& m, int64_t row, float* out) {
           out[g16 * 16 + 4 * j + t] = scale * (value - m.offset);
         }
     }
-  } else {
+  } else {  // q8
     const int64_t groups = m.K / 16, per_super = m.S / 16;
     const uint8_t* q = m.q + nb * groups * 256;
     const int8_t* sc = m.signed_sc() + nb * groups * 16;

@@ -1,10 +1,10 @@
 """What the chat does to the conversation: send a message (or hold the message box while the
 models cannot take it), regenerate, clear, copy, open, export, the system prompt, the Markdown
-view and screenshots.
+view.
 
-:class:`ChatActions` is made by the app, which maps its keys and the box's messages to these
-methods. The conversation is read from the host at each use: clearing the chat or opening
-another conversation swaps it.
+:class:`ChatActions` is made by the app; the chat's screen maps its keys to these methods, the
+app the message box's messages. The conversation is read from the host at each use: clearing
+the chat or opening another conversation swaps it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Protocol
 
 from textual.css.query import NoMatches
 
-from specchat.config import data_dir
 from specchat.store.conversation import Conversation, ConversationError, Turn
 from specchat.ui.controllers.hosts import ShowsScreens
 from specchat.ui.screens.conversations import ConversationsScreen
@@ -53,10 +52,6 @@ class ChatHost(ShowsScreens, Protocol):
     def start_reply(self) -> None: ...
 
     def copy_to_clipboard(self, text: str) -> None: ...
-
-    def save_screenshot(
-        self, filename: str | None = None, path: str | None = None, time_format: str | None = None
-    ) -> str: ...
 
 
 class ChatActions:
@@ -223,16 +218,3 @@ class ChatActions:
             reply.set_view(host.markdown_view)
         self.live.set_display(markdown=host.markdown_view)
         host.refresh_panels()
-
-    def save_screenshot(self) -> None:
-        """An SVG of the screen as it is, for slides, in the user data folder."""
-        folder = data_dir() / "screenshots"
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            path = self.host.save_screenshot(path=str(folder))
-        except OSError as err:
-            self.host.notify(
-                f"cannot save the screenshot in {folder}: {err.strerror or err}", severity="error"
-            )
-            return
-        self.host.notify(f"Screenshot saved: {path}", title="screenshot", timeout=10)

@@ -1,5 +1,5 @@
-"""Step mode's two keys: pause after every round or stream again, and run one more round; over
-a replay they pause, play and step the replay instead.
+"""Step mode's two keys on the chat: pause after every round or stream again, and run one more
+round (a replay's screen pauses, plays and steps the replay with them itself).
 
 The reply side of step mode (the gate the engine waits at, the paused reply) is
 :class:`~specchat.ui.controllers.reply.Replies`; this decides what a key press means where it lands.
@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from specchat.ui.controllers.hosts import ShowsScreens
-from specchat.ui.screens.replay import ReplayScreen
+from specchat.ui.controllers.hosts import Notifies
 from specchat.ui.settings.keys import display_key
 
 if TYPE_CHECKING:
@@ -23,7 +22,7 @@ if TYPE_CHECKING:
 class StepKeys:
     def __init__(
         self,
-        app: ShowsScreens,
+        app: Notifies,
         replies: Replies,
         lease: ModelLease,
         keys: dict[str, str],
@@ -38,12 +37,9 @@ class StepKeys:
         """Redraw the panels (forced or not)."""
 
     def toggle(self) -> None:
-        """Pause after every round (on), or stream again (off). A replay pauses or plays."""
-        screen = self.app.screen
+        """Pause after every round (on), or stream again (off)."""
         caps = self.lease.capabilities
-        if isinstance(screen, ReplayScreen):
-            screen.toggle_playing()
-        elif caps is not None and not caps.stepping:
+        if caps is not None and not caps.stepping:
             self.app.notify(
                 "This backend streams whole replies: it cannot pause between rounds.", severity="warning"
             )
@@ -52,11 +48,8 @@ class StepKeys:
             self.changed(True)
 
     def step(self) -> None:
-        """Run one more round (step mode), or step a replay."""
-        screen = self.app.screen
-        if isinstance(screen, ReplayScreen):
-            screen.step_round()
-        elif not self.replies.step_gate.on:
+        """Run one more round (step mode)."""
+        if not self.replies.step_gate.on:
             key = display_key(self.keys.get("step_mode", ""))
             self.app.notify(f"Step mode is off: {key} pauses decoding after every round.")
         elif self.replies.step():

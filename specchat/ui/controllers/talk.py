@@ -1,8 +1,9 @@
 """Talk mode, part 2: the race, theory against measurement and the exactness self-test in the chat.
 
-The app's actions open the race and self-test screens and the theory panel, handing them the
-model lease (:mod:`specchat.ui.state.lease`); what those actions decide is here, as plain functions
-of what they are given, so this module knows neither the app nor the screens.
+The chat screen's keys open the race and self-test screens and the theory panel (through
+:mod:`specchat.ui.controllers.talk_screens`), handing them the model lease
+(:mod:`specchat.ui.state.lease`); what those actions decide is here, as plain functions of what
+they are given, so this module knows neither the app nor the screens.
 """
 
 from __future__ import annotations

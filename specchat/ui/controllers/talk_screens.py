@@ -14,6 +14,7 @@ from textual.css.query import NoMatches
 
 from specchat.ui.controllers import talk
 from specchat.ui.controllers.hosts import ShowsScreens
+from specchat.ui.screens.chat_keys import ChatControllers, SetsControls
 from specchat.ui.screens.race_screen import RaceScreen
 from specchat.ui.screens.replay import ReplayScreen
 from specchat.ui.screens.selftest_screen import SelfTestScreen
@@ -39,6 +40,8 @@ class TalkScreens:
         main_screen: MainScreen,
         conversation: Callable[[], Conversation],
         keys: dict[str, str],
+        control_keys: SetsControls,
+        controllers: ChatControllers,
         replay_speed: float = 1.0,
     ) -> None:
         self.app = app
@@ -49,6 +52,10 @@ class TalkScreens:
         self.conversation = conversation
         self.keys = keys
         """The effective key of each binding id."""
+        self.control_keys = control_keys
+        """The control keys' rules, for the talk screens (their jobs run with the controls)."""
+        self.controllers = controllers
+        """What a replay's keys drive (it binds the chat's keys)."""
         self.replay_speed = replay_speed
 
     def race(self) -> None:
@@ -56,13 +63,23 @@ class TalkScreens:
             return
         prompt = talk.default_prompt(self.conversation())
         self.app.push_screen(
-            RaceScreen(prompt, lease=self.lease, palette=self.palette, system_prompt=self._system_prompt)
+            RaceScreen(
+                prompt,
+                lease=self.lease,
+                palette=self.palette,
+                system_prompt=self._system_prompt,
+                control_keys=self.control_keys,
+            )
         )
 
     def selftest(self) -> None:
         if isinstance(self.app.screen, SelfTestScreen) or not self._can_open("the self-test"):
             return
-        self.app.push_screen(SelfTestScreen(lease=self.lease, system_prompt=self._system_prompt))
+        self.app.push_screen(
+            SelfTestScreen(
+                lease=self.lease, system_prompt=self._system_prompt, control_keys=self.control_keys
+            )
+        )
 
     def toggle_theory(self) -> None:
         """Open the theory panel on the chat's screen, or close it."""
@@ -75,7 +92,9 @@ class TalkScreens:
         self.main_screen.mount(TheoryPanel(self.tracker, self.lease, best_gamma_key))
 
     def replay(self, conversation: Conversation) -> ReplayScreen:
-        return ReplayScreen(conversation, self.palette, self.keys, speed=self.replay_speed)
+        return ReplayScreen(
+            conversation, self.palette, self.keys, controllers=self.controllers, speed=self.replay_speed
+        )
 
     def _can_open(self, what: str) -> bool:
         reason = talk.why_not_open(self.lease, what)

@@ -80,13 +80,6 @@ class AppThemes:
         """Rich styles of the token kinds (and rejected drafts) in the theme ``name``."""
         return themes.token_styles(self.app.get_theme(name) or self.app.current_theme, self.specs.get(name))
 
-    def cycle(self) -> None:
-        """Switch to the next theme from theme files, round the list."""
-        names = self.names
-        if names:
-            index = names.index(self.app.theme) if self.app.theme in names else -1
-            self.app.theme = names[(index + 1) % len(names)]
-
     def toggle_rejected(self) -> None:
         """Show or hide the rejected drafts, in every reply on every chat screen."""
         shown = self.palette.toggle_rejected()

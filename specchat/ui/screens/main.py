@@ -5,6 +5,10 @@ actions. Every panel receives the one :class:`~specchat.ui.state.live.LiveStats`
 :meth:`MainScreen.refresh_panels`), so adding a panel means writing it and yielding it through
 :meth:`MainScreen.panel` in ``compose``: nothing else changes.
 
+The screen binds the chat's keys (:data:`~specchat.ui.settings.keys.APP_KEYS`) and runs their
+actions: those that change only the screen (the inspector, reasoning) here, the others through
+the controllers it is given (:class:`~specchat.ui.screens.chat_keys.ChatControllers`).
+
 The screen also owns the inspector's cursor: a (reply, token) position moved by the
 inspector's keys or a click on a token, shown reversed in the transcript, described in the
 inspector panel through ``live.inspected``. The cursor walks the tokens on screen: a folded
@@ -17,10 +21,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from textual import events, on
 from textual.app import ComposeResult
+from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.screen import Screen
@@ -28,7 +33,8 @@ from textual.widgets import Footer, Header
 
 from specchat.engine.events import ContextEvent, Event, RoundEvent, TokenEvent
 from specchat.store.conversation import Conversation
-from specchat.ui.settings.keys import KEYS_BY_ID, display_key, effective_key
+from specchat.ui.screens.chat_keys import ChatControllers, ControlKeyActions, SetsControls
+from specchat.ui.settings.keys import APP_KEYS, KEYS_BY_ID, KeySpec, bindings, display_key, effective_key
 from specchat.ui.settings.themes import TokenPalette
 from specchat.ui.state.live import Inspected, LiveStats, replay
 from specchat.ui.widgets.inspector import InspectorPanel
@@ -54,8 +60,11 @@ NARROW_WIDTH = 96
 P = TypeVar("P", bound=LivePanel)
 
 
-class MainScreen(Screen[None]):
+class MainScreen(ControlKeyActions, Screen[None]):
     """The chat (see the module's docstring)."""
+
+    KEY_TABLE: ClassVar[tuple[KeySpec, ...]] = APP_KEYS
+    BINDINGS: ClassVar[list[BindingType]] = bindings(APP_KEYS, on_screen=True)
 
     def __init__(
         self,
@@ -63,9 +72,13 @@ class MainScreen(Screen[None]):
         palette: TokenPalette,
         system_prompt: str,
         keymap: dict[str, str] | None = None,
+        *,
+        controllers: ChatControllers,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.controllers = controllers
+        """What the keys drive beyond this screen (the app's controllers)."""
         self.live = live
         self.palette = palette
         self.system_prompt = system_prompt
@@ -123,6 +136,77 @@ class MainScreen(Screen[None]):
                 panel.show_live(self.live, force)
         except NoMatches:  # the app is closing and the panels' parts are already gone
             return
+
+    # ---------------------------------------------------------- the chat's keys
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "stop":  # shown only while a reply streams
+            return True if self.controllers.replies.active is not None else None
+        return True
+
+    @property
+    def control_rules(self) -> SetsControls:
+        return self.controllers.control_keys
+
+    def action_stop(self) -> None:
+        self.controllers.replies.stop()
+
+    async def action_regenerate(self) -> None:
+        await self.controllers.chat.regenerate()
+
+    async def action_clear(self) -> None:
+        await self.controllers.chat.clear()
+
+    def action_copy_reply(self) -> None:
+        self.controllers.chat.copy_reply()
+
+    def action_open_conversations(self) -> None:
+        self.controllers.chat.open_conversations()
+
+    def action_export_markdown(self) -> None:
+        self.controllers.chat.export_markdown()
+
+    def action_edit_system_prompt(self) -> None:
+        self.controllers.chat.edit_system_prompt()
+
+    def action_toggle_view(self) -> None:
+        self.controllers.chat.toggle_view()
+
+    def action_toggle_rejected(self) -> None:
+        self.controllers.themes.toggle_rejected()
+
+    def action_toggle_reasoning(self) -> None:
+        """Unfold every reply's reasoning, or fold it back to one line."""
+        shown = self.toggle_reasoning()
+        if shown is None:
+            self.notify(
+                "No reasoning here yet: a thinking model's reasoning shows folded above its answer; "
+                f"the next replies show it {'unfolded' if self.reasoning_open else 'folded'}."
+            )
+        else:
+            self.notify("Reasoning unfolded." if shown else "Reasoning folded to one line.")
+
+    def action_inspect(self) -> None:
+        """Put the inspector's cursor on the reply (or leave the inspector)."""
+        self.toggle_inspecting()
+
+    def action_toggle_step_mode(self) -> None:
+        self.controllers.step_keys.toggle()
+
+    def action_step(self) -> None:
+        self.controllers.step_keys.step()
+
+    def action_best_gamma(self) -> None:
+        self.controllers.control_keys.best_gamma(self.controllers.theory_tracker)
+
+    def action_theory(self) -> None:
+        self.controllers.talk_screens.toggle_theory()
+
+    def action_race(self) -> None:
+        self.controllers.talk_screens.race()
+
+    def action_selftest(self) -> None:
+        self.controllers.talk_screens.selftest()
 
     # ---------------------------------------------------------- transcript
 

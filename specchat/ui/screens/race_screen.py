@@ -40,6 +40,8 @@ from specchat.presenters.race_text import (
     lane_text,
     settings_line,
 )
+from specchat.ui.screens.chat_keys import ControlKeyActions, SetsControls
+from specchat.ui.settings.keys import TALK_SCREEN_KEYS, KeySpec, bindings
 from specchat.ui.state.lease import JobEnded, ModelLease, run_job
 
 if TYPE_CHECKING:
@@ -103,14 +105,17 @@ class Lane(VerticalScroll):
             self.scroll_end(animate=False)
 
 
-class RaceScreen(Screen[None]):
+class RaceScreen(ControlKeyActions, Screen[None]):
     """The race, full screen; Esc returns to the chat."""
 
+    KEY_TABLE: ClassVar[tuple[KeySpec, ...]] = TALK_SCREEN_KEYS
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "close", "Back to the chat"),
         Binding("r", "replay", "Replay"),
         Binding("e", "export", "Export SVG + JSON"),
         Binding("n", "edit_prompt", "New race"),
+        # The app-wide keys (help first) and the controls this screen's job runs with.
+        *bindings(TALK_SCREEN_KEYS, on_screen=True),
     ]
     DEFAULT_CSS = """
     RaceScreen { layout: vertical; }
@@ -132,11 +137,15 @@ class RaceScreen(Screen[None]):
         lease: ModelLease | None = None,
         palette: TokenPalette | None = None,
         system_prompt: Callable[[], str | None] = lambda: None,
+        control_keys: SetsControls | None = None,
     ) -> None:
         """``lease`` runs the race on the models (None: a saved race, shown only); ``palette``
         colours the tokens; ``system_prompt`` is read when a race starts, as the chat's may
-        change while this screen is open."""
+        change while this screen is open; ``control_keys`` applies the control
+        keys to the chat's controls, which the next run uses."""
         super().__init__()
+        self.control_keys = control_keys
+        """The chat's γ, schedule, drafter and temperature keys (None: shown, ignored)."""
         self.prompt = prompt
         self.result: RaceResult | None = result
         self.lease = lease
@@ -148,6 +157,10 @@ class RaceScreen(Screen[None]):
         self.replay_start = 0.0
         self.replay_timer: Timer | None = None
         self.t = result.duration_s if result is not None else 0.0
+
+    @property
+    def control_rules(self) -> SetsControls | None:
+        return self.control_keys
 
     def compose(self) -> ComposeResult:
         yield Static(

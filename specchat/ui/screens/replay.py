@@ -20,13 +20,15 @@ from typing import Any, ClassVar
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Static
 
 from specchat.engine.events import Event, RoundEvent, SummaryEvent, TokenEvent, known
 from specchat.store.conversation import Conversation, Turn
+from specchat.ui.screens.chat_keys import ChatControllers
 from specchat.ui.screens.main import MainScreen, shown_round, shown_token
-from specchat.ui.settings.keys import display_key
+from specchat.ui.settings.keys import APP_KEYS, bindings, display_key
 from specchat.ui.settings.themes import TokenPalette
 from specchat.ui.state.live import ControlsView, LiveStats, StepView, replay
 from specchat.ui.widgets.transcript import AssistantMessage, UserMessage
@@ -100,16 +102,20 @@ def round_ms(events: list[Event], fallback_ms: float) -> float:
     return fallback_ms
 
 
-class ReplayScreen(MainScreen):
-    """A saved conversation, replayed (see the module's docstring)."""
+class ReplayScreen(MainScreen, inherit_bindings=False):
+    """A saved conversation, replayed (see the module's docstring). The chat's keys work here as
+    on the chat, but step mode's pause (play) and step the replay; the footer lists the replay's
+    own keys first (so it lists its bindings whole, the chat's after its own)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
+        *Screen.BINDINGS,
         Binding("space", "toggle_playing", "Pause/Play"),
         Binding("n", "step_round", "Next round"),
         Binding("plus,equals_sign", "faster", "Faster"),
         Binding("minus", "slower", "Slower"),
         Binding("r", "restart", "Restart"),
         Binding("escape,q", "close", "Close"),
+        *bindings(APP_KEYS, on_screen=True),
     ]
 
     def __init__(
@@ -118,10 +124,11 @@ class ReplayScreen(MainScreen):
         palette: TokenPalette,
         keys: Mapping[str, str],
         *,
+        controllers: ChatControllers,
         speed: float = 1.0,
         **kwargs: Any,
     ) -> None:
-        super().__init__(LiveStats(), palette, conversation.system_prompt, **kwargs)
+        super().__init__(LiveStats(), palette, conversation.system_prompt, controllers=controllers, **kwargs)
         self.conversation = conversation
         self.steps = replay_steps(conversation)
         self.speed = min(SPEEDS, key=lambda s: abs(s - speed))
@@ -167,7 +174,15 @@ class ReplayScreen(MainScreen):
         self._show_bar()
         self.refresh_panels()
 
+    def action_toggle_step_mode(self) -> None:
+        """Step mode's key pauses and plays the replay."""
+        self.toggle_playing()
+
     def action_step_round(self) -> None:
+        self.step_round()
+
+    def action_step(self) -> None:
+        """Step mode's next-round key shows the replay's next round."""
         self.step_round()
 
     def step_round(self) -> None:

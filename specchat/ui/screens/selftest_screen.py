@@ -48,6 +48,8 @@ from specchat.presenters.selftest_text import (
     tv_line,
     verdict_line,
 )
+from specchat.ui.screens.chat_keys import ControlKeyActions, SetsControls
+from specchat.ui.settings.keys import TALK_SCREEN_KEYS, KeySpec, bindings
 from specchat.ui.state.lease import JobEnded, ModelLease, run_job
 
 if TYPE_CHECKING:
@@ -79,13 +81,16 @@ class GreedyChecked(Message):
         self.check = check
 
 
-class SelfTestScreen(Screen[None]):
+class SelfTestScreen(ControlKeyActions, Screen[None]):
+    KEY_TABLE: ClassVar[tuple[KeySpec, ...]] = TALK_SCREEN_KEYS
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "close", "Back to the chat"),
         Binding("space", "stop", "Stop sampling"),
         Binding("r", "restart", "Restart"),
         Binding("t", "switch_mode", "T = 0 / T > 0"),
         Binding("e", "export", "Export SVG + JSON"),
+        # The app-wide keys (help first) and the controls this screen's job runs with.
+        *bindings(TALK_SCREEN_KEYS, on_screen=True),
     ]
     DEFAULT_CSS = """
     SelfTestScreen { layout: vertical; }
@@ -107,10 +112,14 @@ class SelfTestScreen(Screen[None]):
         *,
         lease: ModelLease | None = None,
         system_prompt: Callable[[], str | None] = lambda: None,
+        control_keys: SetsControls | None = None,
     ) -> None:
         """``lease`` runs the test on the models (None: a report shown only); ``system_prompt``
-        is read at each run, as the chat's may change while this screen is open."""
+        is read at each run, as the chat's may change while this screen is open; ``control_keys``
+        applies the control keys to the chat's controls, which the next run uses."""
         super().__init__()
+        self.control_keys = control_keys
+        """The chat's γ, schedule, drafter and temperature keys (None: shown, ignored)."""
         self.lease = lease
         self.system_prompt = system_prompt
         self.temperature = temperature
@@ -121,6 +130,10 @@ class SelfTestScreen(Screen[None]):
         self.running = False
         self.switch_when_stopped = False
         self.error: str | None = None
+
+    @property
+    def control_rules(self) -> SetsControls | None:
+        return self.control_keys
 
     def compose(self) -> ComposeResult:
         yield Static(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import ClassVar, Literal, Protocol, runtime_checkable
 
 from textual.binding import Binding, BindingType
 from textual.keys import KEY_NAME_REPLACEMENTS, Keys, key_to_character
@@ -37,15 +38,39 @@ class KeySpec:
     """Shown in the footer."""
     priority: bool = False
     """Checked before the focused widget: the message box binds F6/F7 (select line/all)."""
+    scope: Scope = "chat"
+    """Where the key works (see :data:`Scope`)."""
+
+
+Scope = Literal["chat", "talk", "app"]
+"""Where a key works: ``"chat"``, on the chat's screen (and a replay, which is one), whose
+actions it runs; ``"talk"``, there and on the race and self-test screens too, whose jobs run with
+the same controls; ``"app"``, on every screen, including dialogs (the app's own actions)."""
 
 
 APP_KEYS: tuple[KeySpec, ...] = (
-    KeySpec("help", "f1", "help", "Help", "Show every key and what the colours mean", priority=True),
+    KeySpec(
+        "help", "f1", "help", "Help", "Show every key and what the colours mean", priority=True, scope="app"
+    ),
     KeySpec("stop", "escape", "stop", "Stop", "Stop the reply, keeping what was generated"),
     KeySpec(
-        "gamma_down", "f2", "gamma_down", "γ−", "Draft one token fewer per round (next round)", priority=True
+        "gamma_down",
+        "f2",
+        "gamma_down",
+        "γ−",
+        "Draft one token fewer per round (next round)",
+        priority=True,
+        scope="talk",
     ),
-    KeySpec("gamma_up", "f3", "gamma_up", "γ+", "Draft one token more per round (next round)", priority=True),
+    KeySpec(
+        "gamma_up",
+        "f3",
+        "gamma_up",
+        "γ+",
+        "Draft one token more per round (next round)",
+        priority=True,
+        scope="talk",
+    ),
     KeySpec(
         "schedule",
         "f4",
@@ -53,6 +78,7 @@ APP_KEYS: tuple[KeySpec, ...] = (
         "Sched",
         "Switch the γ schedule: " + " / ".join(SCHEDULES),
         priority=True,
+        scope="talk",
     ),
     KeySpec(
         "drafter",
@@ -61,6 +87,7 @@ APP_KEYS: tuple[KeySpec, ...] = (
         "Drafter",
         "Switch the drafter: " + " / ".join(spec.label for spec in DRAFTERS),
         priority=True,
+        scope="talk",
     ),
     KeySpec(
         "temperature_down",
@@ -69,6 +96,7 @@ APP_KEYS: tuple[KeySpec, ...] = (
         "T−",
         "Lower the temperature by 0.1 (next round)",
         priority=True,
+        scope="talk",
     ),
     KeySpec(
         "temperature_up",
@@ -77,6 +105,7 @@ APP_KEYS: tuple[KeySpec, ...] = (
         "T+",
         "Raise the temperature by 0.1 (next round)",
         priority=True,
+        scope="talk",
     ),
     KeySpec(
         "view",
@@ -130,6 +159,7 @@ APP_KEYS: tuple[KeySpec, ...] = (
         "Save a screenshot of the screen (SVG) in the user data folder",
         show=False,
         priority=True,
+        scope="app",
     ),
     KeySpec("regenerate", "ctrl+r", "regenerate", "Regen", "Regenerate the last reply", show=False),
     KeySpec("clear", "ctrl+l", "clear", "Clear", "Clear: start a new conversation", show=False),
@@ -138,7 +168,7 @@ APP_KEYS: tuple[KeySpec, ...] = (
     KeySpec(
         "export", "ctrl+s", "export_markdown", "Export", "Export the conversation to Markdown", show=False
     ),
-    KeySpec("theme", "ctrl+t", "cycle_theme", "Theme", "Switch to the next theme", show=False),
+    KeySpec("theme", "ctrl+t", "cycle_theme", "Theme", "Switch to the next theme", show=False, scope="app"),
     # Talk mode (specchat.ui.controllers.talk): the race, theory against measurement, the exactness self-test.
     # Off the footer, which is full at 120 columns; F1 and the palette list them. Ctrl+Y, Ctrl+K and
     # Ctrl+E take over the message box's redo, delete-to-end and go-to-end (End and Ctrl+Shift+K
@@ -180,7 +210,23 @@ APP_KEYS: tuple[KeySpec, ...] = (
         priority=True,
     ),
 )
-"""Application keys: they work wherever the focus is."""
+"""The chat's keys, in the order its footer shows them; each works wherever the focus is, on the
+screens its :attr:`~KeySpec.scope` names. The chat's screen binds them all (the ``"app"`` ones by
+the app's actions, so its footer keeps this order); the app binds the ``"app"`` ones."""
+
+APP_WIDE_KEYS: tuple[KeySpec, ...] = tuple(spec for spec in APP_KEYS if spec.scope == "app")
+"""Bound on the app: help, the screenshot and the theme work on every screen."""
+
+TALK_SCREEN_KEYS: tuple[KeySpec, ...] = tuple(spec for spec in APP_KEYS if spec.scope != "chat")
+"""What the race and self-test screens bind after their own keys: the app-wide ones (help
+first, where the footer shows it) and the controls their jobs run with."""
+
+
+@runtime_checkable
+class KeyTable(Protocol):
+    """A screen that binds a table of these keys (the command palette lists them over it)."""
+
+    KEY_TABLE: ClassVar[tuple[KeySpec, ...]]
 
 PROMPT_KEYS: tuple[KeySpec, ...] = (
     KeySpec("send", "enter", "submit", "Send", "Send the message"),
@@ -201,13 +247,27 @@ KEYS_BY_ID: dict[str, KeySpec] = {spec.id: spec for spec in ALL_KEYS}
 BINDING_IDS = frozenset(KEYS_BY_ID)
 
 
-def bindings(specs: Iterable[KeySpec], *, priority: bool = False) -> list[BindingType]:
+def bindings(
+    specs: Iterable[KeySpec], *, priority: bool = False, on_screen: bool = False
+) -> list[BindingType]:
+    """Textual's bindings of ``specs``. ``on_screen``: for a screen's table, where the app-wide keys
+    run the app's actions (the screen lists them only so that its footer keeps the table's order)."""
     return [
         Binding(
-            spec.key, spec.action, spec.label, show=spec.show, id=spec.id, priority=priority or spec.priority
+            spec.key,
+            action_name(spec) if on_screen else spec.action,
+            spec.label,
+            show=spec.show,
+            id=spec.id,
+            priority=priority or spec.priority,
         )
         for spec in specs
     ]
+
+
+def action_name(spec: KeySpec) -> str:
+    """The action a key runs from a screen: the app's own for app-wide keys, else the screen's."""
+    return f"app.{spec.action}" if spec.scope == "app" else spec.action
 
 
 def key_list(keys: str) -> list[str]:

@@ -3,7 +3,7 @@ the temperature, and whether a server lets them change.
 
 Each rule takes the value in force and returns the next one; :class:`ControlKeys` applies them
 to the leased models' ``Controls`` in one attribute write (the engine reads them once per round,
-so a key press never races the loop), and the app's key actions only call it. The rules need
+so a key press never races the loop), and the screens' key actions only call it. The rules need
 no Textual, so they are tested without an app.
 """
 

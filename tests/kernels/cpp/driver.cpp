@@ -83,7 +83,7 @@ Packed random_float_matrix(int kind, int64_t N, int64_t K, Rng& rng, bool bias) 
     p.bias.resize(blocks * 16);
     for (auto& b : p.bias) b = rng.uniform(-1.f, 1.f);
   }
-  p.view = Matrix{kind, p.q.data(), nullptr, nullptr, nullptr, nullptr, nullptr, K, 0, N, K, blocks,
+  p.view = Matrix{static_cast<Kind>(kind), p.q.data(), nullptr, nullptr, nullptr, nullptr, nullptr, K, 0, N, K, blocks,
                   bias ? p.bias.data() : nullptr};
   return p;
 }
@@ -118,7 +118,7 @@ Packed random_matrix(int kind, int64_t N, int64_t K, int64_t S, Rng& rng, int d_
     p.bias.resize(blocks * 16);
     for (auto& b : p.bias) b = rng.uniform(-1.f, 1.f);
   }
-  p.view = Matrix{kind, p.q.data(), p.sc.data(), nibbles ? p.mn.data() : nullptr, p.d.data(),
+  p.view = Matrix{static_cast<Kind>(kind), p.q.data(), p.sc.data(), nibbles ? p.mn.data() : nullptr, p.d.data(),
                   nibbles ? p.dm.data() : nullptr, kind == 5 || kind == 6 ? p.qh.data() : nullptr,
                   S, kind == 8 ? 128 : kind == 6 ? 32 : 0, N, K, blocks, bias ? p.bias.data() : nullptr};
   return p;
