@@ -75,8 +75,13 @@ QuantRows quantize_rows(const float* x, int64_t M, int64_t K, int block) {
 // next block, which the same thread computes next), into L2 rather than L1: the hardware
 // prefetcher alone leaves the memory bus idle part of the time, and hints into L1 evict the
 // activations and cost more than they save when a pass computes one row.
+// A tile of R >= 4 rows computes long enough on each group for the group two ahead to come from
+// L2 into L1 meanwhile, so it is asked for there too (docs/lab/2026-12-05-kernel-widths.md).
+template <int R>
 inline void prefetch_ahead(const uint8_t* group) {
   for (int line = 0; line < 256; line += 64) __builtin_prefetch(group + 8192 + line, 0, 2);
+  if constexpr (R >= 4)
+    for (int line = 0; line < 256; line += 64) __builtin_prefetch(group + 512 + line, 0, 3);
 }
 
 // ------------------------------------------------------------------------ the integer phase
@@ -215,7 +220,7 @@ void nibble_block(const Q4Weights& w, int64_t nb, int64_t K, int S, const QuantR
     for (auto& a : acc) a = D::acc_zero();
     for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
       const uint8_t* qg = q + g * 256;
-      prefetch_ahead(qg);
+      prefetch_ahead<R>(qg);
       Bytes high[8];
       if constexpr (FIFTH) {
         __builtin_prefetch(qh + g * 64 + 2048, 0, 2);  // as far ahead as qg's
@@ -273,7 +278,7 @@ void q8_block(const Q8Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
     for (auto& a : acc) a = D::acc_zero();
     for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
       const uint8_t* qg = q + g * 256;
-      prefetch_ahead(qg);
+      prefetch_ahead<R>(qg);
       const typename D::Pair pairs[2] = {D::template pair<255>(b_load(qg), b_load(qg + 64)),
                                          D::template pair<255>(b_load(qg + 128), b_load(qg + 192))};
       add_group<D, 255>(acc, pairs, units.row, g * 16, D::scale_i8(sc + g * 16));
@@ -309,7 +314,7 @@ void q6_block(const Q6Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
     for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
       const uint8_t* qg = q + g * 256;
       const uint8_t* hg = qh + g * 128;
-      prefetch_ahead(qg);
+      prefetch_ahead<R>(qg);
       __builtin_prefetch(hg + 4096, 0, 2);  // as far ahead as qg's
       __builtin_prefetch(hg + 4096 + 64, 0, 2);
       Bytes w6[2][4];  // [half][quad]: a_j, then b_j
