@@ -29,8 +29,8 @@ from specchat.bench.llamacpp_peer import (
     server_version,
     start_peer,
 )
-from specchat.models.hf_loading import hf_folder
-from specchat.models.resolve import resolve_spec
+from specchat.models.loading.hf import hf_folder
+from specchat.models.names.resolve import resolve_spec
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "bench" / "data"
 

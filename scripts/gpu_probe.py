@@ -753,7 +753,7 @@ def section_bnb4(probe: Probe) -> dict[str, Any]:
     if importlib.util.find_spec("bitsandbytes") is None:
         return {"status": "skip", "summary": ["bitsandbytes is not installed: carry its wheel (README)"]}
     from specchat.bench.costs import measure_costs
-    from specchat.models.rows import compute_rows_alone
+    from specchat.models.compute.rows import compute_rows_alone
 
     target = build_model(probe.shapes["1.5b"], probe.device, probe.dtype, seed=11)
     layers = quantize_4bit(target)

@@ -64,8 +64,8 @@ SMALL = np.frombuffer(np.float16(0.0002).tobytes(), dtype=np.uint8)
 
 def packaged_tokenizer_source() -> Path:
     """The packaged default target's GGUF (assembled on first use by specchat)."""
-    from specchat.models.assemble import packaged_gguf
-    from specchat.models.catalog import DEFAULT_TARGET, PACKAGED
+    from specchat.models.names.assemble import packaged_gguf
+    from specchat.models.names.catalog import DEFAULT_TARGET, PACKAGED
 
     return Path(packaged_gguf(PACKAGED[DEFAULT_TARGET]))
 

@@ -1,5 +1,5 @@
 """The cache root, on its own so the kernels (which keep their built library under it) and the
-model cache (:mod:`specchat.models.cache`) both find it without importing each other."""
+model cache (:mod:`specchat.models.cache.paths`) both find it without importing each other."""
 
 from __future__ import annotations
 

@@ -68,7 +68,7 @@ class Settings(BaseModel):
     dtype: str = "auto"
     quant: Literal["4bit", "8bit"] | None = None
     cpu_path: str = "auto"
-    """CPU kernels (specchat.models.cpu_quant): auto, none (stock fp32) or TARGET/DRAFT[+headN]."""
+    """CPU kernels (specchat.models.compute.cpu_quant): auto, none (stock fp32) or TARGET/DRAFT[+headN]."""
     server: str | None = None
     """URL of an OpenAI-compatible server to attach to instead of loading models (--server).
     Conversations go to it only when this is set; the API key comes only from SPECCHAT_API_KEY."""

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from specchat.config import Settings
     from specchat.engine.session import ChatEngine, Controls
     from specchat.models import LoadProgress
-    from specchat.models.loader import DecodingPair
+    from specchat.models.loading.loader import DecodingPair
 
 Progress = Callable[["LoadProgress"], None]
 
@@ -176,8 +176,8 @@ def _load_with_peer(
     them (Hugging Face's ``generate`` cannot run those, so no peer); elsewhere the float models
     loaded once, both the engine and the Hugging Face peer running on the same prepared layers."""
     from specchat.models import load_for_decoding, load_pair
-    from specchat.models.cpu_quant import prepare_cpu_pair
-    from specchat.models.loader import choose_cpu_path
+    from specchat.models.compute.cpu_quant import prepare_cpu_pair
+    from specchat.models.loading.loader import choose_cpu_path
 
     chosen = choose_cpu_path(settings.cpu_path, settings.device, settings.quant, progress)
     if chosen is not None and chosen.native:

@@ -71,7 +71,7 @@ def packaged_engine() -> ChatEngine:
     """The real default pair, loaded once per session (converted on first use: minutes)."""
     from specchat.engine.session import ChatEngine
     from specchat.models import DEFAULT_DRAFT, DEFAULT_TARGET, PACKAGED, load_pair
-    from specchat.models.assemble import is_installed
+    from specchat.models.names.assemble import is_installed
 
     if not all(is_installed(PACKAGED[name]) for name in (DEFAULT_TARGET, DEFAULT_DRAFT)):
         pytest.skip("the demo models are not installed: pip install 'specchat[demo]'")

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from specchat.models.gguf_check import read_gguf
+from specchat.models.gguf.check import read_gguf
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "gguf"
 LLAMA = FIXTURES / "llama-Q8_0.gguf"

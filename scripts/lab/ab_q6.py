@@ -93,7 +93,7 @@ def generate_run() -> None:
     from specchat.bench.prompts import load_prompts
     from specchat.engine.events import SummaryEvent, TokenEvent
     from specchat.engine.session import ChatEngine
-    from specchat.models.loader import load_for_decoding
+    from specchat.models.loading.loader import load_for_decoding
 
     packed_make = native.qmat_from_tensors
 

@@ -24,7 +24,7 @@ from specchat.bench.prompts import load_prompts
 from specchat.engine.events import TokenEvent
 from specchat.engine.kv import CachedLM
 from specchat.engine.session import ChatEngine
-from specchat.models.loader import load_for_decoding
+from specchat.models.loading.loader import load_for_decoding
 
 
 def count_choices(per_category: int, tokens: int) -> dict[str, Counter[str]]:

@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 
 from specchat.kernels import load
-from specchat.models.gguf_check import read_gguf
-from specchat.models.packed import _gguf_companions
-from specchat.models.packed_stream import HEADER_ROOM, StreamedSafetensors
-from specchat.models.packing import pack_gguf
+from specchat.models.compute.packed import _gguf_companions
+from specchat.models.compute.packed_stream import HEADER_ROOM, StreamedSafetensors
+from specchat.models.compute.packing import pack_gguf
+from specchat.models.gguf.check import read_gguf
 
 
 class Dropped:

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     from specchat.bench.llamacpp_peer import LlamaServer, find_server, parse_completion, server_version
     from specchat.bench.peer_text import TOP, compare, describe, float_model, our_log_probs, their_log_probs
     from specchat.engine.session import ChatEngine
-    from specchat.models.loader import load_for_decoding
+    from specchat.models.loading.loader import load_for_decoding
 
     torch.set_num_threads(args.threads)
     pair = load_for_decoding(str(args.gguf), None, cpu_path="auto")

@@ -58,8 +58,8 @@ def find_server(folder: Path) -> Path:
 def gguf_for(spec: str) -> Path:
     """The GGUF file llama.cpp should load for a model the bench was given (the very file specchat
     converted its weights from): a packaged model's verified, assembled GGUF, or a .gguf path."""
-    from specchat.models.assemble import packaged_gguf
-    from specchat.models.resolve import resolve_spec
+    from specchat.models.names.assemble import packaged_gguf
+    from specchat.models.names.resolve import resolve_spec
 
     resolved = resolve_spec(spec)
     if resolved.kind == "packaged" and resolved.packaged is not None:

@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     from specchat.engine.events import TokenEvent
     from specchat.engine.session import ChatEngine, Controls
     from specchat.kernels import variant
-    from specchat.models.loader import load_for_decoding
+    from specchat.models.loading.loader import load_for_decoding
 
     torch.set_num_threads(args.threads)
     pair = load_for_decoding(str(args.gguf), None, cpu_path="auto")

@@ -141,7 +141,7 @@ def make_plan(
     """The plan of the bench's options, each checked that can be without torch or models."""
     from specchat.bench.prompts import load_prompts
     from specchat.engine.sampling import SamplingParams
-    from specchat.models.cpu_quant import parse_cpu_path
+    from specchat.models.compute.cpu_quant import parse_cpu_path
 
     sweep = parse_gammas(gammas or (QUICK_GAMMAS if quick else FULL_GAMMAS), "--gammas")
     default_hf = QUICK_HF_GAMMAS if quick else ",".join(map(str, sweep))
@@ -376,7 +376,7 @@ def make_check_plan(
     """The check's plan, each option checked that can be without torch or models."""
     from specchat.bench.prompts import load_prompts
     from specchat.engine.gamma import check_gamma
-    from specchat.models.cpu_quant import parse_cpu_path
+    from specchat.models.compute.cpu_quant import parse_cpu_path
 
     check_gamma(start_gamma)
     prompts = load_prompts(

@@ -342,7 +342,7 @@ def _write_json(path: Path, data: object) -> None:
 def _kernels_named(path_used: str) -> str:
     """ " on avx2 kernels" where the pair ran on specchat's kernels: which variant was checked."""
     from specchat.kernels import variant
-    from specchat.models.cpu_quant import parse_cpu_path
+    from specchat.models.compute.cpu_quant import parse_cpu_path
 
     try:
         native = parse_cpu_path(path_used).native

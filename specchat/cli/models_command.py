@@ -49,7 +49,7 @@ def models(
     using it) or something found damaged; 2 a bad name, kind or file.
     """
     from specchat.models import list_models
-    from specchat.models.cache import human_bytes
+    from specchat.models.cache.paths import human_bytes
 
     if gguf_file is not None:
         if clear_name or verify_name or kinds:
@@ -81,7 +81,7 @@ def models(
 def _describe_file(path: Path) -> None:
     """Print what the GGUF at ``path`` holds; a path that is not a readable GGUF is one line."""
     from specchat.files import require_regular_file
-    from specchat.models.gguf_report import describe_gguf, report_lines
+    from specchat.models.gguf.report import describe_gguf, report_lines
 
     try:
         require_regular_file(path)
@@ -94,7 +94,7 @@ def _describe_file(path: Path) -> None:
     for line in report_lines(report):
         click.echo(line)
     if report.problem is None:
-        from specchat.models.first_start import estimate, estimate_lines
+        from specchat.models.compute.first_start import estimate, estimate_lines
 
         for line in estimate_lines(estimate(report.size, report.packed_size)):
             click.echo(line)
@@ -117,8 +117,8 @@ def _kernels_line() -> str:
 
 
 def _print_cache_usage() -> None:
-    from specchat.models.cache import cache_dir, human_bytes
-    from specchat.models.usage import UNFINISHED, cache_items, usage
+    from specchat.models.cache.paths import cache_dir, human_bytes
+    from specchat.models.cache.usage import UNFINISHED, cache_items, usage
 
     root = cache_dir()
     items = cache_items()
@@ -147,7 +147,7 @@ def _chosen_items(name: str, kinds: tuple[str, ...]) -> list[Any]:
     """The cache items NAME (or all) and --kind mean; a name or kind that matches nothing is a user
     error, except a packaged model with nothing cached yet."""
     from specchat.models import PACKAGED
-    from specchat.models.usage import UNFINISHED, cache_items, select, usage
+    from specchat.models.cache.usage import UNFINISHED, cache_items, select, usage
 
     items = cache_items()
     owners = [row.owner for row in usage(items)[1] if row.owner != UNFINISHED]
@@ -165,8 +165,8 @@ def _chosen_items(name: str, kinds: tuple[str, ...]) -> list[Any]:
 
 
 def _clear_cache(name: str, kinds: tuple[str, ...], yes: bool) -> int:
-    from specchat.models.cache import human_bytes
-    from specchat.models.usage import clear
+    from specchat.models.cache.paths import human_bytes
+    from specchat.models.cache.usage import clear
 
     chosen = _chosen_items(name, kinds)
     if not chosen:
@@ -200,8 +200,8 @@ def _clear_cache(name: str, kinds: tuple[str, ...], yes: bool) -> int:
 
 
 def _verify_cache(name: str, kinds: tuple[str, ...]) -> int:
-    from specchat.models.cache_writes import EntryBusy, entry_lock
-    from specchat.models.usage import LAYOUT_ONLY, NOT_CHECKED, clear, verifiable, verify
+    from specchat.models.cache.usage import LAYOUT_ONLY, NOT_CHECKED, clear, verifiable, verify
+    from specchat.models.cache.writes import EntryBusy, entry_lock
 
     damaged = 0
     for item in verifiable(_chosen_items(name, kinds)):

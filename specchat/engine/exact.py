@@ -18,7 +18,7 @@ from specchat.engine import sampling
 from specchat.engine.kv import CachedLM
 from specchat.errors import InvalidSettingError
 from specchat.kernels import invariant
-from specchat.models.rows import ROWS_ALONE_FLAG, one_row_at_a_time
+from specchat.models.compute.rows import ROWS_ALONE_FLAG, one_row_at_a_time
 
 MODES = ("fast", "exact")
 

@@ -1,4 +1,4 @@
-"""What the two fast forwards share (the lean PyTorch forward, :mod:`specchat.models.lean`, and the
+"""What the two fast forwards share (the lean PyTorch forward, :mod:`specchat.models.compute.lean`, and the
 native one on specchat's kernels, :mod:`specchat.kernels.native`): their K/V cache, their output,
 and :class:`DecodingLM`, the calls :class:`specchat.engine.kv.CachedLM` makes of either.
 """

@@ -1,6 +1,6 @@
 """NativeCausalLM: a decoder of any of the supported families run entirely by qgemm.cpp, on
 block-quantized weights; PackedModel, the plain tensors it runs on (made by
-:mod:`specchat.models.packing` from a GGUF file or a Hugging Face model, stored by the packed cache).
+:mod:`specchat.models.compute.packing` from a GGUF file or a Hugging Face model, stored by the packed cache).
 
 The whole forward (embedding lookup, norms, rotary attention, MLP, head) runs in C++ with the GIL
 released, so a decoding step costs the weights' bytes and little else. Every row of a pass is
@@ -8,7 +8,7 @@ computed exactly as a one-row pass computes it (see qgemm.cpp), so speculative d
 model reproduces plain decoding on it bit for bit.
 
 It answers the calls :class:`specchat.engine.kv.CachedLM` makes, like the lean forward
-(:mod:`specchat.models.lean`): ``model(input_ids=…, cache=…, logits_to_keep=n)`` returning
+(:mod:`specchat.models.compute.lean`): ``model(input_ids=…, cache=…, logits_to_keep=n)`` returning
 ``.logits`` and ``.cache``, plus ``config``, ``device``, ``generation_config`` and
 ``get_output_embeddings``.
 """
@@ -149,7 +149,7 @@ class MatrixMeta:
 
 class MatrixSink(Protocol):
     """Where a streamed packing puts each matrix's arrays instead of keeping them (the packed
-    cache's file writer, specchat.models.packed_stream)."""
+    cache's file writer, specchat.models.compute.packed_stream)."""
 
     def write_rows(self, name: str, rows: np.ndarray, first: int, total: int) -> None:
         """Rows ``first``… of the array ``name``, which has ``total`` rows in all (its other

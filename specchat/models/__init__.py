@@ -10,29 +10,29 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from specchat.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET, PACKAGED
+from specchat.models.names.catalog import DEFAULT_DRAFT, DEFAULT_TARGET, PACKAGED
 from specchat.models.records import DecodingPair, LoadedModel, LoadProgress, ModelInfo, ProgressCallback
 
 if TYPE_CHECKING:
-    from specchat.models.cache import cache_dir
-    from specchat.models.compat import check_tokenizers_compatible
-    from specchat.models.device import resolve_device, resolve_dtype
-    from specchat.models.hf_loading import load_model
-    from specchat.models.listing import list_models
-    from specchat.models.loader import load_for_decoding, load_pair
+    from specchat.models.cache.listing import list_models
+    from specchat.models.cache.paths import cache_dir
+    from specchat.models.loading.compat import check_tokenizers_compatible
+    from specchat.models.loading.device import resolve_device, resolve_dtype
+    from specchat.models.loading.hf import load_model
+    from specchat.models.loading.loader import load_for_decoding, load_pair
 
 _HEAVY = {
-    # Light, but it brings platformdirs: the engine's GPU probe imports specchat.models.rows on a
+    # Light, but it brings platformdirs: the engine's GPU probe imports specchat.models.compute.rows on a
     # machine without it.
-    "cache_dir": "specchat.models.cache",
-    "load_model": "specchat.models.hf_loading",
-    "load_pair": "specchat.models.loader",
-    "load_for_decoding": "specchat.models.loader",
-    "resolve_device": "specchat.models.device",
-    "resolve_dtype": "specchat.models.device",
-    "check_tokenizers_compatible": "specchat.models.compat",
+    "cache_dir": "specchat.models.cache.paths",
+    "load_model": "specchat.models.loading.hf",
+    "load_pair": "specchat.models.loading.loader",
+    "load_for_decoding": "specchat.models.loading.loader",
+    "resolve_device": "specchat.models.loading.device",
+    "resolve_dtype": "specchat.models.loading.device",
+    "check_tokenizers_compatible": "specchat.models.loading.compat",
     # Not heavy, but listing reads the packed cache's format: loaded on first use like the rest.
-    "list_models": "specchat.models.listing",
+    "list_models": "specchat.models.cache.listing",
 }
 
 __all__ = [

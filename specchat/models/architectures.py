@@ -1,7 +1,7 @@
 """The decoder architectures specchat knows, as data: one entry per family.
 
-GGUF packing (specchat.models.packing.pack_gguf), Hugging Face packing and the lean forward
-(specchat.models.lean.lean_supported) and ``specchat models FILE`` all read this table, so
+GGUF packing (specchat.models.compute.packing.pack_gguf), Hugging Face packing and the lean forward
+(specchat.models.compute.lean.lean_supported) and ``specchat models FILE`` all read this table, so
 adding a family is one entry here, plus a decoder branch when it needs arithmetic the C++ and
 lean decoders do not have yet (see docs/extending.md, "Adding an architecture").
 

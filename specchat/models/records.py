@@ -57,7 +57,7 @@ class DecodingPair:
     """What an engine decodes with: the target, the draft (if any) and the kernels they run on."""
 
     target: Any
-    """A transformers causal LM, or its lean CPU wrapper (see specchat.models.lean)."""
+    """A transformers causal LM, or its lean CPU wrapper (see specchat.models.compute.lean)."""
     draft: Any | None
     tokenizer: PreTrainedTokenizerBase
     target_name: str

@@ -125,8 +125,8 @@ def test_cli_check_on_the_packaged_pair(tmp_path: Path, monkeypatch: pytest.Monk
     per category, every configuration. (The scalar variant, ten times slower, is held to the
     same bits as these on single matrices and tiny models in tests/kernels.)"""
     from specchat.kernels import ISA_ENV, cpu_supports
-    from specchat.models.assemble import is_installed
-    from specchat.models.catalog import PACKAGED
+    from specchat.models.names.assemble import is_installed
+    from specchat.models.names.catalog import PACKAGED
 
     if not all(is_installed(PACKAGED[n]) for n in ("qwen-coder-1.5b", "qwen-coder-0.5b")):
         pytest.skip("the packaged pair is not installed")

@@ -19,7 +19,7 @@ from specchat.engine.session import ChatEngine, Controls
 from specchat.errors import InvalidSettingError
 from specchat.kernels import cpu_supports
 from specchat.kernels.lm import LeanCache
-from specchat.models.cpu_quant import (
+from specchat.models.compute.cpu_quant import (
     CpuPath,
     PackedLinear,
     convert_linears,
@@ -27,7 +27,7 @@ from specchat.models.cpu_quant import (
     parse_cpu_path,
     prepare_cpu_pair,
 )
-from specchat.models.lean import LeanCausalLM
+from specchat.models.compute.lean import LeanCausalLM
 from specchat.testing import make_model, make_tokenizer, perturbed_copy
 from tests.typed import as_model
 

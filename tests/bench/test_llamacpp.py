@@ -300,8 +300,8 @@ LIVE_BUILD = default_build()
     LIVE_BUILD is None, reason="no llama.cpp build ($SPECCHAT_LLAMA_CPP or the default folder)"
 )
 def test_live_peer_on_the_packaged_pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from specchat.models.assemble import is_installed
-    from specchat.models.catalog import PACKAGED
+    from specchat.models.names.assemble import is_installed
+    from specchat.models.names.catalog import PACKAGED
 
     if not all(is_installed(PACKAGED[n]) for n in ("qwen-coder-1.5b", "qwen-coder-0.5b")):
         pytest.skip("the packaged pair is not installed")

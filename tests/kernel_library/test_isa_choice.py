@@ -8,8 +8,8 @@ import pytest
 
 import specchat.kernels as kernels
 from specchat.errors import InvalidSettingError
-from specchat.models.cpu_quant import FALLBACK_CPU_PATH, NATIVE_CPU_PATH
-from specchat.models.loader import choose_cpu_path
+from specchat.models.compute.cpu_quant import FALLBACK_CPU_PATH, NATIVE_CPU_PATH
+from specchat.models.loading.loader import choose_cpu_path
 from specchat.models.records import LoadProgress
 
 

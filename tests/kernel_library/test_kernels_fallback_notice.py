@@ -14,8 +14,8 @@ import specchat.kernels as kernels
 from specchat.errors import InvalidSettingError
 from specchat.kernels import KernelsUnavailable
 from specchat.kernels.library import Report
-from specchat.models.cpu_quant import FALLBACK_CPU_PATH, NATIVE_CPU_PATH
-from specchat.models.loader import choose_cpu_path
+from specchat.models.compute.cpu_quant import FALLBACK_CPU_PATH, NATIVE_CPU_PATH
+from specchat.models.loading.loader import choose_cpu_path
 from specchat.models.records import LoadProgress
 
 REASON = "/cache/kernels/specchat_qgemm.so is damaged (9,000 bytes where 2,500,000 were built)"

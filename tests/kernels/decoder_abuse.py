@@ -26,7 +26,7 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "gguf" / "llama-Q8_
 
 @cache
 def _packed() -> Any:
-    from specchat.models.packing import pack_gguf
+    from specchat.models.compute.packing import pack_gguf
 
     return pack_gguf(str(FIXTURE))
 

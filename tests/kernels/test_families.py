@@ -14,7 +14,7 @@ from specchat.engine.events import TokenEvent
 from specchat.engine.session import ChatEngine, Controls
 from specchat.kernels import cpu_supports
 from specchat.kernels.native import NativeCausalLM
-from specchat.models.packing import from_hf
+from specchat.models.compute.packing import from_hf
 from specchat.testing import make_tokenizer
 from tests.typed import as_model
 

@@ -10,7 +10,7 @@ from specchat.engine.sampling import SamplingParams, shape_probs
 from specchat.engine.session import ChatEngine, Controls
 from specchat.kernels.formats import Unpacked, quantize_q8
 from specchat.kernels.native import NativeCausalLM, native_model
-from specchat.models.packing import from_hf, pack_hf
+from specchat.models.compute.packing import from_hf, pack_hf
 from specchat.testing import make_model, make_tiny_pair, make_tokenizer, perturbed_copy
 from tests.engine.test_exactness import (
     ALPHA_LEVEL,
@@ -168,7 +168,7 @@ def test_the_native_and_the_lean_forward_are_one_kind_of_model() -> None:
     """Both fast forwards are DecodingLMs (mypy checks the assignments), and they grow and crop
     their caches alike: the engine drives either through the same calls."""
     from specchat.kernels.lm import DecodingLM, LeanCache
-    from specchat.models.lean import LeanCausalLM
+    from specchat.models.compute.lean import LeanCausalLM
 
     pair = make_tiny_pair(seed=0)
     models: list[DecodingLM] = [from_hf(pair.target, bits=8), LeanCausalLM(pair.target)]

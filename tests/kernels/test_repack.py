@@ -14,7 +14,7 @@ import pytest
 
 from specchat.kernels.formats import pack
 from specchat.kernels.repack import NATIVE_TYPES, repack
-from specchat.models.packing import KEPT_TYPES
+from specchat.models.compute.packing import KEPT_TYPES
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "gguf"
 BLOCK = {

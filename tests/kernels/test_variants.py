@@ -14,7 +14,7 @@ import torch
 from specchat.kernels.formats import Unpacked, quantize_q4, quantize_q8, unpack_f16, unpack_f32, unpack_q5_k
 from specchat.kernels.native import NativeCausalLM
 from specchat.kernels.qlinear import QLinear
-from specchat.models.packing import from_hf
+from specchat.models.compute.packing import from_hf
 from specchat.testing import make_model, make_tokenizer
 from tests.kernels.conftest import use_variant
 from tests.kernels.test_formats import random_blocks

@@ -11,7 +11,7 @@ import pytest
 from gguf import GGMLQuantizationType
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
-from specchat.models.catalog import Chunk, PackagedModel
+from specchat.models.names.catalog import Chunk, PackagedModel
 from specchat.testing import TinyPair, make_tiny_pair, save_tiny_pair
 
 
@@ -152,7 +152,7 @@ def tiny_packaged(tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     It goes through exactly the path the real pair takes (assemble, verify, convert, load), in
     well under a second, so damage to every stage can be tried in CI.
     """
-    from specchat.models import assemble, catalog
+    from specchat.models.names import assemble, catalog
 
     whole = tiny_gguf.read_bytes()
     cuts = [0, len(whole) // 3, 2 * len(whole) // 3, len(whole)]

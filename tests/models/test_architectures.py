@@ -24,8 +24,8 @@ from specchat.models.architectures import (
     exact_context,
     fast_path_problem,
 )
-from specchat.models.lean import LeanCausalLM, lean_supported
-from specchat.models.packing import from_hf, pack_gguf
+from specchat.models.compute.lean import LeanCausalLM, lean_supported
+from specchat.models.compute.packing import from_hf, pack_gguf
 from specchat.testing import make_tokenizer
 from tests.models.conftest import write_tiny_gguf
 

@@ -1,7 +1,7 @@
 """GGUF files of the 32-weight block types and the float types run on the kernels at their own bits.
 
 Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, F16, BF16 and F32 are held exactly by a kernel format (see
-specchat.models.packing's KEPT_TYPES), so the packed target computes with the very weights
+specchat.models.compute.packing's KEPT_TYPES), so the packed target computes with the very weights
 llama.cpp reads from the file: its logits are those of the float model on the dequantized weights
 (within the error of int8 activations; none for the float types), every row of a pass is a
 one-row pass, and greedy speculation equals plain decoding.
@@ -21,7 +21,7 @@ from specchat.engine.events import TokenEvent
 from specchat.engine.session import ChatEngine, Controls
 from specchat.kernels import cpu_supports
 from specchat.kernels.native import NativeCausalLM, native_model
-from specchat.models.packing import from_hf, pack_gguf
+from specchat.models.compute.packing import from_hf, pack_gguf
 from specchat.testing import TinyPair, make_tiny_pair
 from tests.models.conftest import write_tiny_gguf
 from tests.typed import as_model

@@ -82,7 +82,7 @@ def reference(name: str) -> tuple[Any, Any]:
 @functools.cache
 def packed(name: str, mode: str = "gguf") -> Any:
     from specchat.kernels.native import native_model
-    from specchat.models.packing import pack_gguf
+    from specchat.models.compute.packing import pack_gguf
 
     return native_model(pack_gguf(str(FIXTURES / name), mode=mode), reference(name)[0].config)
 
@@ -203,8 +203,8 @@ def test_llama_server_gives_the_same_log_probabilities_and_greedy_tokens(name: s
 def test_the_file_stays_at_its_own_bits_and_the_report_sizes_its_pack(entry: dict[str, Any]) -> None:
     """What `specchat models FILE` promises before packing (the kernel format of each type, the
     packed size, tied heads included) is what packing the file gives."""
-    from specchat.models.gguf_report import KERNEL_FORMAT, describe_gguf
-    from specchat.models.packing import pack_gguf
+    from specchat.models.compute.packing import pack_gguf
+    from specchat.models.gguf.report import KERNEL_FORMAT, describe_gguf
 
     path = FIXTURES / entry["file"]
     target = pack_gguf(str(path), mode="gguf")

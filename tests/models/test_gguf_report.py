@@ -8,8 +8,8 @@ import pytest
 from gguf import GGMLQuantizationType
 
 from specchat.errors import ModelLoadError
-from specchat.models.gguf_report import describe_gguf, report_lines
-from specchat.models.packing import pack_gguf
+from specchat.models.compute.packing import pack_gguf
+from specchat.models.gguf.report import describe_gguf, report_lines
 from specchat.testing import TinyPair
 from tests.models.conftest import write_tiny_gguf
 
@@ -112,7 +112,12 @@ def test_models_file_says_what_a_first_start_costs_at_this_machines_packing_rate
     from click.testing import CliRunner
 
     from specchat.cli import main
-    from specchat.models.first_start import FIXED_SECONDS, REFERENCE_RATE, estimate, record_packing_rate
+    from specchat.models.compute.first_start import (
+        FIXED_SECONDS,
+        REFERENCE_RATE,
+        estimate,
+        record_packing_rate,
+    )
 
     path = write_tiny_gguf(tiny_pair.target, tiny_pair.tokenizer, tmp_path / "t.gguf")
     report = describe_gguf(path)

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from specchat.errors import ModelLoadError
-from specchat.models.cache import safe_entry_name
-from specchat.models.gguf_check import lazy_gguf_reading, read_gguf
-from specchat.models.gguf_shape import decoder_dims
-from specchat.models.manifest import record_files
-from specchat.models.packed import WEIGHTS, PackRecipe, load_native, packed_dir
+from specchat.models.cache.manifest import record_files
+from specchat.models.cache.paths import safe_entry_name
+from specchat.models.compute.packed import WEIGHTS, PackRecipe, load_native, packed_dir
+from specchat.models.gguf.check import lazy_gguf_reading, read_gguf
+from specchat.models.gguf.shape import decoder_dims
+from specchat.models.names.resolve import resolve_spec
 from specchat.models.records import LoadProgress
-from specchat.models.resolve import resolve_spec
 from tests.hostile_gguf import FIXTURES, LLAMA, OSC52_BEL, U8, Gguf, array, cases
 
 CASES = {case.name: case for case in cases()}

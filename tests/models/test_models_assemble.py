@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from specchat.errors import ModelLoadError, ModelNotFoundError
-from specchat.models import assemble
-from specchat.models import cache_writes as store
-from specchat.models.assemble import chunk_paths, packaged_gguf
-from specchat.models.cache import gguf_dir
-from specchat.models.catalog import PACKAGED, Chunk, PackagedModel
+from specchat.models.cache import writes as store
+from specchat.models.cache.paths import gguf_dir
+from specchat.models.names import assemble
+from specchat.models.names.assemble import chunk_paths, packaged_gguf
+from specchat.models.names.catalog import PACKAGED, Chunk, PackagedModel
 from specchat.models.records import LoadProgress
 
 

@@ -11,10 +11,11 @@ from click.testing import CliRunner
 from filelock import FileLock
 
 from specchat.cli import main
-from specchat.models import cache_writes as store
-from specchat.models import load_model, manifest
-from specchat.models.cache import cache_dir, converted_dir, gguf_dir, human_bytes
-from specchat.models.catalog import PackagedModel
+from specchat.models import load_model
+from specchat.models.cache import manifest
+from specchat.models.cache import writes as store
+from specchat.models.cache.paths import cache_dir, converted_dir, gguf_dir, human_bytes
+from specchat.models.names.catalog import PackagedModel
 from specchat.models.records import LoadProgress
 
 IDS = torch.tensor([[1, 5, 9, 20, 7, 3]])

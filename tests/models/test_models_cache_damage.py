@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from specchat.models import load_model
-from specchat.models.cache import CONVERTED_MARKER, converted_dir, gguf_dir
-from specchat.models.catalog import PackagedModel
+from specchat.models.cache.paths import CONVERTED_MARKER, converted_dir, gguf_dir
+from specchat.models.names.catalog import PackagedModel
 from specchat.models.records import LoadProgress
 
 IDS = torch.tensor([[1, 5, 9, 20, 7, 3]])

@@ -18,9 +18,9 @@ import pytest
 from click.testing import CliRunner
 
 from specchat.cli import main
-from specchat.models import assemble
-from specchat.models.cache import converted_dir, gguf_dir
-from specchat.models.catalog import PackagedModel
+from specchat.models.cache.paths import converted_dir, gguf_dir
+from specchat.models.names import assemble
+from specchat.models.names.catalog import PackagedModel
 
 FIX = "set SPECCHAT_CACHE_DIR to a folder specchat can write to"
 

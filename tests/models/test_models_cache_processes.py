@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from specchat.models import cache_writes as store
 from specchat.models import load_model
-from specchat.models.cache import CONVERTED_MARKER, converted_dir
+from specchat.models.cache import writes as store
+from specchat.models.cache.paths import CONVERTED_MARKER, converted_dir
 from specchat.models.records import LoadProgress
 
 if sys.platform == "win32":  # pragma: no cover
@@ -46,7 +46,7 @@ main()
 # Holds the conversion's lock, as a slow conversion does, until the file named by $GO exists.
 SLOW_CONVERSION = """
 import os, time
-from specchat.models import convert
+from specchat.models.gguf import convert
 original = convert._read_gguf
 def slow(*args, **kwargs):
     print("CONVERTING", flush=True)

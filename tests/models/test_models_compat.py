@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specchat.errors import TokenizerMismatchError
-from specchat.models.compat import check_tokenizers_compatible
+from specchat.models.loading.compat import check_tokenizers_compatible
 from specchat.testing import CHARS, make_tokenizer
 
 

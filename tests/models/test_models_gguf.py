@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from specchat.errors import ModelLoadError
-from specchat.models import convert, load_model
-from specchat.models.cache import CONVERTED_MARKER, converted_dir
-from specchat.models.gguf_check import check_gguf
+from specchat.models import load_model
+from specchat.models.cache.paths import CONVERTED_MARKER, converted_dir
+from specchat.models.gguf import convert
+from specchat.models.gguf.check import check_gguf
 from specchat.models.records import LoadProgress
 from specchat.testing import TinyPair
 

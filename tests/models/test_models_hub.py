@@ -10,7 +10,7 @@ from huggingface_hub.errors import LocalEntryNotFoundError
 
 from specchat.errors import ModelNotFoundError
 from specchat.models import load_model
-from specchat.models.hub import hub_folder
+from specchat.models.names.hub import hub_folder
 
 
 def fake_hub(monkeypatch: pytest.MonkeyPatch, *, cached: Path | None, online: Exception | Path) -> list[bool]:

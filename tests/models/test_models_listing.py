@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from specchat.models import assemble, list_models
-from specchat.models.cache import CONVERTED_MARKER, converted_dir
-from specchat.models.catalog import PACKAGED
+from specchat.models import list_models
+from specchat.models.cache.paths import CONVERTED_MARKER, converted_dir
+from specchat.models.names import assemble
+from specchat.models.names.catalog import PACKAGED
 
 
 def test_packaged_models_are_listed_in_order(monkeypatch: pytest.MonkeyPatch) -> None:

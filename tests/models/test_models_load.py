@@ -11,7 +11,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from specchat.errors import InvalidSettingError, ModelLoadError, OutOfMemoryError, TokenizerMismatchError
-from specchat.models import load_for_decoding, load_model, load_pair, quant
+from specchat.models import load_for_decoding, load_model, load_pair
+from specchat.models.compute import quant
 from specchat.models.records import LoadProgress
 from specchat.testing import CHARS, TinyPair, make_model, make_tokenizer
 
@@ -126,7 +127,7 @@ def test_running_out_of_memory_gives_a_hint(
 
 @pytest.mark.parametrize("cpu_path", ["auto", "int8/dyn8+head32768"])
 def test_load_for_decoding_prepares_cpu_kernels(tiny_folders: tuple[Path, Path], cpu_path: str) -> None:
-    from specchat.models.cpu_quant import NATIVE_CPU_PATH
+    from specchat.models.compute.cpu_quant import NATIVE_CPU_PATH
 
     expected = NATIVE_CPU_PATH if cpu_path == "auto" else cpu_path
     events: list[LoadProgress] = []

@@ -8,8 +8,8 @@ from typing import Any, cast
 import pytest
 
 from specchat.models import load_pair
-from specchat.models.assemble import is_installed
-from specchat.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET, PACKAGED
+from specchat.models.names.assemble import is_installed
+from specchat.models.names.catalog import DEFAULT_DRAFT, DEFAULT_TARGET, PACKAGED
 
 
 def input_ids(encoded: object) -> list[int]:
@@ -50,7 +50,7 @@ def test_the_real_packed_tokenizers_read_straight_from_their_files_are_autotoken
     from transformers import AutoTokenizer
 
     from specchat.bench.prompts import load_prompts
-    from specchat.models.packed import load_tokenizer, packed_dir
+    from specchat.models.compute.packed import load_tokenizer, packed_dir
     from tests.models.test_packed import assert_same_tokenizer
 
     folders = [f for f in packed_dir().glob("qwen*") if (f / "tokenizer.json").is_file()]

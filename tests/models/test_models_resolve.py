@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from specchat.errors import ModelLoadError, ModelNotFoundError
-from specchat.models.cache import CONVERTED_MARKER, converted_dir
-from specchat.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET, PACKAGED
-from specchat.models.resolve import resolve_spec
+from specchat.models.cache.paths import CONVERTED_MARKER, converted_dir
+from specchat.models.names.catalog import DEFAULT_DRAFT, DEFAULT_TARGET, PACKAGED
+from specchat.models.names.resolve import resolve_spec
 
 
 def assert_one_line(err: pytest.ExceptionInfo[Exception]) -> str:

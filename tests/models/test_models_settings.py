@@ -10,7 +10,7 @@ import torch
 
 from specchat.errors import InvalidSettingError
 from specchat.models import resolve_device
-from specchat.models.device import resolve_dtype
+from specchat.models.loading.device import resolve_dtype
 
 
 def test_auto_and_cpu() -> None:

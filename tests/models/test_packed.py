@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from specchat.kernels import cpu_supports
-from specchat.models.cache import CONVERTED_MARKER
-from specchat.models.packed import (
+from specchat.models.cache.paths import CONVERTED_MARKER
+from specchat.models.compute.packed import (
     FORMAT_VERSION,
     WEIGHTS,
     PackRecipe,
@@ -21,7 +21,7 @@ from specchat.models.packed import (
     load_tokenizer,
     packed_dir,
 )
-from specchat.models.packing import from_hf
+from specchat.models.compute.packing import from_hf
 from specchat.models.records import LoadProgress
 from specchat.testing import TinyPair
 
@@ -196,9 +196,9 @@ def test_a_gguf_streamed_into_the_cache_holds_what_packing_in_memory_gives(
 ) -> None:
     """Packing a range of rows at a time, written straight into the file (64-byte aligned, the
     gaps held by pad tensors), gives every array a whole-model packing in memory gives."""
-    import specchat.models.packing as packing
-    from specchat.models.packed import _mapped_weights
-    from specchat.models.packed_stream import ALIGN
+    import specchat.models.compute.packing as packing
+    from specchat.models.compute.packed import _mapped_weights
+    from specchat.models.compute.packed_stream import ALIGN
 
     monkeypatch.setattr(packing, "PACK_ROWS", rows_at_a_time)  # the tiny vocabulary is 3+ ranges of 16
     folder = load_native(str(tiny_gguf), PackRecipe("gguf")).folder
@@ -226,7 +226,7 @@ def test_a_packing_stopped_midway_leaves_no_copy_and_the_next_start_packs(tiny_g
 
 
 def test_packing_says_the_time_left_once_two_layers_give_a_rate(monkeypatch: pytest.MonkeyPatch) -> None:
-    import specchat.models.packed as packed
+    import specchat.models.compute.packed as packed
 
     clock = iter([100.0, 130.0])  # layer 1 done at 100 s, layer 2 at 130 s: 30 s a layer
     monkeypatch.setattr(packed.time, "monotonic", lambda: next(clock, 200.0))
@@ -247,7 +247,7 @@ def test_packing_says_the_time_left_once_two_layers_give_a_rate(monkeypatch: pyt
 def test_native_packing_gives_numpys_packed_model(fixture: str) -> None:
     """The native repacking, q and k of a Llama unpermuted through its row order included, packs
     every array numpy packs, to the byte."""
-    from specchat.models.packing import pack_gguf
+    from specchat.models.compute.packing import pack_gguf
 
     path = Path(__file__).parents[1] / "fixtures" / "gguf" / fixture
     native, reference = pack_gguf(str(path), native=True), pack_gguf(str(path), native=False)
@@ -266,7 +266,7 @@ def test_a_failed_write_of_the_packed_file_is_raised_to_the_packing(
 
     import numpy as np
 
-    from specchat.models import packed_stream
+    from specchat.models.compute import packed_stream
 
     def full(*_: Any) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specchat.models.convert import sync_eos_ids
+from specchat.models.gguf.convert import sync_eos_ids
 from specchat.testing import make_model, make_tokenizer
 
 

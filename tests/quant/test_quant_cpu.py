@@ -3,7 +3,7 @@
 The product's guarantee holds on a quantized target too: speculative output is distributed
 exactly as the quantized target's own (greedy: token for token). That needs each row of a
 verify pass computed bit for bit as a one-token pass computes it, which bitsandbytes' layers
-alone do not do (see specchat/models/quant.py); the loader makes them.
+alone do not do (see specchat/models/compute/quant.py); the loader makes them.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from specchat.engine.events import SummaryEvent
 from specchat.engine.session import ChatEngine, Controls
 from specchat.errors import InvalidSettingError
 from specchat.models import load_for_decoding, load_model
-from specchat.models.quant import CPU_NOTE
+from specchat.models.compute.quant import CPU_NOTE
+from specchat.models.compute.rows import batched_rows_are_exact
 from specchat.models.records import LoadedModel, LoadProgress
-from specchat.models.rows import batched_rows_are_exact
 from tests.engine.test_exactness import ALPHA_LEVEL, chi_square_p_value, sample_two_tokens
 from tests.quant.checks import CONTEXT, WIDTHS, exact_by_one_token_passes, row_mismatch, token_ids
 

@@ -15,7 +15,7 @@ rows; tests/quant keeps checking):
 
 On a CPU, :func:`compute_rows_alone` therefore makes every verify-sized pass (up to γ_max + 1 positions)
 of a quantized target run each of those layers once per row, and its attention row by row (as
-the CPU paths do, see :func:`specchat.models.rows.row_attention_forward`). Each row is
+the CPU paths do, see :func:`specchat.models.compute.rows.row_attention_forward`). Each row is
 then, by construction, the very computation a one-token pass makes. The one kind of layer kept
 batched is the 4-bit kernel of bitsandbytes' own CPU library (AVX512-BF16): it accumulates each
 row in its own registers, in the same order, whatever the number of rows (the tests check this

@@ -2,7 +2,7 @@
 bits where a kernel format holds them exactly) or a loaded Hugging Face model's (:func:`pack_hf`,
 quantized), into the :class:`~specchat.kernels.native.PackedModel` the native decoder runs on.
 The architecture table (:mod:`specchat.models.architectures`) says what each family needs; the
-GGUF validation layer (:mod:`specchat.models.gguf_check`, :mod:`specchat.models.gguf_shape`) has
+GGUF validation layer (:mod:`specchat.models.gguf.check`, :mod:`specchat.models.gguf.shape`) has
 checked a file before any of it is packed.
 """
 
@@ -63,10 +63,10 @@ def pack_hf(
     the architecture table (specchat.models.architectures) runs on the fast path.
 
     ``bits`` 4 quantizes every matrix to q4, 8 to q8; ``head_rows`` keeps only the first ids of
-    the output head (drafts only: see specchat.models.cpu_quant's narrow head); ``on_layer`` as
+    the output head (drafts only: see specchat.models.compute.cpu_quant's narrow head); ``on_layer`` as
     in :func:`pack_gguf`.
     """
-    from specchat.models.lean import lean_supported
+    from specchat.models.compute.lean import lean_supported
 
     reason = lean_supported(hf_model, for_kernels=True)
     if reason is not None:
@@ -317,8 +317,8 @@ def pack_gguf(
         raise ValueError(f"unknown packing mode {mode!r}")
     import gguf
 
-    from specchat.models.gguf_check import read_gguf
-    from specchat.models.gguf_shape import decoder_dims, gguf_problem
+    from specchat.models.gguf.check import read_gguf
+    from specchat.models.gguf.shape import decoder_dims, gguf_problem
 
     if source is None:
         source = read_gguf(Path(path))

@@ -18,15 +18,17 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from specchat.errors import ModelLoadError, ModelNotFoundError
-from specchat.models.assemble import packaged_gguf
-from specchat.models.cache import CONVERTED_MARKER, MISSING, CacheError
-from specchat.models.cache_writes import entry_lock, set_doing, sweep_partials
-from specchat.models.catalog import PACKAGED, PackagedModel
-from specchat.models.convert import convert, converted_folder, converted_problem, file_key, sync_eos_ids
-from specchat.models.device import resolve_device, resolve_dtype
+from specchat.models.cache.paths import CONVERTED_MARKER, MISSING, CacheError
+from specchat.models.cache.writes import entry_lock, set_doing, sweep_partials
+from specchat.models.compute.quant import check_quant, quant_config, quant_note
+from specchat.models.compute.rows import compute_rows_alone
 from specchat.models.errors_util import as_load_error, memory_guard, quiet_library_bars
-from specchat.models.hub import hub_folder
-from specchat.models.quant import check_quant, quant_config, quant_note
+from specchat.models.gguf.convert import convert, converted_folder, converted_problem, file_key, sync_eos_ids
+from specchat.models.loading.device import resolve_device, resolve_dtype
+from specchat.models.names.assemble import packaged_gguf
+from specchat.models.names.catalog import PACKAGED, PackagedModel
+from specchat.models.names.hub import hub_folder
+from specchat.models.names.resolve import Resolved, display_name, resolve_spec
 from specchat.models.records import (
     LoadedModel,
     LoadProgress,
@@ -36,8 +38,6 @@ from specchat.models.records import (
     emit,
     notice,
 )
-from specchat.models.resolve import Resolved, display_name, resolve_spec
-from specchat.models.rows import compute_rows_alone
 
 if TYPE_CHECKING:
     # Types only: transformers' modeling code costs seconds to import, and the packed CPU path
@@ -68,7 +68,7 @@ def load_model(
         # a CPU, where a one-row pass per verify row costs what it saves. On CUDA a verify pass
         # stays batched (one weight stream for γ+1 rows, so speculation can pay): its rows may
         # differ from one-token rows by rounding, which the pair's label says and the device
-        # probe measures (see specchat.models.quant).
+        # probe measures (see specchat.models.compute.quant).
         compute_rows_alone(model)
     source = resolved.location if resolved.kind == "hub" else str(folder)
     seconds = time.monotonic() - started

@@ -32,7 +32,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from specchat.models.cache import (
+from specchat.models.cache.paths import (
     LOCKS,
     PARTIAL,
     CacheError,

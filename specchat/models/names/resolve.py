@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Literal
 
 from specchat.errors import ModelLoadError, ModelNotFoundError
-from specchat.models.cache import converted_dir, is_converted
-from specchat.models.catalog import PACKAGED, PackagedModel
+from specchat.models.cache.paths import converted_dir, is_converted
+from specchat.models.names.catalog import PACKAGED, PackagedModel
 from specchat.untrusted import visible
 
 Kind = Literal["packaged", "folder", "gguf", "cached", "hub"]

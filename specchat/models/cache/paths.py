@@ -6,7 +6,7 @@ and an *entry* is one file or folder in it. Name an entry after the model it bel
 packaged name, then ``-`` and anything; or the assembled file's name): `specchat models` then
 lists and clears it under that model without knowing the kind. Hidden names are the cache's own
 bookkeeping: ``.locks/`` at the root, and ``.<entry>.partial-<random>`` beside an entry while it is
-being written (see specchat.models.cache_writes).
+being written (see specchat.models.cache.writes).
 """
 
 from __future__ import annotations

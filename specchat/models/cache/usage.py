@@ -1,7 +1,7 @@
 """What the model cache holds, per model and per kind, and clearing it safely.
 
 Nothing here knows the kinds: every visible folder under the cache root is one, and each entry in
-it is given to the model its name starts with (see specchat.models.cache). A kind added later shows
+it is given to the model its name starts with (see specchat.models.cache.paths). A kind added later shows
 up in `specchat models` and can be cleared without a change here.
 """
 
@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specchat.models.assemble import sha256_file
-from specchat.models.cache import CONVERTED_MARKER, PARTIAL, CacheError, cache_dir, kind_dirs
-from specchat.models.cache_writes import EntryBusy, disk_size, entry_lock, partial_entry, remove
-from specchat.models.catalog import PACKAGED
-from specchat.models.manifest import full_problem, safetensors_problem
+from specchat.models.cache.manifest import full_problem, safetensors_problem
+from specchat.models.cache.paths import CONVERTED_MARKER, PARTIAL, CacheError, cache_dir, kind_dirs
+from specchat.models.cache.writes import EntryBusy, disk_size, entry_lock, partial_entry, remove
+from specchat.models.names.assemble import sha256_file
+from specchat.models.names.catalog import PACKAGED
 
 UNFINISHED = "(unfinished)"
 """The owner shown for temporaries: a run was interrupted, or one is writing them right now."""

@@ -1,11 +1,11 @@
 """A GGUF model's dimensions, each checked against the tensors that hold it: the only place a GGUF's
 numbers become decoder dimensions.
 
-The second half of specchat's validation layer (the first, :mod:`specchat.models.gguf_check`,
+The second half of specchat's validation layer (the first, :mod:`specchat.models.gguf.check`,
 walks the bytes). A file whose metadata says 1024 heads while its query matrix holds 4, or whose
 embedding has 16 rows for a 320-token vocabulary, would make native code index past its buffers;
 here it gets one line naming the key, its value and what the tensors hold instead, before
-anything is packed, converted or run. Packing (:func:`specchat.models.packing.pack_gguf`),
+anything is packed, converted or run. Packing (:func:`specchat.models.compute.packing.pack_gguf`),
 ``specchat models FILE`` and the conversion for the stock path all take their dimensions from
 :func:`decoder_dims` (and :func:`check_metadata` for families the decoders do not know).
 """
@@ -19,7 +19,7 @@ from typing import Any
 
 from specchat.errors import ModelLoadError
 from specchat.models.architectures import BY_NAME, Architecture, fast_path_problem
-from specchat.models.gguf_check import ARRAY, FLOAT_TYPES, INTEGER_TYPES, STRING, TYPE_NAMES, GgufFile
+from specchat.models.gguf.check import ARRAY, FLOAT_TYPES, INTEGER_TYPES, STRING, TYPE_NAMES, GgufFile
 from specchat.untrusted import clipped, visible
 
 MAX_DIMENSION = 1 << 31

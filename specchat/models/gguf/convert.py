@@ -23,12 +23,18 @@ import torch
 
 from specchat.errors import ModelLoadError, SpecchatError
 from specchat.models.architectures import BY_NAME
-from specchat.models.cache import CONVERTED_MARKER, MISSING, cache_write_error, converted_dir, safe_entry_name
-from specchat.models.cache_writes import staged
+from specchat.models.cache.manifest import quick_problem, record_files, safetensors_problem
+from specchat.models.cache.paths import (
+    CONVERTED_MARKER,
+    MISSING,
+    cache_write_error,
+    converted_dir,
+    safe_entry_name,
+)
+from specchat.models.cache.writes import staged
 from specchat.models.errors_util import as_load_error, memory_guard, one_line, quiet_library_bars
-from specchat.models.gguf_check import lazy_gguf_reading, read_gguf
-from specchat.models.gguf_shape import check_metadata, decoder_dims
-from specchat.models.manifest import quick_problem, record_files, safetensors_problem
+from specchat.models.gguf.check import lazy_gguf_reading, read_gguf
+from specchat.models.gguf.shape import check_metadata, decoder_dims
 from specchat.models.records import LoadProgress, ProgressCallback, emit
 
 CPU = torch.device("cpu")

@@ -1,7 +1,7 @@
 """What a user's GGUF file holds, and whether specchat's fast path runs it: ``specchat models FILE``.
 
 Only the header is read (the tensors are never touched), so a 10 GB file is described in a
-moment. It goes through the same validation layer as a start (specchat.models.gguf_check, then
+moment. It goes through the same validation layer as a start (specchat.models.gguf.check, then
 gguf_shape), so a file ``generate`` would refuse is refused here with the same line. Every
 string taken from the file is made visible and clipped before it is shown: a file's name or
 architecture may hold terminal control sequences.
@@ -16,8 +16,8 @@ from pathlib import Path
 
 from specchat.kernels.formats import packed_bytes, super_block_for
 from specchat.models.architectures import BY_NAME
-from specchat.models.gguf_check import GgufFile, read_gguf
-from specchat.models.gguf_shape import check_metadata, decoder_dims, gguf_problem
+from specchat.models.gguf.check import GgufFile, read_gguf
+from specchat.models.gguf.shape import check_metadata, decoder_dims, gguf_problem
 from specchat.untrusted import clipped, visible
 
 GROUPS = {
@@ -40,7 +40,7 @@ KERNEL_FORMAT = {
     "F16": "f16", "BF16": "f32", "F32": "f32",
 }  # fmt: skip
 """GGUF types the target keeps at their own bits, and the kernel format each becomes (the
-packing rules are specchat.models.packing.KEPT_TYPES; every other type becomes q8;
+packing rules are specchat.models.compute.packing.KEPT_TYPES; every other type becomes q8;
 tests/models/test_gguf_fixtures.py holds the two to agree)."""
 
 SUPER_BLOCK = {"Q4_K": 256, "Q5_K": 256, "Q6_K": 256}
@@ -124,7 +124,7 @@ def describe_gguf(path: Path) -> GgufReport:
 
 def report_lines(report: GgufReport) -> list[str]:
     """The report as lines of plain text, each string from the file made visible."""
-    from specchat.models.cache import human_bytes
+    from specchat.models.cache.paths import human_bytes
 
     def shown(text: str) -> str:
         return visible(clipped(text, 120))

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import IO
 
 from specchat.errors import ModelLoadError, ModelNotFoundError
-from specchat.models.cache import MISSING, cache_write_error, gguf_dir
-from specchat.models.cache_writes import entry_lock, staged
-from specchat.models.catalog import PackagedModel
+from specchat.models.cache.paths import MISSING, cache_write_error, gguf_dir
+from specchat.models.cache.writes import entry_lock, staged
+from specchat.models.names.catalog import PackagedModel
 from specchat.models.records import LoadProgress, ProgressCallback, Waiter, emit, notice
 
 BLOCK = 8 << 20  # 8 MiB: large enough to stream at disk speed, small enough to report progress often

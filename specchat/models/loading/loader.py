@@ -1,7 +1,7 @@
 """load_pair / load_for_decoding: from the names the user typed to a pair ready to decode.
 
-One model's loading is :mod:`specchat.models.hf_loading`; the packed CPU path is
-:mod:`specchat.models.packed`.
+One model's loading is :mod:`specchat.models.loading.hf`; the packed CPU path is
+:mod:`specchat.models.compute.packed`.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from specchat.errors import InvalidSettingError
-from specchat.models.compat import check_tokenizers_compatible, tokenizer_difference
-from specchat.models.cpu_quant import CpuPath
-from specchat.models.device import resolve_device
+from specchat.models.compute.cpu_quant import CpuPath
+from specchat.models.compute.quant import check_quant
 from specchat.models.errors_util import as_load_error, memory_guard
-from specchat.models.hf_loading import load_model
-from specchat.models.quant import check_quant
+from specchat.models.loading.compat import check_tokenizers_compatible, tokenizer_difference
+from specchat.models.loading.device import resolve_device
+from specchat.models.loading.hf import load_model
 from specchat.models.records import (
     DecodingPair,
     LoadedModel,
@@ -101,7 +101,7 @@ def load_for_decoding(
     alone. Verification stays exact on every path: the target's rows are computed as a one-token
     pass computes them, so speculation reproduces plain decoding on the same kernels.
     """
-    from specchat.models.cpu_quant import parse_cpu_path, prepare_cpu_pair
+    from specchat.models.compute.cpu_quant import parse_cpu_path, prepare_cpu_pair
 
     chosen = choose_cpu_path(cpu_path, device, quant, progress)  # a typo fails before any loading
     if chosen is not None and chosen.native:
@@ -161,7 +161,7 @@ def choose_cpu_path(
     fails in one line naming the fix; the fbgemm int8 path runs only when asked for by name.
     """
     from specchat.kernels import KernelsUnavailable, is_built, load, slow_reason, variant
-    from specchat.models.cpu_quant import parse_cpu_path
+    from specchat.models.compute.cpu_quant import parse_cpu_path
 
     parse_cpu_path(cpu_path)
     torch_device = resolve_device(device)
@@ -187,7 +187,7 @@ def choose_cpu_path(
 def kernels_unavailable_line(cpu_path: str, err: Exception) -> str:
     """One line: why the kernels cannot run, and what the user can do instead."""
     from specchat.kernels import ISA_ENV
-    from specchat.models.cpu_quant import FALLBACK_CPU_PATH
+    from specchat.models.compute.cpu_quant import FALLBACK_CPU_PATH
 
     if os.environ.get(ISA_ENV, "").strip():
         return f"{err}."  # the user named an instruction set: running another would mislead them
@@ -203,7 +203,7 @@ def _load_native_pair(
     target: str, draft: str | None, path: CpuPath, progress: ProgressCallback | None, draft_optional: bool
 ) -> DecodingPair:
     """Both models on specchat's kernels, packed once into the cache and memory-mapped from there."""
-    from specchat.models.packed import PackRecipe, load_native
+    from specchat.models.compute.packed import PackRecipe, load_native
 
     started = time.monotonic()
     loaded = load_native(target, PackRecipe(path.target), progress)

@@ -10,9 +10,9 @@ single-token pass would, or greedy speculative output drifts from plain decoding
 same way. The target modes below have that property (checked in tests): fbgemm's fp16-weight
 GEMM (``fp16``) and per-row dynamic int8 (``int8``: exact int32 accumulation on fbgemm, one
 activation scale per row). Attention must be row-independent too: see
-:func:`specchat.models.rows.row_attention_forward` and :mod:`specchat.models.lean`. (Weight-only
-int4 was measured and dropped: torch's CPU int4 kernel is no faster than fbgemm int8 at one row
-and far slower with fp32 activations.)
+:func:`specchat.models.compute.rows.row_attention_forward` and
+:mod:`specchat.models.compute.lean`. (Weight-only int4 was measured and dropped: torch's CPU
+int4 kernel is no faster than fbgemm int8 at one row and far slower with fp32 activations.)
 fbgemm's stock dynamic int8 (``dyn8``) quantizes activations with one scale per *batch*, so
 its rows depend on their neighbours: it is offered for the draft only, where numerics only
 move the acceptance rate, never the output.
@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 from specchat.errors import InvalidSettingError
-from specchat.models.rows import use_row_attention
+from specchat.models.compute.rows import use_row_attention
 
 if TYPE_CHECKING:
     from specchat.kernels.native import NativeCausalLM
@@ -447,7 +447,7 @@ def prepare_cpu_pair(
     share every weight with the engine's models; their attention switches to row-by-row for
     short passes so that their own assisted decoding stays exact too.
     """
-    from specchat.models.lean import LeanCausalLM, lean_supported
+    from specchat.models.compute.lean import LeanCausalLM, lean_supported
 
     device = next(target.parameters()).device
     quantized = getattr(target, "hf_quantizer", None) is not None or getattr(target, "is_quantized", False)
@@ -457,7 +457,7 @@ def prepare_cpu_pair(
     if str(chosen) == "none":
         if device.type == "cpu" and not quantized:
             # MKL's fp32 GEMM sums a row differently in a batch: verify rows alone, as plain steps do.
-            from specchat.models.rows import compute_rows_alone
+            from specchat.models.compute.rows import compute_rows_alone
 
             compute_rows_alone(target)
         return CpuPair(target, draft, target, draft, "none", False)
@@ -485,7 +485,7 @@ def prepare_cpu_pair(
 
 def _native_pair(target: nn.Module, draft: nn.Module | None, path: CpuPath) -> CpuPair:
     """Loaded float models quantized for specchat's kernels ("gguf" means q8 here: no GGUF blocks)."""
-    from specchat.models.packing import from_hf
+    from specchat.models.compute.packing import from_hf
 
     def bits(mode: str) -> int:
         return 4 if mode == "q4" else 8

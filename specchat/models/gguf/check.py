@@ -12,7 +12,7 @@ elsewhere are stepped over, whatever they hold. transformers, which builds the c
 tokenizer, reads the file through :func:`lazy_gguf_reading`, which gives it the same view.
 
 :func:`read_gguf` is the structural half of specchat's one validation layer; the other half,
-:mod:`specchat.models.gguf_shape`, checks the metadata against the tensors' shapes and is the
+:mod:`specchat.models.gguf.shape`, checks the metadata against the tensors' shapes and is the
 only place a GGUF's numbers become decoder dimensions. Both raise :class:`ModelLoadError` with one
 line naming the file, the key or tensor, and what is wrong; the CLI exits 2 on it.
 """

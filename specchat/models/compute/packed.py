@@ -5,7 +5,7 @@ made); any other model is loaded once in float and quantized. The folder holds t
 (safetensors, memory-mapped on load, so a warm start reads only what decoding touches), the
 config, the generation config and the tokenizer, and a record of every file written (checked
 cheaply at every start, every byte by `specchat models --verify`). Writes follow the cache's
-rules (specchat.models.cache_writes): one writer per entry, staged and renamed into place, so a killed
+rules (specchat.models.cache.writes): one writer per entry, staged and renamed into place, so a killed
 or interrupted packing never leaves a folder that passes for a finished one.
 """
 
@@ -25,7 +25,8 @@ from typing import Any, TypeVar
 
 from specchat.errors import ModelLoadError
 from specchat.models.architectures import exact_context
-from specchat.models.cache import (
+from specchat.models.cache.manifest import quick_problem, record_files
+from specchat.models.cache.paths import (
     CONVERTED_MARKER,
     MISSING,
     cache_dir,
@@ -33,9 +34,8 @@ from specchat.models.cache import (
     human_bytes,
     safe_entry_name,
 )
-from specchat.models.cache_writes import entry_lock, set_doing, staged, sweep_partials
-from specchat.models.first_start import record_packing_rate
-from specchat.models.manifest import quick_problem, record_files
+from specchat.models.cache.writes import entry_lock, set_doing, staged, sweep_partials
+from specchat.models.compute.first_start import record_packing_rate
 from specchat.models.records import LoadProgress, ProgressCallback, Waiter, emit, notice
 
 T = TypeVar("T")
@@ -152,7 +152,7 @@ def _mapped_weights(path: Path) -> Any:
     from safetensors import safe_open
 
     from specchat.kernels.native import PackedModel
-    from specchat.models.packed_stream import is_pad
+    from specchat.models.compute.packed_stream import is_pad
 
     try:
         with safe_open(str(path), framework="pt") as handle:
@@ -264,7 +264,7 @@ def load_native(
     ``share_tokenizer``: another loaded model whose tokenizer is reused when the vocabularies are
     the same (a draft beside its target), saving a second tokenizer load at every start.
     """
-    from specchat.models.resolve import resolve_spec
+    from specchat.models.names.resolve import resolve_spec
 
     resolved = resolve_spec(spec)
     # What a killed packing left (a temporary of the packed size), before this start adds its own.
@@ -338,7 +338,7 @@ def _drop_superseded(folder: Path, name: str, recipe: PackRecipe, progress: Prog
 
 def _source_key(resolved: Any) -> str:
     """Changes whenever the source does, without reading it (a warm start touches no GGUF)."""
-    from specchat.models.convert import file_key
+    from specchat.models.gguf.convert import file_key
 
     if resolved.kind == "packaged":
         return f"packaged:{resolved.packaged.key}"
@@ -355,7 +355,7 @@ def _source_key(resolved: Any) -> str:
 def _source_gguf(resolved: Any, progress: ProgressCallback | None) -> Path | None:
     """The GGUF to pack from, checksummed first where specchat knows its sum (packing damaged
     blocks would cache them for good); None for a float model. pack_gguf checks every file."""
-    from specchat.models.assemble import packaged_gguf
+    from specchat.models.names.assemble import packaged_gguf
 
     if resolved.kind == "packaged":
         return packaged_gguf(resolved.packaged, progress, verify=True, wait=Waiter(resolved.name, progress))
@@ -369,10 +369,10 @@ def _pack_gguf(
 ) -> None:
     from transformers import GenerationConfig
 
+    from specchat.models.compute.packed_stream import HEADER_ROOM, StreamedSafetensors
+    from specchat.models.compute.packing import pack_gguf
     from specchat.models.errors_util import as_load_error
-    from specchat.models.gguf_check import read_gguf
-    from specchat.models.packed_stream import HEADER_ROOM, StreamedSafetensors
-    from specchat.models.packing import pack_gguf
+    from specchat.models.gguf.check import read_gguf
 
     with as_load_error(f"cannot pack {gguf} for the CPU kernels"):
         source = read_gguf(gguf)  # the validation layer's walk: what transformers reads is within its caps
@@ -419,7 +419,7 @@ def _gguf_companions(gguf: Path) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoTokenizer
 
     from specchat.models.errors_util import as_load_error
-    from specchat.models.gguf_check import lazy_gguf_reading
+    from specchat.models.gguf.check import lazy_gguf_reading
 
     with as_load_error(f"cannot read the config and tokenizer of {gguf}"), lazy_gguf_reading():
         config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -480,9 +480,9 @@ def time_left(seconds: float) -> str:
 def _pack_float(
     spec: str, name: str, recipe: PackRecipe, folder: Path, progress: ProgressCallback | None
 ) -> None:
+    from specchat.models.compute.packing import pack_hf
     from specchat.models.errors_util import as_load_error
-    from specchat.models.hf_loading import load_model
-    from specchat.models.packing import pack_hf
+    from specchat.models.loading.hf import load_model
 
     loaded = load_model(spec, device="cpu", dtype="float32", progress=progress)
     bits = 8 if recipe.mode in ("gguf", "q8") else 4
@@ -505,7 +505,7 @@ def _sync_eos(config: Any, generation: Any, tokenizer: Any, rows: int) -> None:
     """The stop tokens a GGUF model may end a reply with (see convert.sync_eos_ids)."""
     from types import SimpleNamespace
 
-    from specchat.models.convert import sync_eos_ids
+    from specchat.models.gguf.convert import sync_eos_ids
 
     head = SimpleNamespace(weight=SimpleNamespace(shape=(rows,)))
     stand_in = SimpleNamespace(

@@ -1,6 +1,6 @@
 """A lean decoding forward for Llama-style models (Llama, Qwen2, Mistral without sliding window).
 
-On a CPU, once the weights are int8 (see :mod:`specchat.models.cpu_quant`), a 0.5B draft spends
+On a CPU, once the weights are int8 (see :mod:`specchat.models.compute.cpu_quant`), a 0.5B draft spends
 about as long in Python around the GEMMs (module calls, mask and rotary plumbing, output
 classes, a cache that concatenates on every step) as in the GEMMs themselves, which inflates c,
 the draft's cost relative to the target's. This module runs the same layers, the same weights

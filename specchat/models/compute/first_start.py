@@ -1,6 +1,6 @@
 """What a GGUF's first start will cost on this machine: time, memory and disk.
 
-A first start packs the file into the cache (specchat.models.packed); the time is the file's size
+A first start packs the file into the cache (specchat.models.compute.packed); the time is the file's size
 at the packing rate this machine last showed (each GGUF packing records it in the cache), or, before
 any, the rate measured on the reference VM. Memory: packing streams a tensor at a time, so the peak
 is that of running the packed copy afterwards, whose pages decoding touches all of: the packed
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from specchat.cache_root import cache_dir
 from specchat.files import write_atomic
-from specchat.models.cache import human_bytes
+from specchat.models.cache.paths import human_bytes
 
 RATE_FILE = "packing-rate-native.json"
 """Named anew when packing went native (rates recorded by numpy's packing, 4-5x slower, are not read)."""
