@@ -122,7 +122,7 @@ struct Decoder {
     for (int64_t m = 0; m < M; ++m) {
       const float* r = x + m * ld;
       const float inv = 1.f / std::sqrt(dot(r, r, width) / static_cast<float>(width) + static_cast<float>(eps));
-      const F16 vinv = f_set1(inv);
+      const F32x16 vinv = f_set1(inv);
       for (int64_t i = 0; i < width; i += 16)
         f_store(out + m * ld + i, f_mul(f_load(w + i), f_mul(f_load(r + i), vinv)));
     }
@@ -169,10 +169,10 @@ struct Decoder {
 
   template <int NV>
   static void weigh_in_registers(const float* w, float scale, const float* v, int64_t p0, int64_t p1, float* o) {
-    F16 acc[NV];
+    F32x16 acc[NV];
     for (int j = 0; j < NV; ++j) acc[j] = f_load(o + j * 16);
     for (int64_t p = p0; p < p1; ++p) {
-      const F16 vw = f_set1(w[p] * scale);
+      const F32x16 vw = f_set1(w[p] * scale);
       for (int j = 0; j < NV; ++j) acc[j] = f_fmadd(vw, f_load(v + p * NV * 16 + j * 16), acc[j]);
     }
     for (int j = 0; j < NV; ++j) f_store(o + j * 16, acc[j]);
@@ -181,8 +181,8 @@ struct Decoder {
   // scores[p] = exp(scores[p] - peak) for p < seen; returns their sum, over 16 lanes in a fixed
   // order. `scores` holds whole vectors; lanes past `seen` add nothing to the sum.
   static float exponentiate(float* scores, int64_t seen, float peak) {
-    const F16 vpeak = f_set1(peak);
-    F16 sums = f_zero();
+    const F32x16 vpeak = f_set1(peak);
+    F32x16 sums = f_zero();
     for (int64_t p = 0; p < seen; p += 16) {
       const int64_t lanes = std::min<int64_t>(16, seen - p);
       std::fill(scores + p + lanes, scores + p + 16, peak);  // any finite value: its lane is dropped
@@ -260,7 +260,7 @@ struct Decoder {
     // 1. Embed: each new id's row of the embedding (scaled, for Gemma).
     for (int64_t m = 0; m < M; ++m) dequantize_row(*embed, id[m], h.data() + m * hidden);
     if (embed_scale != 1.f) {
-      const F16 scale = f_set1(embed_scale);
+      const F32x16 scale = f_set1(embed_scale);
       for (int64_t i = 0; i < M * hidden; i += 16) f_store(h.data() + i, f_mul(f_load(h.data() + i), scale));
     }
     // 2. The rotary tables of the new positions (global, and the local layers' own frequencies).
@@ -321,8 +321,8 @@ struct Decoder {
       // 3g. act = SiLU(gate) · up (GELU for Gemma's GeGLU).
       for (int64_t m = 0; m < M; ++m)
         for (int64_t i = 0; i < inter; i += 16) {
-          const F16 g = f_load(gate.data() + m * g_ld + i);
-          const F16 u = f_load(up.data() + m * u_ld + i);
+          const F32x16 g = f_load(gate.data() + m * g_ld + i);
+          const F32x16 u = f_load(up.data() + m * u_ld + i);
           f_store(act.data() + m * inter + i, f_mul(gelu ? gelu16(g) : silu16(g), u));
         }
       // 3h. The down projection (normalized where the family says so) joins the residual stream.
@@ -346,13 +346,13 @@ struct Decoder {
     add_rows(out.data(), ld, h, M);
   }
 
-  static F16 silu16(F16 g) { return f_div(g, f_add(f_set1(1.f), exp16(f_sub(f_zero(), g)))); }
+  static F32x16 silu16(F32x16 g) { return f_div(g, f_add(f_set1(1.f), exp16(f_sub(f_zero(), g)))); }
 
   // GELU, tanh form: g/2·(1 + tanh(√(2/π)·(g + 0.044715·g³))), with tanh(y) = 1 − 2/(exp(2y) + 1).
-  static F16 gelu16(F16 g) {
-    const F16 cube = f_mul(f_mul(g, g), g);
-    const F16 y = f_mul(f_set1(0.7978845608028654f), f_fmadd(f_set1(0.044715f), cube, g));
-    const F16 tanh = f_sub(f_set1(1.f), f_div(f_set1(2.f), f_add(exp16(f_add(y, y)), f_set1(1.f))));
+  static F32x16 gelu16(F32x16 g) {
+    const F32x16 cube = f_mul(f_mul(g, g), g);
+    const F32x16 y = f_mul(f_set1(0.7978845608028654f), f_fmadd(f_set1(0.044715f), cube, g));
+    const F32x16 tanh = f_sub(f_set1(1.f), f_div(f_set1(2.f), f_add(exp16(f_add(y, y)), f_set1(1.f))));
     return f_mul(f_mul(f_set1(0.5f), g), f_add(f_set1(1.f), tanh));
   }
 };

@@ -49,10 +49,10 @@ void quantize_row(const float* row, int64_t K, int block, int8_t* qrow, float* s
                   int16_t* sum32) {
   for (int64_t b = 0; b < K / block; ++b) {
     const float* xb = row + b * block;
-    F16 amax = f_zero();
+    F32x16 amax = f_zero();
     for (int i = 0; i < block; i += 16) amax = f_max(amax, f_abs(f_load(xb + i)));
     const float peak = f_peak(amax);
-    const F16 inv = f_set1(peak > 0.f ? 127.f / peak : 0.f);
+    const F32x16 inv = f_set1(peak > 0.f ? 127.f / peak : 0.f);
     scale[b] = peak / 127.f;
     for (int i = 0; i < block; i += 16)  // rounds to nearest even
       sum16[(b * block + i) / 16] = static_cast<int16_t>(quantize16(f_mul(f_load(xb + i), inv), qrow + b * block + i));
@@ -157,7 +157,7 @@ SPECCHAT_INLINE void add_group(typename D::Acc (&acc)[N], const typename D::Pair
 // B of R rows over `count` groups from `first` (factors of a group: 16 bytes at factor(g)), from
 // each row's group sums `sums(r)`.
 template <int R, typename Factors, typename Sums>
-SPECCHAT_INLINE void factor_sums(I16 (&b)[R], int64_t first, int64_t count, Factors&& factors, Sums&& sums) {
+SPECCHAT_INLINE void factor_sums(I32x16 (&b)[R], int64_t first, int64_t count, Factors&& factors, Sums&& sums) {
   for (int r = 0; r < R; ++r) b[r] = i_zero();
   for (int64_t g = first; g < first + count; g += 2) {
     const Pairs p = factors(g, g + 1 < first + count);
@@ -170,17 +170,17 @@ SPECCHAT_INLINE void factor_sums(I16 (&b)[R], int64_t first, int64_t count, Fact
 template <int R, typename SuperParts>
 void scale_and_store(int64_t supers, const float* xscale, int64_t nb, float* y, int64_t ldy, const float* bias,
                      SuperParts&& super_parts) {
-  F16 total[R];
+  F32x16 total[R];
   for (int r = 0; r < R; ++r) total[r] = f_zero();
   for (int64_t s = 0; s < supers; ++s) {
-    F16 part[R];
+    F32x16 part[R];
     super_parts(s, part);
     for (int r = 0; r < R; ++r) {
       const float xs = xscale[r * supers + s];  // the input was quantized per super-block
       total[r] = f_fmadd(f_set1(xs), part[r], total[r]);
     }
   }
-  const F16 b = bias ? f_load(bias + nb * 16) : f_zero();
+  const F32x16 b = bias ? f_load(bias + nb * 16) : f_zero();
   for (int r = 0; r < R; ++r) f_store(y + r * ldy + nb * 16, f_add(total[r], b));
 }
 
@@ -215,7 +215,7 @@ void nibble_block(const Q4Weights& w, int64_t nb, int64_t K, int S, const QuantR
   const uint16_t* d = w.d + nb * supers * 16;
   const uint16_t* dm = w.dm + nb * supers * 16;
   const Units<D, R> units(x, m0);
-  scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias, [&](int64_t s, F16* part) {
+  scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias, [&](int64_t s, F32x16* part) {
     typename D::Acc acc[Units<D, R>::N];
     for (auto& a : acc) a = D::acc_zero();
     for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
@@ -236,11 +236,11 @@ void nibble_block(const Q4Weights& w, int64_t nb, int64_t K, int S, const QuantR
                                          D::template pair<MAXW>(hi[0], hi[1]), D::template pair<MAXW>(hi[2], hi[3])};
       add_group<D, MAXW>(acc, pairs, units.row, g * 32, D::scale_u8(sc + g * 16));
     }
-    I16 mins[R];
+    I32x16 mins[R];
     factor_sums(mins, s * per_super, per_super,
                 [&](int64_t g, bool two) { return p_u8(mn + g * 16, two ? mn + (g + 1) * 16 : nullptr); },
                 [&](int r) { return x.sums32(m0 + r); });
-    const F16 dv = f_half(d + s * 16), dmv = f_half(dm + s * 16);
+    const F32x16 dv = f_half(d + s * 16), dmv = f_half(dm + s * 16);
     for (int r = 0; r < R; ++r)
       part[r] = f_fnmadd(dmv, f_from_i(mins[r]), f_mul(dv, f_from_i(D::row(acc[r / D::ROWS], r % D::ROWS))));
   });
@@ -254,8 +254,8 @@ void q5_block(Args&&... args) { nibble_block<true, R>(std::forward<Args>(args)..
 // Per super-block of a q6 or q8 matrix: value = d·(A − offset·B), with the scales of its groups
 // of 16 in both A and B.
 template <int R, typename D>
-SPECCHAT_INLINE void offset_parts(const typename D::Acc* acc, const I16 (&scaled_sums)[R], const uint16_t* d, int offset, F16* part) {
-  const F16 dv = f_half(d);
+SPECCHAT_INLINE void offset_parts(const typename D::Acc* acc, const I32x16 (&scaled_sums)[R], const uint16_t* d, int offset, F32x16* part) {
+  const F32x16 dv = f_half(d);
   for (int r = 0; r < R; ++r)
     part[r] = f_mul(dv, f_from_i(i_sub_mul(D::row(acc[r / D::ROWS], r % D::ROWS), scaled_sums[r], offset)));
 }
@@ -273,7 +273,7 @@ void q8_block(const Q8Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
   const int8_t* sc = w.sc + nb * groups * 16;
   const uint16_t* d = w.d + nb * supers * 16;
   const Units<D, R> units(x, m0);
-  scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias, [&](int64_t s, F16* part) {
+  scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias, [&](int64_t s, F32x16* part) {
     typename D::Acc acc[Units<D, R>::N];
     for (auto& a : acc) a = D::acc_zero();
     for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
@@ -283,7 +283,7 @@ void q8_block(const Q8Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
                                          D::template pair<255>(b_load(qg + 128), b_load(qg + 192))};
       add_group<D, 255>(acc, pairs, units.row, g * 16, D::scale_i8(sc + g * 16));
     }
-    I16 scaled_sums[R];
+    I32x16 scaled_sums[R];
     factor_sums(scaled_sums, s * per_super, per_super,
                 [&](int64_t g, bool two) { return p_i8(sc + g * 16, two ? sc + (g + 1) * 16 : nullptr); },
                 [&](int r) { return x.sums16(m0 + r); });
@@ -308,7 +308,7 @@ void q6_block(const Q6Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
   const int8_t* sc = w.sc + nb * groups16 * 16;
   const uint16_t* d = w.d + nb * supers * 16;
   const Units<D, R> units(x, m0);
-  scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias, [&](int64_t s, F16* part) {
+  scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias, [&](int64_t s, F32x16* part) {
     typename D::Acc acc[Units<D, R>::N];
     for (auto& a : acc) a = D::acc_zero();
     for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
@@ -330,7 +330,7 @@ void q6_block(const Q6Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
         add_group<D, 63>(acc, pairs, units.row, g * 32 + 16 * half, D::scale_i8(sc + (2 * g + half) * 16));
       }
     }
-    I16 scaled_sums[R];
+    I32x16 scaled_sums[R];
     factor_sums(scaled_sums, s * per_super * 2, per_super * 2,
                 [&](int64_t g, bool two) { return p_i8(sc + g * 16, two ? sc + (g + 1) * 16 : nullptr); },
                 [&](int r) { return x.sums16(m0 + r); });
@@ -338,7 +338,7 @@ void q6_block(const Q6Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
   });
 }
 
-// Float weights (llama.cpp's F16, and F32 or BF16 widened exactly to F32): rows [m0, m0 + R) of
+// Float weights (llama.cpp's F32x16, and F32 or BF16 widened exactly to F32): rows [m0, m0 + R) of
 // channel block nb, each output a fixed-order float dot product of the row's float input with
 // the channel's weights, so a row never depends on the others. w is [N/16][16][K].
 template <bool HALF, int R>
@@ -346,10 +346,10 @@ void float_block(const uint8_t* w, int64_t nb, int64_t K, const float* x, int64_
                  const float* bias) {
   for (int c = 0; c < 16; ++c) {
     const int64_t channel = nb * 16 + c;
-    F16 acc[R];
+    F32x16 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = f_zero();
     for (int64_t k = 0; k < K; k += 16) {
-      const F16 weights = HALF ? f_half(reinterpret_cast<const uint16_t*>(w) + channel * K + k)
+      const F32x16 weights = HALF ? f_half(reinterpret_cast<const uint16_t*>(w) + channel * K + k)
                                : f_load(reinterpret_cast<const float*>(w) + channel * K + k);
       for (int r = 0; r < R; ++r) acc[r] = f_fmadd(f_load(x + (m0 + r) * K + k), weights, acc[r]);
     }
@@ -388,12 +388,12 @@ void for_rows(int64_t M, int64_t tile, Fn&& fn) {
   }
 
 // exp(x) for 16 floats: 2^(x·log2 e), with a degree-6 polynomial for the fraction (about 2 ulp).
-inline F16 exp16(F16 x) {
+inline F32x16 exp16(F32x16 x) {
   x = f_max(f_min(x, f_set1(88.3762626647949f)), f_set1(-87.3365478515625f));
-  const F16 t = f_mul(x, f_set1(1.44269504088896341f));
-  const F16 n = f_round(t);
-  const F16 f = f_sub(t, n);  // in [-0.5, 0.5]
-  F16 p = f_set1(1.535336188319500e-4f);
+  const F32x16 t = f_mul(x, f_set1(1.44269504088896341f));
+  const F32x16 n = f_round(t);
+  const F32x16 f = f_sub(t, n);  // in [-0.5, 0.5]
+  F32x16 p = f_set1(1.535336188319500e-4f);
   p = f_fmadd(p, f, f_set1(1.339887440266574e-3f));
   p = f_fmadd(p, f, f_set1(9.618437357674640e-3f));
   p = f_fmadd(p, f, f_set1(5.550332471162809e-2f));
@@ -405,14 +405,14 @@ inline F16 exp16(F16 x) {
 
 // Σ a[i]·b[i] over n (a multiple of 16) in a fixed order.
 inline float dot(const float* a, const float* b, int64_t n) {
-  F16 acc = f_zero();
+  F32x16 acc = f_zero();
   for (int64_t i = 0; i < n; i += 16) acc = f_fmadd(f_load(a + i), f_load(b + i), acc);
   return f_sum(acc);
 }
 
 // y += w·x over n (a multiple of 16).
 inline void axpy(float w, const float* x, float* y, int64_t n) {
-  const F16 vw = f_set1(w);
+  const F32x16 vw = f_set1(w);
   for (int64_t i = 0; i < n; i += 16) f_store(y + i, f_fmadd(vw, f_load(x + i), f_load(y + i)));
 }
 // ---------------------------------------------------------------------------------- matrices

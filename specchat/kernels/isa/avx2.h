@@ -17,29 +17,29 @@ constexpr const char* NAME = SPECCHAT_AVX2_NAME;  // isa/avxvnni.h: these operat
 #endif
 constexpr int FLOAT_ROW_TILE = 4;  // 16 registers: 2 per row's sums, the weights and a broadcast
 
-struct F16 { __m256 lo, hi; };
-struct I16 { __m256i lo, hi; };
+struct F32x16 { __m256 lo, hi; };
+struct I32x16 { __m256i lo, hi; };
 struct Bytes { __m256i lo, hi; };
 
-inline F16 f_zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
-inline F16 f_set1(float x) { return {_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
-inline F16 f_load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
-inline void f_store(float* p, F16 a) { _mm256_storeu_ps(p, a.lo); _mm256_storeu_ps(p + 8, a.hi); }
-inline F16 f_half(const uint16_t* p) {
+inline F32x16 f_zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+inline F32x16 f_set1(float x) { return {_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
+inline F32x16 f_load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+inline void f_store(float* p, F32x16 a) { _mm256_storeu_ps(p, a.lo); _mm256_storeu_ps(p + 8, a.hi); }
+inline F32x16 f_half(const uint16_t* p) {
   const __m128i* h = reinterpret_cast<const __m128i*>(p);
   return {_mm256_cvtph_ps(_mm_loadu_si128(h)), _mm256_cvtph_ps(_mm_loadu_si128(h + 1))};
 }
 inline __m128i load8(const void* p) { return _mm_loadl_epi64(static_cast<const __m128i*>(p)); }
-inline F16 f_u8(const uint8_t* p) {
+inline F32x16 f_u8(const uint8_t* p) {
   return {_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(load8(p))), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(load8(p + 8)))};
 }
-inline F16 f_i8(const int8_t* p) {
+inline F32x16 f_i8(const int8_t* p) {
   return {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load8(p))), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load8(p + 8)))};
 }
-inline F16 f_from_i(I16 a) { return {_mm256_cvtepi32_ps(a.lo), _mm256_cvtepi32_ps(a.hi)}; }
+inline F32x16 f_from_i(I32x16 a) { return {_mm256_cvtepi32_ps(a.lo), _mm256_cvtepi32_ps(a.hi)}; }
 
 #define SPECCHAT_AVX2_EACH(NAME, OP) \
-  inline F16 NAME(F16 a, F16 b) { return {OP(a.lo, b.lo), OP(a.hi, b.hi)}; }
+  inline F32x16 NAME(F32x16 a, F32x16 b) { return {OP(a.lo, b.lo), OP(a.hi, b.hi)}; }
 SPECCHAT_AVX2_EACH(f_add, _mm256_add_ps)
 SPECCHAT_AVX2_EACH(f_sub, _mm256_sub_ps)
 SPECCHAT_AVX2_EACH(f_mul, _mm256_mul_ps)
@@ -48,15 +48,15 @@ SPECCHAT_AVX2_EACH(f_min, _mm256_min_ps)
 SPECCHAT_AVX2_EACH(f_max, _mm256_max_ps)
 #undef SPECCHAT_AVX2_EACH
 
-inline F16 f_abs(F16 a) {
+inline F32x16 f_abs(F32x16 a) {
   const __m256 sign = _mm256_set1_ps(-0.f);
   return {_mm256_andnot_ps(sign, a.lo), _mm256_andnot_ps(sign, a.hi)};
 }
-inline F16 f_fmadd(F16 a, F16 b, F16 c) { return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)}; }
-inline F16 f_fnmadd(F16 a, F16 b, F16 c) {
+inline F32x16 f_fmadd(F32x16 a, F32x16 b, F32x16 c) { return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)}; }
+inline F32x16 f_fnmadd(F32x16 a, F32x16 b, F32x16 c) {
   return {_mm256_fnmadd_ps(a.lo, b.lo, c.lo), _mm256_fnmadd_ps(a.hi, b.hi, c.hi)};
 }
-inline F16 f_round(F16 a) {
+inline F32x16 f_round(F32x16 a) {
   constexpr int mode = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   return {_mm256_round_ps(a.lo, mode), _mm256_round_ps(a.hi, mode)};
 }
@@ -70,22 +70,22 @@ inline __m256 scale2(__m256 p, __m256 n) {
   const __m256i second = _mm256_sub_epi32(whole, first);
   return _mm256_mul_ps(_mm256_mul_ps(p, power_of_two(first)), power_of_two(second));
 }
-inline F16 f_scale2(F16 p, F16 n) { return {scale2(p.lo, n.lo), scale2(p.hi, n.hi)}; }
+inline F32x16 f_scale2(F32x16 p, F32x16 n) { return {scale2(p.lo, n.lo), scale2(p.hi, n.hi)}; }
 
-inline float f_sum(F16 a) {
+inline float f_sum(F32x16 a) {
   const __m256 eight = _mm256_add_ps(a.lo, a.hi);
   const __m128 four = _mm_add_ps(_mm256_castps256_ps128(eight), _mm256_extractf128_ps(eight, 1));
   const __m128 two = _mm_add_ps(four, _mm_movehl_ps(four, four));
   return _mm_cvtss_f32(_mm_add_ss(two, _mm_shuffle_ps(two, two, 1)));
 }
-inline float f_peak(F16 a) {
+inline float f_peak(F32x16 a) {
   const __m256 eight = _mm256_max_ps(a.lo, a.hi);
   const __m128 four = _mm_max_ps(_mm256_castps256_ps128(eight), _mm256_extractf128_ps(eight, 1));
   const __m128 two = _mm_max_ps(four, _mm_movehl_ps(four, four));
   return _mm_cvtss_f32(_mm_max_ss(two, _mm_shuffle_ps(two, two, 1)));
 }
 
-inline int32_t quantize16(F16 scaled, int8_t* out) {
+inline int32_t quantize16(F32x16 scaled, int8_t* out) {
   const __m256i lo = _mm256_cvtps_epi32(scaled.lo), hi = _mm256_cvtps_epi32(scaled.hi);
   // packs saturate (int32 -> int16 -> int8) but interleave 128-bit lanes; the permute undoes that
   const __m256i words = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xD8);
@@ -98,9 +98,9 @@ inline int32_t quantize16(F16 scaled, int8_t* out) {
   return _mm_cvtsi128_si32(four);
 }
 
-inline I16 i_zero() { return {_mm256_setzero_si256(), _mm256_setzero_si256()}; }
-inline I16 i_add(I16 a, I16 b) { return {_mm256_add_epi32(a.lo, b.lo), _mm256_add_epi32(a.hi, b.hi)}; }
-inline I16 i_sub(I16 a, int32_t b) {
+inline I32x16 i_zero() { return {_mm256_setzero_si256(), _mm256_setzero_si256()}; }
+inline I32x16 i_add(I32x16 a, I32x16 b) { return {_mm256_add_epi32(a.lo, b.lo), _mm256_add_epi32(a.hi, b.hi)}; }
+inline I32x16 i_sub(I32x16 a, int32_t b) {
   const __m256i v = _mm256_set1_epi32(b);
   return {_mm256_sub_epi32(a.lo, v), _mm256_sub_epi32(a.hi, v)};
 }
@@ -138,11 +138,11 @@ inline Pairs p_i8(const int8_t* a, const int8_t* b) {
   const __m128i va = load16(a), vb = load16(b);
   return {_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(va, vb)), _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(va, vb))};
 }
-inline I16 p_dot(I16 acc, const Pairs& p, const int16_t* sums) {
+inline I32x16 p_dot(I32x16 acc, const Pairs& p, const int16_t* sums) {
   const __m256i s = _mm256_set1_epi32(load32(sums));
   return {_mm256_add_epi32(acc.lo, _mm256_madd_epi16(p.lo, s)), _mm256_add_epi32(acc.hi, _mm256_madd_epi16(p.hi, s))};
 }
-inline I16 i_sub_mul(I16 a, const I16& b, int32_t k) {
+inline I32x16 i_sub_mul(I32x16 a, const I32x16& b, int32_t k) {
   const __m256i v = _mm256_set1_epi32(k);
   return {_mm256_sub_epi32(a.lo, _mm256_mullo_epi32(b.lo, v)), _mm256_sub_epi32(a.hi, _mm256_mullo_epi32(b.hi, v))};
 }
@@ -161,7 +161,7 @@ struct RowDot {
   struct Pair { __m256i a_lo, a_hi, b_lo, b_hi, a4_lo, a4_hi, b4_lo, b4_hi; };  // *4: high nibbles (wide)
   struct Dots { __m256i lo, hi, lo4, hi4; };
   struct Scale { __m256i lo, hi; };  // (s, s) in each channel's 32-bit lane
-  using Acc = I16;
+  using Acc = I32x16;
 
   template <int MAXW>
   static Pair pair(const Bytes& a, const Bytes& b) {
@@ -231,7 +231,7 @@ struct RowDot {
       out = _mm256_add_epi32(out, _mm256_madd_epi16(PART == 0 ? d.lo4 : d.hi4, _mm256_slli_epi16(scale, 4)));
     return a;
   }
-  static I16 row(const Acc& a, int) { return a; }
+  static I32x16 row(const Acc& a, int) { return a; }
 };
 template <int R>
 using Dot = RowDot;

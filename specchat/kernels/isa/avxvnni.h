@@ -39,7 +39,7 @@ struct RowDot {
   struct Pair { __m256i a_lo, a_hi, b_lo, b_hi; };
   struct Dots { __m256i lo, hi; };
   struct Scale { __m256i lo, hi; };
-  using Acc = I16;
+  using Acc = I32x16;
 
   template <int MAXW>
   static Pair pair(const Bytes& a, const Bytes& b) { return {a.lo, a.hi, b.lo, b.hi}; }
@@ -68,7 +68,7 @@ struct RowDot {
       a.hi = _mm256_add_epi32(a.hi, _mm256_mullo_epi32(d.hi, s.hi));
     return a;
   }
-  static I16 row(const Acc& a, int) { return a; }
+  static I32x16 row(const Acc& a, int) { return a; }
 };
 template <int R>
 using Dot = RowDot;

@@ -69,8 +69,8 @@ struct PairDot {
     return a;
   }
   // Row k's sums, channels in order.
-  static I16 row(const Acc& a, int k) {
-    I16 out;
+  static I32x16 row(const Acc& a, int k) {
+    I32x16 out;
     for (int q = 0; q < 4; ++q)
       out.v[q] = k == 0 ? vuzp1q_s32(a.v[2 * q], a.v[2 * q + 1]) : vuzp2q_s32(a.v[2 * q], a.v[2 * q + 1]);
     return out;

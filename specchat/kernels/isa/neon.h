@@ -23,8 +23,8 @@ constexpr const char* NAME = SPECCHAT_NEON_NAME;  // isa/i8mm.h: these operation
 #endif
 constexpr int FLOAT_ROW_TILE = 4;  // 32 registers: 4 per row's sums, the weights and a broadcast
 
-struct F16 { float32x4_t v[4]; };
-struct I16 { int32x4_t v[4]; };
+struct F32x16 { float32x4_t v[4]; };
+struct I32x16 { int32x4_t v[4]; };
 struct Bytes { uint8x16_t v[4]; };
 
 #define SPECCHAT_NEON_EACH(OUT, EXPR) \
@@ -32,40 +32,40 @@ struct Bytes { uint8x16_t v[4]; };
   for (int k = 0; k < 4; ++k) out.v[k] = EXPR; \
   return out;
 
-inline F16 f_zero() { SPECCHAT_NEON_EACH(F16, vdupq_n_f32(0.f)) }
-inline F16 f_set1(float x) { SPECCHAT_NEON_EACH(F16, vdupq_n_f32(x)) }
-inline F16 f_load(const float* p) { SPECCHAT_NEON_EACH(F16, vld1q_f32(p + 4 * k)) }
-inline void f_store(float* p, F16 a) {
+inline F32x16 f_zero() { SPECCHAT_NEON_EACH(F32x16, vdupq_n_f32(0.f)) }
+inline F32x16 f_set1(float x) { SPECCHAT_NEON_EACH(F32x16, vdupq_n_f32(x)) }
+inline F32x16 f_load(const float* p) { SPECCHAT_NEON_EACH(F32x16, vld1q_f32(p + 4 * k)) }
+inline void f_store(float* p, F32x16 a) {
   for (int k = 0; k < 4; ++k) vst1q_f32(p + 4 * k, a.v[k]);
 }
-inline F16 f_half(const uint16_t* p) { SPECCHAT_NEON_EACH(F16, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p + 4 * k)))) }
-inline F16 f_u8(const uint8_t* p) {
+inline F32x16 f_half(const uint16_t* p) { SPECCHAT_NEON_EACH(F32x16, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p + 4 * k)))) }
+inline F32x16 f_u8(const uint8_t* p) {
   const uint8x16_t b = vld1q_u8(p);
   const uint16x8_t lo = vmovl_u8(vget_low_u8(b)), hi = vmovl_u8(vget_high_u8(b));
   return {{vcvtq_f32_u32(vmovl_u16(vget_low_u16(lo))), vcvtq_f32_u32(vmovl_u16(vget_high_u16(lo))),
            vcvtq_f32_u32(vmovl_u16(vget_low_u16(hi))), vcvtq_f32_u32(vmovl_u16(vget_high_u16(hi)))}};
 }
-inline F16 f_i8(const int8_t* p) {
+inline F32x16 f_i8(const int8_t* p) {
   const int8x16_t b = vld1q_s8(p);
   const int16x8_t lo = vmovl_s8(vget_low_s8(b)), hi = vmovl_s8(vget_high_s8(b));
   return {{vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), vcvtq_f32_s32(vmovl_s16(vget_high_s16(lo))),
            vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), vcvtq_f32_s32(vmovl_s16(vget_high_s16(hi)))}};
 }
-inline F16 f_from_i(I16 a) { SPECCHAT_NEON_EACH(F16, vcvtq_f32_s32(a.v[k])) }
-inline F16 f_add(F16 a, F16 b) { SPECCHAT_NEON_EACH(F16, vaddq_f32(a.v[k], b.v[k])) }
-inline F16 f_sub(F16 a, F16 b) { SPECCHAT_NEON_EACH(F16, vsubq_f32(a.v[k], b.v[k])) }
-inline F16 f_mul(F16 a, F16 b) { SPECCHAT_NEON_EACH(F16, vmulq_f32(a.v[k], b.v[k])) }
-inline F16 f_div(F16 a, F16 b) { SPECCHAT_NEON_EACH(F16, vdivq_f32(a.v[k], b.v[k])) }
+inline F32x16 f_from_i(I32x16 a) { SPECCHAT_NEON_EACH(F32x16, vcvtq_f32_s32(a.v[k])) }
+inline F32x16 f_add(F32x16 a, F32x16 b) { SPECCHAT_NEON_EACH(F32x16, vaddq_f32(a.v[k], b.v[k])) }
+inline F32x16 f_sub(F32x16 a, F32x16 b) { SPECCHAT_NEON_EACH(F32x16, vsubq_f32(a.v[k], b.v[k])) }
+inline F32x16 f_mul(F32x16 a, F32x16 b) { SPECCHAT_NEON_EACH(F32x16, vmulq_f32(a.v[k], b.v[k])) }
+inline F32x16 f_div(F32x16 a, F32x16 b) { SPECCHAT_NEON_EACH(F32x16, vdivq_f32(a.v[k], b.v[k])) }
 // x86's min and max (the second operand unless the first is smaller / larger), not NEON's fmin and
 // fmax, which return NaN for a NaN and order -0 below +0.
 inline float32x4_t min4(float32x4_t a, float32x4_t b) { return vbslq_f32(vcltq_f32(a, b), a, b); }
 inline float32x4_t max4(float32x4_t a, float32x4_t b) { return vbslq_f32(vcgtq_f32(a, b), a, b); }
-inline F16 f_min(F16 a, F16 b) { SPECCHAT_NEON_EACH(F16, min4(a.v[k], b.v[k])) }
-inline F16 f_max(F16 a, F16 b) { SPECCHAT_NEON_EACH(F16, max4(a.v[k], b.v[k])) }
-inline F16 f_abs(F16 a) { SPECCHAT_NEON_EACH(F16, vabsq_f32(a.v[k])) }
-inline F16 f_fmadd(F16 a, F16 b, F16 c) { SPECCHAT_NEON_EACH(F16, vfmaq_f32(c.v[k], a.v[k], b.v[k])) }
-inline F16 f_fnmadd(F16 a, F16 b, F16 c) { SPECCHAT_NEON_EACH(F16, vfmsq_f32(c.v[k], a.v[k], b.v[k])) }
-inline F16 f_round(F16 a) { SPECCHAT_NEON_EACH(F16, vrndnq_f32(a.v[k])) }  // ties to even
+inline F32x16 f_min(F32x16 a, F32x16 b) { SPECCHAT_NEON_EACH(F32x16, min4(a.v[k], b.v[k])) }
+inline F32x16 f_max(F32x16 a, F32x16 b) { SPECCHAT_NEON_EACH(F32x16, max4(a.v[k], b.v[k])) }
+inline F32x16 f_abs(F32x16 a) { SPECCHAT_NEON_EACH(F32x16, vabsq_f32(a.v[k])) }
+inline F32x16 f_fmadd(F32x16 a, F32x16 b, F32x16 c) { SPECCHAT_NEON_EACH(F32x16, vfmaq_f32(c.v[k], a.v[k], b.v[k])) }
+inline F32x16 f_fnmadd(F32x16 a, F32x16 b, F32x16 c) { SPECCHAT_NEON_EACH(F32x16, vfmsq_f32(c.v[k], a.v[k], b.v[k])) }
+inline F32x16 f_round(F32x16 a) { SPECCHAT_NEON_EACH(F32x16, vrndnq_f32(a.v[k])) }  // ties to even
 
 // 2^k for whole k in [-126, 127], from its exponent bits.
 inline float32x4_t power_of_two(int32x4_t k) {
@@ -76,17 +76,17 @@ inline float32x4_t scale2(float32x4_t p, float32x4_t n) {
   const int32x4_t whole = vcvtq_s32_f32(n), first = vshrq_n_s32(whole, 1);  // truncates, as scalar's cast
   return vmulq_f32(vmulq_f32(p, power_of_two(first)), power_of_two(vsubq_s32(whole, first)));
 }
-inline F16 f_scale2(F16 p, F16 n) { SPECCHAT_NEON_EACH(F16, scale2(p.v[k], n.v[k])) }
+inline F32x16 f_scale2(F32x16 p, F32x16 n) { SPECCHAT_NEON_EACH(F32x16, scale2(p.v[k], n.v[k])) }
 #undef SPECCHAT_NEON_EACH
 
 // The same fold as isa/scalar.h's: lanes i and i+8, then i and i+4, then (0+2) + (1+3).
-inline float f_sum(F16 a) {
+inline float f_sum(F32x16 a) {
   const float32x4_t four = vaddq_f32(vaddq_f32(a.v[0], a.v[2]), vaddq_f32(a.v[1], a.v[3]));
   const float32x2_t two = vadd_f32(vget_low_f32(four), vget_high_f32(four));
   return vget_lane_f32(two, 0) + vget_lane_f32(two, 1);
 }
 // The order of AVX2's fold, with x86's max.
-inline float f_peak(F16 a) {
+inline float f_peak(F32x16 a) {
   const float32x4_t four = max4(max4(a.v[0], a.v[2]), max4(a.v[1], a.v[3]));
   const float32x2_t lo = vget_low_f32(four), hi = vget_high_f32(four);
   const float32x2_t two = vbsl_f32(vcgt_f32(lo, hi), lo, hi);
@@ -102,7 +102,7 @@ inline int32x4_t to_int32(float32x4_t x) {
   return vbslq_s32(in_range, vcvtq_s32_f32(r), vdupq_n_s32(INT32_MIN));
 }
 
-inline int32_t quantize16(F16 scaled, int8_t* out) {
+inline int32_t quantize16(F32x16 scaled, int8_t* out) {
   int32x4_t v[4];
   for (int k = 0; k < 4; ++k) v[k] = to_int32(scaled.v[k]);
   const int16x8_t lo = vcombine_s16(vqmovn_s32(v[0]), vqmovn_s32(v[1]));
@@ -114,16 +114,16 @@ inline int32_t quantize16(F16 scaled, int8_t* out) {
   return static_cast<int32_t>(vaddvq_u32(sum));
 }
 
-inline I16 i_zero() {
-  I16 out;
+inline I32x16 i_zero() {
+  I32x16 out;
   for (int k = 0; k < 4; ++k) out.v[k] = vdupq_n_s32(0);
   return out;
 }
-inline I16 i_add(I16 a, I16 b) {
+inline I32x16 i_add(I32x16 a, I32x16 b) {
   for (int k = 0; k < 4; ++k) a.v[k] = vaddq_s32(a.v[k], b.v[k]);
   return a;
 }
-inline I16 i_sub(I16 a, int32_t b) {
+inline I32x16 i_sub(I32x16 a, int32_t b) {
   for (int k = 0; k < 4; ++k) a.v[k] = vsubq_s32(a.v[k], vdupq_n_s32(b));
   return a;
 }
@@ -157,7 +157,7 @@ struct RowDot {
   struct Pair { int8x16_t a[4], b[4]; };
   struct Dots { int32x4_t v[4]; int32x4_t inputs; };  // inputs: Σx of the pairs (wide weights only)
   struct Scale { int32x4_t v[4]; };
-  using Acc = I16;
+  using Acc = I32x16;
 
   template <int MAXW>
   static Pair pair(const Bytes& a, const Bytes& b) {
@@ -204,7 +204,7 @@ struct RowDot {
     if constexpr (MAXW > 127) a.v[PART] = vmlaq_s32(a.v[PART], s.v[PART], vdupq_n_s32(128 * vaddvq_s32(d.inputs)));
     return a;
   }
-  static I16 row(const Acc& a, int) { return a; }
+  static I32x16 row(const Acc& a, int) { return a; }
 };
 #ifndef SPECCHAT_NEON_PAIR_DOTS
 constexpr int ROWS_IN_REGISTERS = 8;  // one register a row, in each quarter of the block in turn
@@ -233,11 +233,11 @@ inline Pairs p_i8(const int8_t* a, const int8_t* b) {
   for (int k = 0; k < 4; ++k) p.a[k] = sa.v[k], p.b[k] = sb.v[k];
   return p;
 }
-inline I16 p_dot(I16 acc, const Pairs& p, const int16_t* sums) {
+inline I32x16 p_dot(I32x16 acc, const Pairs& p, const int16_t* sums) {
   for (int k = 0; k < 4; ++k) acc.v[k] = vmlaq_n_s32(vmlaq_n_s32(acc.v[k], p.a[k], sums[0]), p.b[k], sums[1]);
   return acc;
 }
-inline I16 i_sub_mul(I16 a, const I16& b, int32_t k) {
+inline I32x16 i_sub_mul(I32x16 a, const I32x16& b, int32_t k) {
   for (int q = 0; q < 4; ++q) a.v[q] = vmlsq_n_s32(a.v[q], b.v[q], k);
   return a;
 }

@@ -1,6 +1,6 @@
 // The kernels' vector operations in plain C++: the reference the SIMD variants are checked against.
 //
-// F16 holds one float of each of a channel block's 16 channels, I16 one int32 of each, Bytes the
+// F32x16 holds one float of each of a channel block's 16 channels, I32x16 one int32 of each, Bytes the
 // 64 weight bytes of one quad of inputs (byte 4*c + t: input t of channel c). Every float
 // operation is one IEEE operation per lane, rounded once (fmadd and fnmadd too), so a SIMD
 // variant that does the same per lane gives the same bits; f_sum adds the lanes in one fixed order.
@@ -16,40 +16,40 @@ constexpr const char* NAME = "scalar";
 constexpr int ROWS_IN_REGISTERS = 8;
 constexpr int FLOAT_ROW_TILE = 8;
 
-struct F16 { float v[16]; };
-struct I16 { int32_t v[16]; };
+struct F32x16 { float v[16]; };
+struct I32x16 { int32_t v[16]; };
 struct Bytes { uint8_t v[64]; };
 
 template <typename Fn>
-inline F16 f_each(Fn&& fn) {
-  F16 out;
+inline F32x16 f_each(Fn&& fn) {
+  F32x16 out;
   for (int i = 0; i < 16; ++i) out.v[i] = fn(i);
   return out;
 }
 
-inline F16 f_zero() { return f_each([](int) { return 0.f; }); }
-inline F16 f_set1(float x) { return f_each([x](int) { return x; }); }
-inline F16 f_load(const float* p) { return f_each([p](int i) { return p[i]; }); }
-inline void f_store(float* p, F16 a) { for (int i = 0; i < 16; ++i) p[i] = a.v[i]; }
-inline F16 f_half(const uint16_t* p) { return f_each([p](int i) { return half_to_float(p[i]); }); }
-inline F16 f_u8(const uint8_t* p) { return f_each([p](int i) { return static_cast<float>(p[i]); }); }
-inline F16 f_i8(const int8_t* p) { return f_each([p](int i) { return static_cast<float>(p[i]); }); }
-inline F16 f_from_i(I16 a) { return f_each([&a](int i) { return static_cast<float>(a.v[i]); }); }
-inline F16 f_add(F16 a, F16 b) { return f_each([&](int i) { return a.v[i] + b.v[i]; }); }
-inline F16 f_sub(F16 a, F16 b) { return f_each([&](int i) { return a.v[i] - b.v[i]; }); }
-inline F16 f_mul(F16 a, F16 b) { return f_each([&](int i) { return a.v[i] * b.v[i]; }); }
-inline F16 f_div(F16 a, F16 b) { return f_each([&](int i) { return a.v[i] / b.v[i]; }); }
+inline F32x16 f_zero() { return f_each([](int) { return 0.f; }); }
+inline F32x16 f_set1(float x) { return f_each([x](int) { return x; }); }
+inline F32x16 f_load(const float* p) { return f_each([p](int i) { return p[i]; }); }
+inline void f_store(float* p, F32x16 a) { for (int i = 0; i < 16; ++i) p[i] = a.v[i]; }
+inline F32x16 f_half(const uint16_t* p) { return f_each([p](int i) { return half_to_float(p[i]); }); }
+inline F32x16 f_u8(const uint8_t* p) { return f_each([p](int i) { return static_cast<float>(p[i]); }); }
+inline F32x16 f_i8(const int8_t* p) { return f_each([p](int i) { return static_cast<float>(p[i]); }); }
+inline F32x16 f_from_i(I32x16 a) { return f_each([&a](int i) { return static_cast<float>(a.v[i]); }); }
+inline F32x16 f_add(F32x16 a, F32x16 b) { return f_each([&](int i) { return a.v[i] + b.v[i]; }); }
+inline F32x16 f_sub(F32x16 a, F32x16 b) { return f_each([&](int i) { return a.v[i] - b.v[i]; }); }
+inline F32x16 f_mul(F32x16 a, F32x16 b) { return f_each([&](int i) { return a.v[i] * b.v[i]; }); }
+inline F32x16 f_div(F32x16 a, F32x16 b) { return f_each([&](int i) { return a.v[i] / b.v[i]; }); }
 // As the x86 instructions: the second operand where the first is not smaller (or larger).
-inline F16 f_min(F16 a, F16 b) { return f_each([&](int i) { return a.v[i] < b.v[i] ? a.v[i] : b.v[i]; }); }
-inline F16 f_max(F16 a, F16 b) { return f_each([&](int i) { return a.v[i] > b.v[i] ? a.v[i] : b.v[i]; }); }
-inline F16 f_abs(F16 a) { return f_each([&](int i) { return std::fabs(a.v[i]); }); }
-inline F16 f_fmadd(F16 a, F16 b, F16 c) { return f_each([&](int i) { return std::fma(a.v[i], b.v[i], c.v[i]); }); }
-inline F16 f_fnmadd(F16 a, F16 b, F16 c) { return f_each([&](int i) { return std::fma(-a.v[i], b.v[i], c.v[i]); }); }
-inline F16 f_round(F16 a) { return f_each([&](int i) { return std::nearbyint(a.v[i]); }); }  // ties to even
+inline F32x16 f_min(F32x16 a, F32x16 b) { return f_each([&](int i) { return a.v[i] < b.v[i] ? a.v[i] : b.v[i]; }); }
+inline F32x16 f_max(F32x16 a, F32x16 b) { return f_each([&](int i) { return a.v[i] > b.v[i] ? a.v[i] : b.v[i]; }); }
+inline F32x16 f_abs(F32x16 a) { return f_each([&](int i) { return std::fabs(a.v[i]); }); }
+inline F32x16 f_fmadd(F32x16 a, F32x16 b, F32x16 c) { return f_each([&](int i) { return std::fma(a.v[i], b.v[i], c.v[i]); }); }
+inline F32x16 f_fnmadd(F32x16 a, F32x16 b, F32x16 c) { return f_each([&](int i) { return std::fma(-a.v[i], b.v[i], c.v[i]); }); }
+inline F32x16 f_round(F32x16 a) { return f_each([&](int i) { return std::nearbyint(a.v[i]); }); }  // ties to even
 
 // p·2^n for whole n in [-126, 128] and p near 1: the first product is exact, the second rounds
 // once, so this is the correctly rounded p·2^n (what AVX-512's scalef gives) even where it is subnormal.
-inline F16 f_scale2(F16 p, F16 n) {
+inline F32x16 f_scale2(F32x16 p, F32x16 n) {
   return f_each([&](int i) {
     const int whole = static_cast<int>(n.v[i]), first = whole >> 1;
     return p.v[i] * std::ldexp(1.f, first) * std::ldexp(1.f, whole - first);
@@ -58,13 +58,13 @@ inline F16 f_scale2(F16 p, F16 n) {
 
 // ((l0+l8)+(l4+l12)) + ((l2+l10)+(l6+l14)), then the odd lanes likewise, then the two: the order
 // in which 512-bit, 256-bit and 128-bit halves are folded onto each other.
-inline float f_sum(F16 a) {
+inline float f_sum(F32x16 a) {
   float eight[8], four[4];
   for (int i = 0; i < 8; ++i) eight[i] = a.v[i] + a.v[i + 8];
   for (int i = 0; i < 4; ++i) four[i] = eight[i] + eight[i + 4];
   return (four[0] + four[2]) + (four[1] + four[3]);
 }
-inline float f_peak(F16 a) {
+inline float f_peak(F32x16 a) {
   float peak = a.v[0];
   for (int i = 1; i < 16; ++i) peak = a.v[i] > peak ? a.v[i] : peak;
   return peak;
@@ -77,7 +77,7 @@ inline int32_t to_int32(float x) {
 }
 
 // Each lane rounded to int32, stored saturated to int8; returns the sum of the int32 values.
-inline int32_t quantize16(F16 scaled, int8_t* out) {
+inline int32_t quantize16(F32x16 scaled, int8_t* out) {
   uint32_t sum = 0;  // wraps as the vector sum does
   for (int i = 0; i < 16; ++i) {
     const int32_t v = to_int32(scaled.v[i]);
@@ -87,12 +87,12 @@ inline int32_t quantize16(F16 scaled, int8_t* out) {
   return static_cast<int32_t>(sum);
 }
 
-inline I16 i_zero() { return I16{}; }
-inline I16 i_add(I16 a, I16 b) {
+inline I32x16 i_zero() { return I32x16{}; }
+inline I32x16 i_add(I32x16 a, I32x16 b) {
   for (int i = 0; i < 16; ++i) a.v[i] += b.v[i];
   return a;
 }
-inline I16 i_sub(I16 a, int32_t b) {
+inline I32x16 i_sub(I32x16 a, int32_t b) {
   for (int i = 0; i < 16; ++i) a.v[i] -= b;
   return a;
 }
@@ -132,7 +132,7 @@ struct RowDot {
   struct Dots { int32_t v[16]; };
   // Each channel's multiplier for a group (its scale).
   struct Scale { int32_t v[16]; };
-  using Acc = I16;
+  using Acc = I32x16;
 
   template <int MAXW>  // the largest weight (15, 31, 63 or 255)
   static Pair pair(const Bytes& a, const Bytes& b) { return {a, b}; }
@@ -158,7 +158,7 @@ struct RowDot {
     for (int c = 0; c < 16; ++c) s.v[c] = p[c];
     return s;
   }
-  static Acc acc_zero() { return I16{}; }
+  static Acc acc_zero() { return I32x16{}; }
   // a[c] += s[c]·d[c].
   template <int MAXW, int PART>
   static Acc flush(Acc a, const Dots& d, const Scale& s) {
@@ -166,7 +166,7 @@ struct RowDot {
     return a;
   }
   // Row k of the unit's sums.
-  static I16 row(const Acc& a, int) { return a; }
+  static I32x16 row(const Acc& a, int) { return a; }
 };
 template <int R>
 using Dot = RowDot;
@@ -184,12 +184,12 @@ inline Pairs p_i8(const int8_t* a, const int8_t* b) {
   return p;
 }
 // acc[c] += a[c]·sums[0] + b[c]·sums[1].
-inline I16 p_dot(I16 acc, const Pairs& p, const int16_t* sums) {
+inline I32x16 p_dot(I32x16 acc, const Pairs& p, const int16_t* sums) {
   for (int c = 0; c < 16; ++c) acc.v[c] = wrap(int64_t{acc.v[c]} + p.a[c] * sums[0] + p.b[c] * sums[1]);
   return acc;
 }
 // a − k·b per lane.
-inline I16 i_sub_mul(I16 a, const I16& b, int32_t k) {
+inline I32x16 i_sub_mul(I32x16 a, const I32x16& b, int32_t k) {
   for (int c = 0; c < 16; ++c) a.v[c] = wrap(a.v[c] - int64_t{k} * b.v[c]);
   return a;
 }

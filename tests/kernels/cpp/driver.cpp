@@ -238,11 +238,11 @@ std::vector<int32_t> edge_sums() {
   group(std::integral_constant<int, 255>{}, mixed, 0, D::scale_u8(sc), acc, units);
   std::vector<int32_t> out;
   for (int r = 0; r < R; ++r) {
-    const I16 a = D::row(acc[r / D::ROWS], r % D::ROWS);
-    const I16 b = p_dot(p_dot(i_zero(), p_u8(sc, top), sums), p_i8(ssc, nullptr), sums + 2);
-    for (const I16& v : {a, b, i_sub_mul(a, b, 128), i_sub_mul(b, a, -7)}) {
+    const I32x16 a = D::row(acc[r / D::ROWS], r % D::ROWS);
+    const I32x16 b = p_dot(p_dot(i_zero(), p_u8(sc, top), sums), p_i8(ssc, nullptr), sums + 2);
+    for (const I32x16& v : {a, b, i_sub_mul(a, b, 128), i_sub_mul(b, a, -7)}) {
       int32_t lanes[16];
-      std::memcpy(lanes, &v, sizeof lanes);  // every instruction set's I16 is 16 int32 lanes in order
+      std::memcpy(lanes, &v, sizeof lanes);  // every instruction set's I32x16 is 16 int32 lanes in order
       for (int32_t lane : lanes) out.push_back(lane >> 16), out.push_back(lane & 0xFFFF);
     }
   }
@@ -266,24 +266,24 @@ std::vector<float> edge_ops() {
   const int8_t small[16] = {-128, 127, -1, 0, 1, 2, -2, 100, -100, 63, -63, 64, -64, 5, -5, 7};
   const uint8_t large[16] = {0, 255, 128, 127, 1, 254, 200, 17, 3, 90, 160, 33, 250, 64, 65, 129};
   const int8_t x4[4] = {-128, 127, -128, 127};
-  const F16 va = f_load(a), vb = f_load(b), vc = f_load(c);
+  const F32x16 va = f_load(a), vb = f_load(b), vc = f_load(c);
   std::vector<float> out;
-  auto put = [&](F16 v) {
+  auto put = [&](F32x16 v) {
     float lanes[16];
     f_store(lanes, v);
     out.insert(out.end(), lanes, lanes + 16);
   };
-  for (const F16& v : {f_min(va, vb), f_min(vb, va), f_max(va, vb), f_max(vb, va), f_abs(va), f_abs(vb), f_round(va),
+  for (const F32x16& v : {f_min(va, vb), f_min(vb, va), f_max(va, vb), f_max(vb, va), f_abs(va), f_abs(vb), f_round(va),
                        f_round(f_mul(va, f_set1(0.5f))), f_add(va, vb), f_sub(va, vb), f_mul(va, vb), f_div(va, vb),
                        f_div(vc, vb), f_fmadd(va, vb, vc), f_fnmadd(va, vb, vc), f_fmadd(vb, vc, va),
                        f_scale2(f_load(scales), f_load(powers)), exp16(va), exp16(vb), exp16(vc), f_half(halves),
                        f_u8(large), f_i8(small)})
     put(v);
-  I16 ints;
+  I32x16 ints;
   int32_t wide[16] = {16777217, INT32_MIN, INT32_MAX, -16777217, 0, 1, -1, 33554435};
-  std::memcpy(&ints, wide, sizeof wide);  // every instruction set's I16 is 16 int32 lanes in order
+  std::memcpy(&ints, wide, sizeof wide);  // every instruction set's I32x16 is 16 int32 lanes in order
   put(f_from_i(ints));
-  for (const F16& scaled : {va, vb, vc, f_mul(va, f_set1(100.f))}) {
+  for (const F32x16& scaled : {va, vb, vc, f_mul(va, f_set1(100.f))}) {
     int8_t q[16];
     const int32_t sum = quantize16(scaled, q);
     for (int8_t v : q) out.push_back(v);
