@@ -288,16 +288,16 @@ std::vector<std::pair<std::string, torch::Tensor>> repack_gguf(const py::buffer&
     arrays.emplace_back(name, t);
     return t;
   };
-  const std::string kind = f.kind;
-  if (repack::is_float(f)) {
-    out.q = static_cast<uint8_t*>(add("q", torch::empty({B, 16, k}, kind == "f16" ? f16 : torch::kFloat32)).data_ptr());
+  const Kind kind = f.kind;
+  if (is_float_kind(kind)) {
+    out.q = static_cast<uint8_t*>(add("q", torch::empty({B, 16, k}, kind == Kind::f16 ? f16 : torch::kFloat32)).data_ptr());
   } else {
-    const bool mins = repack::has_mins(f);
+    const bool mins = has_mins(kind);
     out.sc = static_cast<uint8_t*>(add("sc", torch::empty({B, mins ? g32 : g16, 16}, mins ? u8 : i8)).data_ptr());
     out.d = static_cast<uint16_t*>(add("d", torch::empty({B, supers, 16}, f16)).data_ptr());
-    out.q = static_cast<uint8_t*>(add("q", torch::empty({B, kind == "q8" ? g16 : g32, 4, 64}, u8)).data_ptr());
-    if (kind == "q6") out.qh = static_cast<uint8_t*>(add("qh", torch::empty({B, g32, 2, 64}, u8)).data_ptr());
-    if (kind == "q5") out.qh = static_cast<uint8_t*>(add("qh", torch::empty({B, g32, 64}, u8)).data_ptr());
+    out.q = static_cast<uint8_t*>(add("q", torch::empty({B, kind == Kind::q8 ? g16 : g32, 4, 64}, u8)).data_ptr());
+    if (kind == Kind::q6) out.qh = static_cast<uint8_t*>(add("qh", torch::empty({B, g32, 2, 64}, u8)).data_ptr());
+    if (kind == Kind::q5) out.qh = static_cast<uint8_t*>(add("qh", torch::empty({B, g32, 64}, u8)).data_ptr());
     if (mins) {
       out.mn = static_cast<uint8_t*>(add("mn", torch::empty({B, g32, 16}, u8)).data_ptr());
       out.dm = static_cast<uint16_t*>(add("dm", torch::empty({B, supers, 16}, f16)).data_ptr());

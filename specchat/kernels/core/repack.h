@@ -1,4 +1,4 @@
-// A GGUF tensor's blocks laid out for the kernels (the layout in qgemm.cpp's header), in one pass
+// A GGUF tensor's blocks laid out for the kernels (the packed layout of core/layout.h), in one pass
 // over the blocks on every core. It writes the same bytes as specchat/kernels/formats.py's
 // unpack_*() followed by pack(), which stays the reference (tests/kernels/test_repack.py compares
 // them byte for byte): numpy took a minute on one core for a 7B model, this takes seconds.
@@ -10,6 +10,10 @@
 #include <stdexcept>
 #include <string>
 
+#include "layout.h"
+
+// Internal linkage, as layout.h's Kind: each kernel variant is its own module.
+namespace {
 namespace repack {
 
 // The GGUF block types kept as they are (formats.py's KEPT_TYPES "gguf").
@@ -17,29 +21,28 @@ enum class Source { Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, F16, BF16, F
 
 struct Format {
   Source source;
-  const char* kind;   // the kernels' kind: q4, q5, q6, q8, f16, f32
+  Kind kind;          // the kernels' kind (core/layout.h)
   int block_bytes;    // bytes of one GGUF block
   int block_weights;  // weights of one GGUF block (the super-block S of the packed kind)
   int offset;         // q6, q8: the value standing for zero
 };
 
 inline Format format_of(const std::string& type) {
-  if (type == "Q4_K") return {Source::Q4_K, "q4", 144, 256, 0};
-  if (type == "Q5_K") return {Source::Q5_K, "q5", 176, 256, 0};
-  if (type == "Q6_K") return {Source::Q6_K, "q6", 210, 256, 32};
-  if (type == "Q8_0") return {Source::Q8_0, "q8", 34, 32, 128};
-  if (type == "Q4_0") return {Source::Q4_0, "q4", 18, 32, 0};
-  if (type == "Q4_1") return {Source::Q4_1, "q4", 20, 32, 0};
-  if (type == "Q5_0") return {Source::Q5_0, "q6", 22, 32, 16};
-  if (type == "Q5_1") return {Source::Q5_1, "q5", 24, 32, 0};
-  if (type == "F16") return {Source::F16, "f16", 32, 16, 0};
-  if (type == "BF16") return {Source::BF16, "f32", 32, 16, 0};
-  if (type == "F32") return {Source::F32, "f32", 64, 16, 0};
+  if (type == "Q4_K") return {Source::Q4_K, Kind::q4, 144, 256, 0};
+  if (type == "Q5_K") return {Source::Q5_K, Kind::q5, 176, 256, 0};
+  if (type == "Q6_K") return {Source::Q6_K, Kind::q6, 210, 256, 32};
+  if (type == "Q8_0") return {Source::Q8_0, Kind::q8, 34, 32, 128};
+  if (type == "Q4_0") return {Source::Q4_0, Kind::q4, 18, 32, 0};
+  if (type == "Q4_1") return {Source::Q4_1, Kind::q4, 20, 32, 0};
+  if (type == "Q5_0") return {Source::Q5_0, Kind::q6, 22, 32, 16};
+  if (type == "Q5_1") return {Source::Q5_1, Kind::q5, 24, 32, 0};
+  if (type == "F16") return {Source::F16, Kind::f16, 32, 16, 0};
+  if (type == "BF16") return {Source::BF16, Kind::f32, 32, 16, 0};
+  if (type == "F32") return {Source::F32, Kind::f32, 64, 16, 0};
   throw std::invalid_argument("no native repacking for GGUF type " + type);
 }
 
-inline bool has_mins(const Format& f) { return f.kind[1] == '4' || f.kind[1] == '5'; }
-inline bool is_float(const Format& f) { return f.kind[0] == 'f'; }
+inline bool is_float(const Format& f) { return is_float_kind(f.kind); }
 
 // Where the packed arrays go (the caller sizes them: formats.packed_bytes's arrays); unused: null.
 struct Out {
@@ -153,9 +156,9 @@ inline void place(const Format& f, const Decoded& in, int64_t b, int c, int64_t 
   const int S = f.block_weights;
   const int64_t g32 = k / 32, g16 = k / 16, supers = k / S;
   out.d[(b * supers + s) * 16 + c] = in.d;
-  if (has_mins(f)) {
+  if (has_mins(f.kind)) {
     out.dm[(b * supers + s) * 16 + c] = in.dm;
-    const bool five = f.kind[1] == '5';
+    const bool five = f.kind == Kind::q5;
     for (int gl = 0; gl < S / 32; ++gl) {
       const int64_t base = b * g32 + s * (S / 32) + gl;
       const uint8_t* v = in.v + 32 * gl;
@@ -175,7 +178,7 @@ inline void place(const Format& f, const Decoded& in, int64_t b, int c, int64_t 
     return;
   }
   for (int gl = 0; gl < S / 16; ++gl) out.sc[(b * g16 + s * (S / 16) + gl) * 16 + c] = in.sc[gl];
-  if (f.kind[1] == '8') {
+  if (f.kind == Kind::q8) {
     for (int gl = 0; gl < S / 16; ++gl) {
       const int64_t base = b * g16 + s * (S / 16) + gl;
       for (int j = 0; j < 4; ++j)
@@ -237,3 +240,4 @@ inline void repack(const Format& f, const uint8_t* raw, int64_t n, int64_t k, co
 }
 
 }  // namespace repack
+}  // namespace
