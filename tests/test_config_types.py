@@ -123,6 +123,7 @@ def test_deeply_nested_keys_in_the_environment_are_one_line(
         load_settings()
 
 
+@pytest.mark.spawns
 @pytest.mark.parametrize(("signal_number", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_config_fifo_with_no_writer_still_ends_on_a_signal(
     tmp_path: Path, signal_number: int, status: int

@@ -92,6 +92,7 @@ def real_files() -> list[Path]:
     return files
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", real_files(), ids=lambda p: p.name)
 def test_real_gguf_tensors_repack_to_numpys_bytes(path: Path) -> None:
     reader = gguf.GGUFReader(path)
