@@ -90,12 +90,14 @@ def test_every_method_runs_on_every_prompt(records: list[RunRecord], prompts: li
             assert max(r.drafted_hist) <= r.gamma
 
 
+@pytest.mark.slow  # runs the whole bench on the tiny pair once (the records fixture)
 def test_greedy_runs_all_equal_plain(records: list[RunRecord]) -> None:
     for r in records:
         assert r.matches_plain is True, (r.method, r.prompt_id, r.first_mismatch)
         assert r.first_mismatch is None
 
 
+@pytest.mark.slow  # runs the whole bench on the tiny pair once (the records fixture)
 def test_an_injected_mismatch_is_caught(records: list[RunRecord]) -> None:
     victim = next(r for r in records if r.method == "fixed-3")
     ids = list(victim.token_ids)
@@ -109,6 +111,7 @@ def test_an_injected_mismatch_is_caught(records: list[RunRecord]) -> None:
     assert first_difference([1, 2], [1, 2]) is None
 
 
+@pytest.mark.slow  # runs the whole bench on the tiny pair once (the records fixture)
 def test_summary_and_json(records: list[RunRecord], costs: Costs, tmp_path: Path) -> None:
     summary = summarize(records, METHODS, costs)
     for key in ("speedup_vs_plain", "vs_hf_assisted", "measured_over_predicted", "best", "greedy_equal"):
@@ -134,11 +137,13 @@ def test_summary_and_json(records: list[RunRecord], costs: Costs, tmp_path: Path
     assert render_tables(records, METHODS, costs)
 
 
+@pytest.mark.slow  # runs the whole bench on the tiny pair once (the records fixture)
 def test_plot_is_written(records: list[RunRecord], costs: Costs, tmp_path: Path) -> None:
     path = write_plot(tmp_path / "bench.png", records, METHODS, costs)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow  # runs the whole bench on the tiny pair once (the records fixture)
 def test_plot_into_a_missing_folder_is_a_bench_error(
     records: list[RunRecord], costs: Costs, tmp_path: Path
 ) -> None:
