@@ -123,6 +123,15 @@ SPECCHAT_INLINE void unrolled(Fn&& fn) {
 }
 #define SPECCHAT_STEP __attribute__((always_inline))  // on the lambdas unrolled() calls
 
+// On the lambda each kernel hands scale_and_store (one super-block): where the instruction set
+// defines it as SPECCHAT_STEP, the super-block is inlined into the loop over super-blocks, and a
+// tile's sums and totals stay in registers across it instead of a call per super-block spilling
+// them. AVX-512 (32 registers) gains at 8 rows; the 16-register sets lose (they spill either way,
+// and inlined, in the group loop): docs/lab/2026-12-05-inlined-super-blocks.md.
+#ifndef SPECCHAT_SUPER_BLOCK
+#define SPECCHAT_SUPER_BLOCK
+#endif
+
 // acc[u] += scale · (the products of NP pairs of quads with inputs at + 8p .. at + 8p + 7 of each
 // row of unit u), for weights up to MAXW. Rows go through in sub-tiles of ROWS_IN_REGISTERS, and
 // the channels in the instruction set's PARTS (a register's worth each: the 16 channels are one
@@ -215,7 +224,7 @@ void nibble_block(const Q4Weights& w, int64_t nb, int64_t K, int S, const QuantR
   const uint16_t* d = w.d + nb * supers * 16;
   const uint16_t* dm = w.dm + nb * supers * 16;
   const Units<D, R> units(x, m0);
-  scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias, [&](int64_t s, F32x16* part) {
+  scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias, [&](int64_t s, F32x16* part) SPECCHAT_SUPER_BLOCK {
     typename D::Acc acc[Units<D, R>::N];
     for (auto& a : acc) a = D::acc_zero();
     for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
@@ -273,7 +282,7 @@ void q8_block(const Q8Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
   const int8_t* sc = w.sc + nb * groups * 16;
   const uint16_t* d = w.d + nb * supers * 16;
   const Units<D, R> units(x, m0);
-  scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias, [&](int64_t s, F32x16* part) {
+  scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias, [&](int64_t s, F32x16* part) SPECCHAT_SUPER_BLOCK {
     typename D::Acc acc[Units<D, R>::N];
     for (auto& a : acc) a = D::acc_zero();
     for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
@@ -308,7 +317,7 @@ void q6_block(const Q6Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
   const int8_t* sc = w.sc + nb * groups16 * 16;
   const uint16_t* d = w.d + nb * supers * 16;
   const Units<D, R> units(x, m0);
-  scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias, [&](int64_t s, F32x16* part) {
+  scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias, [&](int64_t s, F32x16* part) SPECCHAT_SUPER_BLOCK {
     typename D::Acc acc[Units<D, R>::N];
     for (auto& a : acc) a = D::acc_zero();
     for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {

@@ -11,6 +11,7 @@ namespace isa {
 constexpr const char* NAME = "avx512";
 constexpr int ROWS_IN_REGISTERS = 8;  // 2 registers a row (the group's sums, the super-block's)
 constexpr int FLOAT_ROW_TILE = 8;
+#define SPECCHAT_SUPER_BLOCK SPECCHAT_STEP  // a super-block inlined: see core/kernels.h
 
 struct F32x16 { __m512 v; };
 struct I32x16 { __m512i v; };
