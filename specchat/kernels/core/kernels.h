@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -132,24 +133,44 @@ SPECCHAT_INLINE void unrolled(Fn&& fn) {
 #define SPECCHAT_SUPER_BLOCK
 #endif
 
+// Whether a pass of R rows computes one part of the channels (a register's worth) through all of a
+// super-block's groups before the next part, rather than every part group by group: where the
+// instruction set's Dot says so (PART_AT_A_TIME; the 256-bit x86 sets, whose 16 registers cannot
+// hold both halves of a tile's sums) and the pass has 2 rows or more. Only the part's half of
+// each group is then unpacked (the compiler drops the other's instructions) and its sums can stay
+// in registers; a one-row pass keeps the parts interleaved, whose prefetches and two independent
+// chains a memory-bound step needs (docs/lab/2026-12-05-part-at-a-time.md).
+template <typename D, typename = void>
+struct PartAtATime : std::false_type {};
+template <typename D>
+struct PartAtATime<D, std::void_t<decltype(D::PART_AT_A_TIME)>> : std::bool_constant<D::PART_AT_A_TIME> {};
+template <typename D, int R>
+constexpr int OUTER_PARTS = PartAtATime<D>::value && R >= 2 ? D::PARTS : 1;
+
 // acc[u] += scale · (the products of NP pairs of quads with inputs at + 8p .. at + 8p + 7 of each
-// row of unit u), for weights up to MAXW. Rows go through in sub-tiles of ROWS_IN_REGISTERS, and
-// the channels in the instruction set's PARTS (a register's worth each: the 16 channels are one
-// AVX-512 register, two AVX2 ones, four NEON ones), each part for every row of the sub-tile
-// before the next: a row's sums then take one register, and every row reuses the weights the
-// group unpacked. A Dots holds at most D::room<MAXW>() pairs before it is flushed.
-template <typename D, int MAXW, int NP, int N>
+// row of unit u), for weights up to MAXW, in part OUTER of the channels when the kernel loops over
+// the parts itself (OUTER_PARTS > 1), else in every part. Rows go through in sub-tiles of
+// ROWS_IN_REGISTERS, and the channels in the instruction set's PARTS (a register's worth each:
+// the 16 channels are one AVX-512 register, two AVX2 ones, four NEON ones), each part for every
+// row of the sub-tile before the next: a row's sums then take one register, and every row reuses
+// the weights the group unpacked. A Dots holds at most D::room<MAXW>() pairs before it is flushed
+// (D::room_one_part<MAXW>() when one part at a time leaves registers for longer sums).
+template <typename D, int MAXW, int OUTER, int NP, int N>
 SPECCHAT_INLINE void add_group(typename D::Acc (&acc)[N], const typename D::Pair (&w)[NP],
                                const int8_t* const (&rows)[N][D::ROWS], int64_t at, const typename D::Scale& scale) {
-  constexpr int SUB = std::max(1, ROWS_IN_REGISTERS / D::ROWS), ROOM = D::template room<MAXW>();
+  constexpr int SUB = std::max(1, ROWS_IN_REGISTERS / D::ROWS);
+  constexpr int ROOM = [] {
+    if constexpr (OUTER >= 0) return D::template room_one_part<MAXW>();
+    else return D::template room<MAXW>();
+  }();
   unrolled<(N + SUB - 1) / SUB>([&](auto tile) SPECCHAT_STEP {
     constexpr int U0 = decltype(tile)::value * SUB, UN = std::min(N, U0 + SUB) - U0;
     unrolled<(NP + ROOM - 1) / ROOM>([&](auto chunk) SPECCHAT_STEP {
       constexpr int P0 = decltype(chunk)::value * ROOM, PN = std::min(NP, P0 + ROOM) - P0;
       typename D::Dots dots[UN];
       unrolled<UN>([&](auto u) SPECCHAT_STEP { dots[u] = D::zero(); });
-      unrolled<D::PARTS>([&](auto part) SPECCHAT_STEP {
-        constexpr int PART = decltype(part)::value;
+      unrolled<OUTER >= 0 ? 1 : D::PARTS>([&](auto part) SPECCHAT_STEP {
+        constexpr int PART = OUTER >= 0 ? OUTER : decltype(part)::value;
         unrolled<PN>([&](auto p) SPECCHAT_STEP {
           unrolled<UN>([&](auto u) SPECCHAT_STEP {
             dots[u] = D::template add<MAXW, PART>(dots[u], w[P0 + p], rows[U0 + u], at + 8 * (P0 + p));
@@ -161,6 +182,16 @@ SPECCHAT_INLINE void add_group(typename D::Acc (&acc)[N], const typename D::Pair
       });
     });
   });
+}
+
+// fn(OUTER) for each part a kernel loops over itself (OUTER_PARTS<D, R> of them), or fn(-1) once:
+// add_group then computes every part.
+template <typename D, int R, typename Fn>
+SPECCHAT_INLINE void for_outer_parts(Fn&& fn) {
+  if constexpr (OUTER_PARTS<D, R> == 1)
+    fn(std::integral_constant<int, -1>{});
+  else
+    unrolled<OUTER_PARTS<D, R>>(fn);
 }
 
 // B of R rows over `count` groups from `first` (factors of a group: 16 bytes at factor(g)), from
@@ -227,12 +258,14 @@ void nibble_block(const Q4Weights& w, int64_t nb, int64_t K, int S, const QuantR
   scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias, [&](int64_t s, F32x16* part) SPECCHAT_SUPER_BLOCK {
     typename D::Acc acc[Units<D, R>::N];
     for (auto& a : acc) a = D::acc_zero();
+    for_outer_parts<D, R>([&](auto outer) SPECCHAT_STEP {
+    constexpr int OUTER = decltype(outer)::value;
     for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
       const uint8_t* qg = q + g * 256;
-      prefetch_ahead<R>(qg);
+      if constexpr (OUTER <= 0) prefetch_ahead<R>(qg);  // once a group
       Bytes high[8];
       if constexpr (FIFTH) {
-        __builtin_prefetch(qh + g * 64 + 2048, 0, 2);  // as far ahead as qg's
+        if constexpr (OUTER <= 0) __builtin_prefetch(qh + g * 64 + 2048, 0, 2);  // as far ahead as qg's
         fifth_bits(qh + g * 64, high);
       }
       Bytes lo[4], hi[4];  // quad j: inputs 4j + t (low nibbles), 16 + 4j + t (high nibbles)
@@ -243,8 +276,9 @@ void nibble_block(const Q4Weights& w, int64_t nb, int64_t K, int S, const QuantR
       }
       const typename D::Pair pairs[4] = {D::template pair<MAXW>(lo[0], lo[1]), D::template pair<MAXW>(lo[2], lo[3]),
                                          D::template pair<MAXW>(hi[0], hi[1]), D::template pair<MAXW>(hi[2], hi[3])};
-      add_group<D, MAXW>(acc, pairs, units.row, g * 32, D::scale_u8(sc + g * 16));
+      add_group<D, MAXW, OUTER>(acc, pairs, units.row, g * 32, D::scale_u8(sc + g * 16));
     }
+    });
     I32x16 mins[R];
     factor_sums(mins, s * per_super, per_super,
                 [&](int64_t g, bool two) { return p_u8(mn + g * 16, two ? mn + (g + 1) * 16 : nullptr); },
@@ -285,13 +319,16 @@ void q8_block(const Q8Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
   scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias, [&](int64_t s, F32x16* part) SPECCHAT_SUPER_BLOCK {
     typename D::Acc acc[Units<D, R>::N];
     for (auto& a : acc) a = D::acc_zero();
+    for_outer_parts<D, R>([&](auto outer) SPECCHAT_STEP {
+    constexpr int OUTER = decltype(outer)::value;
     for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
       const uint8_t* qg = q + g * 256;
-      prefetch_ahead<R>(qg);
+      if constexpr (OUTER <= 0) prefetch_ahead<R>(qg);
       const typename D::Pair pairs[2] = {D::template pair<255>(b_load(qg), b_load(qg + 64)),
                                          D::template pair<255>(b_load(qg + 128), b_load(qg + 192))};
-      add_group<D, 255>(acc, pairs, units.row, g * 16, D::scale_i8(sc + g * 16));
+      add_group<D, 255, OUTER>(acc, pairs, units.row, g * 16, D::scale_i8(sc + g * 16));
     }
+    });
     I32x16 scaled_sums[R];
     factor_sums(scaled_sums, s * per_super, per_super,
                 [&](int64_t g, bool two) { return p_i8(sc + g * 16, two ? sc + (g + 1) * 16 : nullptr); },
@@ -320,12 +357,16 @@ void q6_block(const Q6Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
   scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias, [&](int64_t s, F32x16* part) SPECCHAT_SUPER_BLOCK {
     typename D::Acc acc[Units<D, R>::N];
     for (auto& a : acc) a = D::acc_zero();
+    for_outer_parts<D, R>([&](auto outer) SPECCHAT_STEP {
+    constexpr int OUTER = decltype(outer)::value;
     for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
       const uint8_t* qg = q + g * 256;
       const uint8_t* hg = qh + g * 128;
-      prefetch_ahead<R>(qg);
-      __builtin_prefetch(hg + 4096, 0, 2);  // as far ahead as qg's
-      __builtin_prefetch(hg + 4096 + 64, 0, 2);
+      if constexpr (OUTER <= 0) {
+        prefetch_ahead<R>(qg);
+        __builtin_prefetch(hg + 4096, 0, 2);  // as far ahead as qg's
+        __builtin_prefetch(hg + 4096 + 64, 0, 2);
+      }
       Bytes w6[2][4];  // [half][quad]: a_j, then b_j
       for (int j = 0; j < 4; ++j) {
         const Bytes whole = b_load(qg + 64 * j), nibbles = b_load(hg + 64 * (j / 2));
@@ -336,9 +377,10 @@ void q6_block(const Q6Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
       for (int half = 0; half < 2; ++half) {
         const typename D::Pair pairs[2] = {D::template pair<63>(w6[half][0], w6[half][1]),
                                            D::template pair<63>(w6[half][2], w6[half][3])};
-        add_group<D, 63>(acc, pairs, units.row, g * 32 + 16 * half, D::scale_i8(sc + (2 * g + half) * 16));
+        add_group<D, 63, OUTER>(acc, pairs, units.row, g * 32 + 16 * half, D::scale_i8(sc + (2 * g + half) * 16));
       }
     }
+    });
     I32x16 scaled_sums[R];
     factor_sums(scaled_sums, s * per_super * 2, per_super * 2,
                 [&](int64_t g, bool two) { return p_i8(sc + g * 16, two ? sc + (g + 1) * 16 : nullptr); },

@@ -184,6 +184,11 @@ struct RowDot {
     static_assert(2 * 2 * (MAXW > 63 ? 15 : MAXW) * 128 <= 32767);
     return 1;
   }
+  // One part at a time (passes of 2 rows or more, core/kernels.h) leaves the registers for as
+  // many pairs as a 16-bit lane holds (q4's whole group): fewer madds and 32-bit adds a row.
+  static constexpr bool PART_AT_A_TIME = true;
+  template <int MAXW>
+  static constexpr int room_one_part() { return 32767 / (2 * 2 * (MAXW > 63 ? 15 : MAXW) * 128); }
   // acc + pairs of a·xa + pairs of b·xb, in 16-bit lanes.
   static __m256i chain(__m256i acc, __m256i a, __m256i xa, __m256i b, __m256i xb) {
     acc = _mm256_add_epi16(_mm256_add_epi16(acc, _mm256_maddubs_epi16(a, xa)), _mm256_maddubs_epi16(b, xb));

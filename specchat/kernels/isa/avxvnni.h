@@ -45,6 +45,9 @@ struct RowDot {
   static Pair pair(const Bytes& a, const Bytes& b) { return {a.lo, a.hi, b.lo, b.hi}; }
   template <int MAXW>
   static constexpr int room() { return 1 << 20; }
+  static constexpr bool PART_AT_A_TIME = true;  // in passes of 2 rows or more: see core/kernels.h
+  template <int MAXW>
+  static constexpr int room_one_part() { return room<MAXW>(); }
   static Dots zero() { return {_mm256_setzero_si256(), _mm256_setzero_si256()}; }
   template <int MAXW, int PART>
   static Dots add(Dots d, const Pair& w, const int8_t* const* rows, int64_t at) {

@@ -207,8 +207,9 @@ std::vector<float> check_layer(Rng& rng) {
 
 // The integer phase at its extremes, through the dot units a pass of R rows uses (one row at a
 // time, or two on i8mm): the largest weight of each kind against inputs of -128 and 127 (the
-// widest sums AVX2's 16-bit pairs must hold), then the factor sums and the offset. Each int32 is
-// returned as two 16-bit halves, which floats hold exactly.
+// widest sums AVX2's 16-bit pairs must hold, a whole group of them where a part at a time leaves
+// room), then the factor sums and the offset. Each int32 is returned as two 16-bit halves, which
+// floats hold exactly.
 template <int R>
 std::vector<int32_t> edge_sums() {
   using D = Dot<R>;
@@ -226,7 +227,9 @@ std::vector<int32_t> edge_sums() {
     const Bytes a = b_bits<0>(b_load(w), mask), b = b_bits<0>(b_load(w == top ? top : mixed), mask);
     const typename D::Pair pairs[4] = {D::template pair<MAXW>(a, b), D::template pair<MAXW>(b, a),
                                        D::template pair<MAXW>(a, a), D::template pair<MAXW>(b, b)};
-    add_group<D, MAXW>(acc, pairs, units.row, at, scale);
+    for_outer_parts<D, R>([&](auto outer) {  // as the kernels go through the parts
+      add_group<D, MAXW, decltype(outer)::value>(acc, pairs, units.row, at, scale);
+    });
   };
   const Units<D, R> units(x, 0);
   typename D::Acc acc[Units<D, R>::N];
