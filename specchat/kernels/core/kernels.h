@@ -128,7 +128,7 @@ SPECCHAT_INLINE void unrolled(Fn&& fn) {
 // defines it as SPECCHAT_STEP, the super-block is inlined into the loop over super-blocks, and a
 // tile's sums and totals stay in registers across it instead of a call per super-block spilling
 // them. AVX-512 (32 registers) gains at 8 rows; the 16-register sets lose (they spill either way,
-// and inlined, in the group loop): docs/lab/2026-12-05-inlined-super-blocks.md.
+// and inlined, in the group loop): docs/lab/2026-12-05-part-at-a-time.md.
 #ifndef SPECCHAT_SUPER_BLOCK
 #define SPECCHAT_SUPER_BLOCK
 #endif
