@@ -255,29 +255,30 @@ void nibble_block(const Q4Weights& w, int64_t nb, int64_t K, int S, const QuantR
   const uint16_t* d = w.d + nb * supers * 16;
   const uint16_t* dm = w.dm + nb * supers * 16;
   const Units<D, R> units(x, m0);
-  scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias, [&](int64_t s, F32x16* part) SPECCHAT_SUPER_BLOCK {
+  scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias,
+                     [&](int64_t s, F32x16* part) SPECCHAT_SUPER_BLOCK {
     typename D::Acc acc[Units<D, R>::N];
     for (auto& a : acc) a = D::acc_zero();
     for_outer_parts<D, R>([&](auto outer) SPECCHAT_STEP {
-    constexpr int OUTER = decltype(outer)::value;
-    for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
-      const uint8_t* qg = q + g * 256;
-      if constexpr (OUTER <= 0) prefetch_ahead<R>(qg);  // once a group
-      Bytes high[8];
-      if constexpr (FIFTH) {
-        if constexpr (OUTER <= 0) __builtin_prefetch(qh + g * 64 + 2048, 0, 2);  // as far ahead as qg's
-        fifth_bits(qh + g * 64, high);
+      constexpr int OUTER = decltype(outer)::value;
+      for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
+        const uint8_t* qg = q + g * 256;
+        if constexpr (OUTER <= 0) prefetch_ahead<R>(qg);  // once a group
+        Bytes high[8];
+        if constexpr (FIFTH) {
+          if constexpr (OUTER <= 0) __builtin_prefetch(qh + g * 64 + 2048, 0, 2);  // as far ahead as qg's
+          fifth_bits(qh + g * 64, high);
+        }
+        Bytes lo[4], hi[4];  // quad j: inputs 4j + t (low nibbles), 16 + 4j + t (high nibbles)
+        for (int j = 0; j < 4; ++j) {
+          const Bytes v = b_load(qg + 64 * j);
+          lo[j] = b_bits<0>(v, 0x0F), hi[j] = b_bits<4>(v, 0x0F);
+          if constexpr (FIFTH) lo[j] = b_or(lo[j], high[j]), hi[j] = b_or(hi[j], high[j + 4]);
+        }
+        const typename D::Pair pairs[4] = {D::template pair<MAXW>(lo[0], lo[1]), D::template pair<MAXW>(lo[2], lo[3]),
+                                           D::template pair<MAXW>(hi[0], hi[1]), D::template pair<MAXW>(hi[2], hi[3])};
+        add_group<D, MAXW, OUTER>(acc, pairs, units.row, g * 32, D::scale_u8(sc + g * 16));
       }
-      Bytes lo[4], hi[4];  // quad j: inputs 4j + t (low nibbles), 16 + 4j + t (high nibbles)
-      for (int j = 0; j < 4; ++j) {
-        const Bytes v = b_load(qg + 64 * j);
-        lo[j] = b_bits<0>(v, 0x0F), hi[j] = b_bits<4>(v, 0x0F);
-        if constexpr (FIFTH) lo[j] = b_or(lo[j], high[j]), hi[j] = b_or(hi[j], high[j + 4]);
-      }
-      const typename D::Pair pairs[4] = {D::template pair<MAXW>(lo[0], lo[1]), D::template pair<MAXW>(lo[2], lo[3]),
-                                         D::template pair<MAXW>(hi[0], hi[1]), D::template pair<MAXW>(hi[2], hi[3])};
-      add_group<D, MAXW, OUTER>(acc, pairs, units.row, g * 32, D::scale_u8(sc + g * 16));
-    }
     });
     I32x16 mins[R];
     factor_sums(mins, s * per_super, per_super,
@@ -316,18 +317,19 @@ void q8_block(const Q8Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
   const int8_t* sc = w.sc + nb * groups * 16;
   const uint16_t* d = w.d + nb * supers * 16;
   const Units<D, R> units(x, m0);
-  scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias, [&](int64_t s, F32x16* part) SPECCHAT_SUPER_BLOCK {
+  scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias,
+                     [&](int64_t s, F32x16* part) SPECCHAT_SUPER_BLOCK {
     typename D::Acc acc[Units<D, R>::N];
     for (auto& a : acc) a = D::acc_zero();
     for_outer_parts<D, R>([&](auto outer) SPECCHAT_STEP {
-    constexpr int OUTER = decltype(outer)::value;
-    for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
-      const uint8_t* qg = q + g * 256;
-      if constexpr (OUTER <= 0) prefetch_ahead<R>(qg);
-      const typename D::Pair pairs[2] = {D::template pair<255>(b_load(qg), b_load(qg + 64)),
-                                         D::template pair<255>(b_load(qg + 128), b_load(qg + 192))};
-      add_group<D, 255, OUTER>(acc, pairs, units.row, g * 16, D::scale_i8(sc + g * 16));
-    }
+      constexpr int OUTER = decltype(outer)::value;
+      for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
+        const uint8_t* qg = q + g * 256;
+        if constexpr (OUTER <= 0) prefetch_ahead<R>(qg);
+        const typename D::Pair pairs[2] = {D::template pair<255>(b_load(qg), b_load(qg + 64)),
+                                           D::template pair<255>(b_load(qg + 128), b_load(qg + 192))};
+        add_group<D, 255, OUTER>(acc, pairs, units.row, g * 16, D::scale_i8(sc + g * 16));
+      }
     });
     I32x16 scaled_sums[R];
     factor_sums(scaled_sums, s * per_super, per_super,
@@ -354,32 +356,33 @@ void q6_block(const Q6Weights& w, int64_t nb, int64_t K, int S, const QuantRows&
   const int8_t* sc = w.sc + nb * groups16 * 16;
   const uint16_t* d = w.d + nb * supers * 16;
   const Units<D, R> units(x, m0);
-  scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias, [&](int64_t s, F32x16* part) SPECCHAT_SUPER_BLOCK {
+  scale_and_store<R>(supers, x.scale.data() + m0 * supers, nb, y + m0 * ldy, ldy, bias,
+                     [&](int64_t s, F32x16* part) SPECCHAT_SUPER_BLOCK {
     typename D::Acc acc[Units<D, R>::N];
     for (auto& a : acc) a = D::acc_zero();
     for_outer_parts<D, R>([&](auto outer) SPECCHAT_STEP {
-    constexpr int OUTER = decltype(outer)::value;
-    for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
-      const uint8_t* qg = q + g * 256;
-      const uint8_t* hg = qh + g * 128;
-      if constexpr (OUTER <= 0) {
-        prefetch_ahead<R>(qg);
-        __builtin_prefetch(hg + 4096, 0, 2);  // as far ahead as qg's
-        __builtin_prefetch(hg + 4096 + 64, 0, 2);
+      constexpr int OUTER = decltype(outer)::value;
+      for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
+        const uint8_t* qg = q + g * 256;
+        const uint8_t* hg = qh + g * 128;
+        if constexpr (OUTER <= 0) {
+          prefetch_ahead<R>(qg);
+          __builtin_prefetch(hg + 4096, 0, 2);  // as far ahead as qg's
+          __builtin_prefetch(hg + 4096 + 64, 0, 2);
+        }
+        Bytes w6[2][4];  // [half][quad]: a_j, then b_j
+        for (int j = 0; j < 4; ++j) {
+          const Bytes whole = b_load(qg + 64 * j), nibbles = b_load(hg + 64 * (j / 2));
+          w6[0][j] = b_bits<0>(whole, 0x3F);
+          const Bytes lower = j % 2 == 0 ? b_bits<0>(nibbles, 0x0F) : b_bits<4>(nibbles, 0x0F);
+          w6[1][j] = b_or(lower, b_bits<2>(whole, 0x30));  // b_j's top bits from bits 6-7 down to 4-5
+        }
+        for (int half = 0; half < 2; ++half) {
+          const typename D::Pair pairs[2] = {D::template pair<63>(w6[half][0], w6[half][1]),
+                                             D::template pair<63>(w6[half][2], w6[half][3])};
+          add_group<D, 63, OUTER>(acc, pairs, units.row, g * 32 + 16 * half, D::scale_i8(sc + (2 * g + half) * 16));
+        }
       }
-      Bytes w6[2][4];  // [half][quad]: a_j, then b_j
-      for (int j = 0; j < 4; ++j) {
-        const Bytes whole = b_load(qg + 64 * j), nibbles = b_load(hg + 64 * (j / 2));
-        w6[0][j] = b_bits<0>(whole, 0x3F);
-        const Bytes lower = j % 2 == 0 ? b_bits<0>(nibbles, 0x0F) : b_bits<4>(nibbles, 0x0F);
-        w6[1][j] = b_or(lower, b_bits<2>(whole, 0x30));  // b_j's top bits from bits 6-7 down to 4-5
-      }
-      for (int half = 0; half < 2; ++half) {
-        const typename D::Pair pairs[2] = {D::template pair<63>(w6[half][0], w6[half][1]),
-                                           D::template pair<63>(w6[half][2], w6[half][3])};
-        add_group<D, 63, OUTER>(acc, pairs, units.row, g * 32 + 16 * half, D::scale_i8(sc + (2 * g + half) * 16));
-      }
-    }
     });
     I32x16 scaled_sums[R];
     factor_sums(scaled_sums, s * per_super * 2, per_super * 2,
