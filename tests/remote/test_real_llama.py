@@ -22,7 +22,13 @@ from specchat.backend import Controls
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.remote import connect
 
-BIN = Path(os.environ.get("SPECCHAT_LLAMA_BIN", Path.home() / ".cache/specchat-peers/llamacpp/bin"))
+# SPECCHAT_LLAMA_CPP names the build's bin folder for every peer test (SPECCHAT_LLAMA_BIN: this
+# file's older name for it, still read).
+BIN = Path(
+    os.environ.get("SPECCHAT_LLAMA_CPP")
+    or os.environ.get("SPECCHAT_LLAMA_BIN")
+    or Path.home() / ".cache/specchat-peers/llamacpp/bin"
+)
 GGUF = Path(os.environ.get("SPECCHAT_GGUF_DIR", Path.home() / ".cache/specchat/gguf"))
 SERVER = BIN / "llama-server"
 TARGET, DRAFT = GGUF / "qwen.gguf", GGUF / "qwen05.gguf"
