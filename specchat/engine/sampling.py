@@ -247,6 +247,57 @@ def verify(
     closes the round from ``p_target`` itself (the bonus), as if only n had been drafted; the
     drafted ids come back with the verdict (``draft_ids``, n of them).
     """
+    if drafts.shape[0] == 0 and count is None:
+        return _verify_nothing(p_target, params, generator, top_k, own_asked=p_target_own is not None)
+    return _verify_drafts(p_target, p_draft, drafts, params, generator, top_k, p_target_own, count)
+
+
+def _verify_nothing(
+    p_target: torch.Tensor,
+    params: SamplingParams,
+    generator: torch.Generator | None,
+    top_k: int,
+    *,
+    own_asked: bool,
+) -> RoundVerification:
+    """What :func:`_verify_drafts` gives for an empty draft, as cheaply as a plain step.
+
+    A round the schedule decodes plainly closes with the token plain decoding picks from the
+    target's one row (the same draw from the same generator), its probability and the row's top
+    entries, in one host read. Through the general path the empty draft's bookkeeping cost about
+    as much as the step's sampling again, at every plain round of a reply
+    (docs/lab/2026-12-05-plain-rounds.md).
+    """
+    row = p_target[:1]
+    token = pick_tokens(row, params, generator)
+    top_values, top_ids = top_entries(row[0], top_k)
+    parts = [token, row[0, token], top_ids, top_values]
+    packed = torch.cat([part.double() for part in parts]).tolist()
+    width = top_ids.shape[0]
+    return RoundVerification(
+        accepted=0,
+        next_token=int(packed[0]),
+        p_target_drafts=[],
+        p_draft_drafts=[],
+        accept_probs=[],
+        draws=None if params.greedy else [],
+        p_target_next=packed[1],
+        top_ids=[int(i) for i in packed[2 : 2 + width]],
+        top_probs=packed[2 + width :],
+        p_target_own=[] if params.greedy or own_asked else None,
+    )
+
+
+def _verify_drafts(
+    p_target: torch.Tensor,
+    p_draft: torch.Tensor,
+    drafts: torch.Tensor,
+    params: SamplingParams,
+    generator: torch.Generator | None,
+    top_k: int,
+    p_target_own: torch.Tensor | None,
+    count: torch.Tensor | None,
+) -> RoundVerification:
     gamma = drafts.shape[0]
     device = drafts.device
     rows = torch.arange(gamma, device=device)

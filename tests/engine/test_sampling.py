@@ -201,3 +201,23 @@ def test_top_entries_orders_equals_by_index_and_falls_back_on_flat_rows() -> Non
     with_nan = torch.softmax(torch.randn(8 * TOP_CHUNK, generator=torch.Generator().manual_seed(2)), dim=-1)
     with_nan[5] = float("nan")
     assert top_entries(with_nan, 3)[0].shape == (3,)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_verifying_an_empty_draft_is_the_general_paths_answer_and_draw(temperature: float) -> None:
+    """A plain round's shortcut gives what the general verification gives: token, trace and the
+    generator's state after the draw."""
+    params = SamplingParams(temperature=temperature)
+    width = 5000
+    for seed in range(20):
+        logits = torch.randn(1, width, generator=torch.Generator().manual_seed(seed)) * 3
+        p_target = shape_probs(logits, params)
+        empty = torch.empty(0, dtype=torch.long), torch.empty(0, width)
+        quick, general = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+        for own in (None, torch.empty(0)):
+            shortcut = verify(p_target, empty[1], empty[0], params, quick, p_target_own=own)
+            reference = sampling_module._verify_drafts(
+                p_target, empty[1], empty[0], params, general, 5, own, None
+            )
+            assert shortcut == reference
+            assert torch.equal(quick.get_state(), general.get_state())
