@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from specchat.engine.drafters import DeviceDraft, Draft, ModelDrafter, NgramDrafter, lookup_continuation
+from specchat.engine.drafters import DeviceDraft, Draft, LookupIndex, ModelDrafter, NgramDrafter
 from specchat.engine.events import DrafterName
 from specchat.engine.sampling import SamplingParams
 from specchat.params import GAMMA_MAX
@@ -36,6 +36,7 @@ class HybridDrafter:
         chance in any conversation, and what followed it then is mostly rejected: a verify pass
         spent on it, where the model would have drafted. The plain n-gram drafter, which has no
         model to fall back on, still takes such matches."""
+        self._index = LookupIndex(ngram.max_ngram, max(ngram.min_ngram, min_key))
         self._looked_up: tuple[list[int], list[int]] = ([], [])
         """(ids, their continuation): the lookup next_source made, reused by propose."""
 
@@ -55,10 +56,9 @@ class HybridDrafter:
         return self.model.propose(ids, gamma, params, generator)
 
     def _lookup(self, ids: list[int]) -> list[int]:
-        """The longest continuation any γ could use, scanned once per round (a scan is O(context))."""
+        """The longest continuation any γ could use, looked up once per round."""
         seen, found = self._looked_up
-        if seen != ids:  # a C-level list comparison, far cheaper than the scan
-            shortest = max(self.ngram.min_ngram, self.min_key)
-            found = lookup_continuation(ids, GAMMA_MAX, self.ngram.max_ngram, shortest)
+        if seen != ids:  # a C-level list comparison
+            found = self._index.continuation(ids, GAMMA_MAX)
             self._looked_up = (list(ids), found)
         return found
