@@ -244,7 +244,8 @@ class AdaptiveGamma:
         self._plain_streak = 0
         self._plain_ms_since_draft = 0.0
         self._gamma = 0
-        self._probe_soon = False
+        self._probe_soon: set[str] = set()
+        """Drafters whose latest probe went through whole: their next probe comes soon."""
         self._off: set[str] = set()
         """Drafters the schedule turned off for want of pay (until even α's lower bound pays)."""
 
@@ -270,10 +271,15 @@ class AdaptiveGamma:
         keep = self.decay**tested  # forget per tested position: recent text weighs more
         if name in self._off:
             # A probe that went through whole is a sign the text changed: the α measured before
-            # it counts for half, and the next probe comes soon, so a few such probes in a row
-            # bring drafting back, not dozens spread over the budget.
-            self._probe_soon = event.accepted == event.drafted
-            keep *= 0.5 if self._probe_soon else 1.0
+            # it counts for half, and this drafter's next probe comes soon, so a few such probes
+            # in a row bring drafting back, not dozens spread over the budget. Only its own: a
+            # lookup that hit says nothing of the draft model, whose probe costs a catch-up.
+            whole = event.accepted == event.drafted
+            keep *= 0.5 if whole else 1.0
+            if whole:
+                self._probe_soon.add(name)
+            else:
+                self._probe_soon.discard(name)
         self._accepted[name] = keep * self._accepted.get(name, 0.0) + event.accepted
         self._tested[name] = keep * self._tested.get(name, 0.0) + tested
         sure_accepted, sure_tested = sure_positions(event)
@@ -454,7 +460,9 @@ class AdaptiveGamma:
         model = self.costs.model(self.drafter)
         if self._plain_streak < self.probe_first or model is None:
             return False
-        if self._probe_soon:
+        if outlook.remaining is not None and outlook.remaining <= self.probe_first:
+            return False  # what it would measure ends with the reply
+        if self.drafter in self._probe_soon:
             return True
         reads = RoundOutlook(outlook.remaining, min(outlook.behind, self.probe_window))
         extra = self._catch_up_cost_ms(reads) + gamma * model.draft_ms + model.verify(gamma) - model.plain_ms

@@ -252,3 +252,36 @@ def test_while_off_a_note_says_when_only_the_estimate_would_pay() -> None:
         figures = event.note.split(";")[1].split(",")[:2]
         estimate, at_low = (float(part.split("×")[0].split()[-1]) for part in figures)
         assert estimate >= 1.03 > at_low, event.note
+
+
+def off_for_both_drafters() -> AdaptiveGamma:
+    """A hybrid reply's schedule after chat text: the draft model and the lookups both off."""
+    schedule = AdaptiveGamma(4)
+    play(schedule, AVX2_TODAY, steady(0.15), 60)
+    play(schedule, LOOKUPS, steady(0.05), 60)
+    assert schedule.next_gamma("model", RoundOutlook(behind=300)) == 0
+    assert schedule.next_gamma("ngram", RoundOutlook()) == 0
+    return schedule
+
+
+def test_a_lookup_probe_that_went_through_does_not_bring_on_a_draft_model_probe() -> None:
+    # A hybrid drafter alternates sources. A lookup's lucky hit says nothing of the draft model,
+    # whose probe would cost a catch-up: on the avx2 build it came 9 rounds after one, at 4 % of
+    # the reply (docs/lab/2026-12-05-plain-rounds.md).
+    schedule = off_for_both_drafters()
+    for n in range(12):
+        schedule.observe(RoundEvent(n, 0, 0, 0, 0.0, AVX2_TODAY.plain_ms, "model"))
+    hit = RoundEvent(12, 1, 1, 1, 0.3, 1.15 * AVX2_TODAY.plain_ms, "ngram", note="a probe")
+    schedule.observe(hit)
+    for n in range(13, 25):
+        schedule.observe(RoundEvent(n, 0, 0, 0, 0.0, AVX2_TODAY.plain_ms, "model"))
+        assert schedule.next_gamma("model", RoundOutlook(behind=300)) == 0, schedule.note
+    assert schedule.next_gamma("ngram", RoundOutlook()) > 0  # the lookups' own next probe is soon
+
+
+def test_no_probe_in_the_last_rounds_of_a_reply() -> None:
+    schedule = off_for_both_drafters()
+    schedule.begin_reply(lambda: 4)
+    near_end = play(schedule, LOOKUPS, steady(0.05), 400, budget=400)
+    last = near_end.events[-schedule.probe_first :]
+    assert any(e.drafted for e in near_end.events[:-20]) and not any(e.drafted for e in last)
