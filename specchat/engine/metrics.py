@@ -264,6 +264,8 @@ class CostModel:
     """d: drafting one token."""
     verify_ms: Mapping[int, float] = field(default_factory=dict)
     """Measured V(γ) for the widths seen (γ ≥ 1)."""
+    _interpolated: dict[int, float] = field(default_factory=dict, compare=False, repr=False)
+    """V(γ) once computed: a schedule asks for each width several times a round."""
 
     @property
     def c(self) -> float:
@@ -271,8 +273,11 @@ class CostModel:
 
     def verify(self, gamma: int) -> float:
         """V(γ) in milliseconds, interpolated where not measured."""
-        found = interpolate_verify_ms({0: self.plain_ms, **self.verify_ms}, gamma)
-        assert found is not None  # the plain step is always a point
+        found = self._interpolated.get(gamma)
+        if found is None:
+            found = interpolate_verify_ms({0: self.plain_ms, **self.verify_ms}, gamma)
+            assert found is not None  # the plain step is always a point
+            self._interpolated[gamma] = found
         return found
 
     def v(self, gamma: int) -> float:
@@ -357,10 +362,15 @@ class CostEstimator:
         self._rounds = 0
         self._last_timed: dict[int, int] = {}
         """Width → the round (counted by this estimator) in which it was last timed."""
+        self._fitted: dict[int, float] | None = None
+        self._models: dict[str, CostModel | None] = {}
+        """What the timings give until the next round changes them (read many times a round)."""
 
     def observe(self, event: RoundEvent) -> None:
         if not known(event.verify_ms) or not known(event.draft_ms):
             return
+        self._fitted = None
+        self._models.clear()
         self._rounds += 1
         # Timings from so long ago that the machine may have changed since (the first, cold
         # passes; another load) go: one fresh pass could never move a median of many old ones.
@@ -426,8 +436,10 @@ class CostEstimator:
 
     def verify_fitted(self) -> dict[int, float]:
         """The measured widths' V(γ), made non-decreasing in γ (see :func:`monotone_fit`)."""
-        timings = self._timings()
-        return monotone_fit(self.verify_measured(), {g: float(len(r)) for g, r in timings.items()})
+        if self._fitted is None:
+            weights = {g: float(len(r)) for g, r in self._timings().items()}
+            self._fitted = monotone_fit(self.verify_measured(), weights)
+        return dict(self._fitted)
 
     def verify_ms(self, gamma: int) -> float | None:
         return interpolate_verify_ms(self.verify_fitted(), gamma)
@@ -450,6 +462,11 @@ class CostEstimator:
     def model(self, drafter: str) -> CostModel | None:
         """The cost model for rounds ``drafter`` proposes; None until a plain step and a draft
         by that drafter were both timed."""
+        if drafter not in self._models:
+            self._models[drafter] = self._model(drafter)
+        return self._models[drafter]
+
+    def _model(self, drafter: str) -> CostModel | None:
         fitted = self.verify_fitted()
         plain, draft = fitted.get(0), self.draft_ms(drafter)
         if plain is None or draft is None or plain <= 0:
