@@ -231,11 +231,11 @@ class LookupIndex:
     """Where each n-gram of a text last occurred, kept up to date as the text grows.
 
     A lookup wants the continuation of the most recent earlier occurrence of the text's longest
-    suffix n-gram. Scanning the whole text for it every round cost time in proportion to the
-    context (0.6 ms a round at 3,000 tokens, a plain step's 2 %, paid even by rounds that then
-    draft nothing); the index answers from two dictionary reads per n and learns each new token
-    once. A text that is not an extension of the one indexed (a new conversation, older messages
-    left out) is indexed afresh.
+    suffix n-gram. Scanning the whole text for it cost every round time in proportion to the
+    context, rounds that then draft nothing included (docs/lab/2026-12-05-plain-rounds.md); the
+    index answers from one dictionary read per n and learns each new token once. A text that is
+    not an extension of the one indexed (a new conversation, older messages left out, a probe's
+    window) is indexed afresh.
     """
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:

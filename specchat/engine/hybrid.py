@@ -37,8 +37,6 @@ class HybridDrafter:
         spent on it, where the model would have drafted. The plain n-gram drafter, which has no
         model to fall back on, still takes such matches."""
         self._index = LookupIndex(ngram.max_ngram, max(ngram.min_ngram, min_key))
-        self._looked_up: tuple[list[int], list[int]] = ([], [])
-        """(ids, their continuation): the lookup next_source made, reused by propose."""
 
     def behind(self, ids: list[int]) -> int:
         return self.model.behind(ids) if self.next_source(ids) == "model" else 0
@@ -56,9 +54,5 @@ class HybridDrafter:
         return self.model.propose(ids, gamma, params, generator)
 
     def _lookup(self, ids: list[int]) -> list[int]:
-        """The longest continuation any γ could use, looked up once per round."""
-        seen, found = self._looked_up
-        if seen != ids:  # a C-level list comparison
-            found = self._index.continuation(ids, GAMMA_MAX)
-            self._looked_up = (list(ids), found)
-        return found
+        """The longest continuation any γ could use."""
+        return self._index.continuation(ids, GAMMA_MAX)
