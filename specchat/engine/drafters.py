@@ -120,18 +120,21 @@ class ModelDrafter:
         return max(len(ids) - common_prefix_length(self.lm.cached_ids, ids), 1) if ids else 0
 
     def catch_up(self, ids: list[int]) -> None:
-        """Read what the cache lacks of ``ids`` but their last token, as a prefill would.
+        """Read what the cache lacks of ``ids`` but their last token, as a prefill would, unless
+        the first drafting pass can read it all.
 
         The draft reads the prompt only when it first drafts, so how far behind it is depends on
         what its cache held before (nothing, or this very prompt when a reply is replayed or
-        stepped after being streamed). A model's logits are not bit-identical across pass widths,
-        so drafting straight from a catch-up pass would give one reply two sets of ``p_draft``
-        (a 238-token pass in one history, a 1-token pass in the other). Reading all but the last
-        token first makes the pass the draft's logits come from one token wide in every history,
-        as the target's prefill does; a drafted round leaves at most two tokens behind, and those
-        are read in one pass as before (no extra pass per round).
+        stepped after being streamed). Where the model's logits are not bit-identical across pass
+        widths (a torch forward), drafting straight from a catch-up pass would give one reply two
+        sets of ``p_draft`` (a 238-token pass in one history, a 1-token pass in the other), so all
+        but the last token are read first and the pass the draft's logits come from is one token
+        wide in every history, as the target's prefill does. A row-exact model (specchat's
+        kernels) gives the same rows either way: there the first drafting pass reads everything
+        the draft is behind on, one pass fewer per catch-up (docs/lab/2026-12-05-catch-up.md). A
+        drafted round leaves at most two tokens behind, which are read in one pass either way.
         """
-        if self.behind(ids) > AFTER_A_DRAFTED_ROUND:
+        if not self.lm.rows_exact and self.behind(ids) > AFTER_A_DRAFTED_ROUND:
             self.lm.prefill(ids)
 
     def propose(

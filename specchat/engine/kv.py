@@ -62,6 +62,12 @@ class CachedLM:
         return int(rows) if isinstance(rows, int) else None
 
     @property
+    def rows_exact(self) -> bool:
+        """Whether the model's logits for a position are the same bits in a pass of any width
+        (specchat's kernels say so; a torch forward's are not: its reductions depend on the shape)."""
+        return bool(getattr(self.model, "rows_exact", False))
+
+    @property
     def max_positions(self) -> int | None:
         value = getattr(self.model.config, "max_position_embeddings", None)
         return int(value) if value else None

@@ -102,6 +102,10 @@ class NativeCausalLM:
         """Head rows a pass computes by default (None: all of them). A draft narrows its head to
         its most frequent ids, the fewer bytes per drafted token, and its drafter widens it for
         text that needs the rest (see specchat.engine.drafters.ModelDrafter)."""
+        self.rows_exact = True
+        """Each row's logits are the same bits whatever the width of the pass it is in (the
+        kernels' guarantee, tests/kernels/test_native.py), so a drafter may read the tokens it is
+        behind on in the pass it drafts from (see specchat.engine.drafters.ModelDrafter)."""
 
     @property
     def device(self) -> torch.device:

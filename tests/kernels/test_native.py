@@ -19,7 +19,7 @@ from tests.engine.test_exactness import (
     chi_square_p_value,
     sample_two_tokens,
 )
-from tests.typed import as_model
+from tests.typed import as_model, host_draft
 
 IDS = torch.tensor([[1, 5, 9, 12, 7, 30, 22, 4] * 6])
 
@@ -136,6 +136,31 @@ def test_the_drafter_computes_the_whole_head_only_for_text_past_the_narrow_one()
     native.narrow_head = 16
     assert drafter.head_rows([5, 9, 3, 7] * 16 + [30] * 7) is None  # 7 of the last 64 past it
     assert drafter.head_rows([5, 9, 3, 7] * 16 + [30] * 8) == draft.vocab_width  # an eighth
+
+
+def test_a_row_exact_draft_reads_its_catch_up_in_the_pass_it_drafts_from() -> None:
+    """A row's logits do not depend on the width of its pass on the kernels, so a draft behind
+    by a whole prompt reads it in its first drafting pass (a torch model reads it in a pass of its
+    own first) and still draws from the same rows whatever its cache held before."""
+    from specchat.engine.drafters import ModelDrafter
+    from specchat.engine.kv import CachedLM
+
+    pair = make_tiny_pair(seed=2, logit_scale=2.0)
+    prompt = [(7 * i) % 40 + 1 for i in range(60)]
+
+    def drafted(lm: CachedLM) -> tuple[list[int], torch.Tensor, int]:
+        calls = lm.forward_calls
+        drafter = ModelDrafter(lm, lm.vocab_width, stop_below=0.0)
+        draft = host_draft(drafter.propose(prompt, 3, SamplingParams(), None))
+        return draft.ids, draft.p_draft, lm.forward_calls - calls
+
+    native = CachedLM(as_model(from_hf(pair.draft, bits=4)))
+    assert native.rows_exact and not CachedLM(pair.draft).rows_exact
+    ids, rows, passes = drafted(native)
+    assert passes == 3  # 60 tokens and the first draft in one pass, then one a draft
+    assert drafted(CachedLM(pair.draft))[2] == 4  # a torch draft: the catch-up, then three
+    again_ids, again_rows, again_passes = drafted(native)  # its cache holds the prompt: 1 token read
+    assert again_passes == 3 and again_ids == ids and torch.equal(again_rows, rows)
 
 
 @pytest.mark.slow
