@@ -280,3 +280,36 @@ def test_a_failed_write_of_the_packed_file_is_raised_to_the_packing(
             w.add(f"t{i}", np.zeros((16, 16), dtype=np.uint8))
         w.close({})
     assert os.path.exists(tmp_path / "w")
+
+
+def test_a_stop_while_a_range_is_being_written_ends_the_writing_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Packing given up midway stops the writer without draining while it may be writing a range:
+    the stop's sentinel must outlive that range's bookkeeping, or the stop waits forever."""
+    import os
+    import threading
+
+    import numpy as np
+
+    from specchat.models.compute import packed_stream
+
+    writing, release = threading.Event(), threading.Event()
+    pwrite = os.pwrite
+
+    def slow_pwrite(fd: int, data: memoryview, at: int) -> int:
+        writing.set()
+        release.wait(10)
+        return pwrite(fd, data, at)
+
+    monkeypatch.setattr(packed_stream.os, "pwrite", slow_pwrite)
+    stream = packed_stream.StreamedSafetensors(tmp_path / "w", 4096)
+    stream.add("t", np.zeros((16, 16), dtype=np.uint8))
+    assert writing.wait(10)
+    stopper = threading.Thread(target=stream.__exit__, args=(KeyboardInterrupt, None, None), daemon=True)
+    stopper.start()
+    while stopper.is_alive() and list(stream._pending) != [None]:  # the stop has cleared and handed None
+        threading.Event().wait(0.01)
+    release.set()
+    stopper.join(10)
+    assert not stopper.is_alive(), "the stop never returned: the writer lost its None"

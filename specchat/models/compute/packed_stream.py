@@ -105,8 +105,11 @@ class StreamedSafetensors:
                     self._changed.notify_all()
                 return
             with self._changed:
-                self._pending.popleft()
-                self._pending_bytes -= size
+                # A stop that does not drain clears the queue while a range is being written and
+                # hands the thread its None: that must stay for the loop to find, not be popped.
+                if self._pending and self._pending[0] is item:
+                    self._pending.popleft()
+                    self._pending_bytes -= size
                 self._changed.notify_all()
 
     def _hand_over(self, view: memoryview, at: int, keep: np.ndarray) -> None:
