@@ -3,6 +3,8 @@ options are the shared ones."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any
 
 import click
@@ -128,3 +130,40 @@ def test_a_command_falls_back_to_a_drafter_that_needs_no_draft_and_says_so(
     assert capsys.readouterr().err.strip() == (
         "specchat: drafter 'hybrid' is not available (no draft model loaded): using ngram."
     )
+
+
+class _Model:
+    """A loaded model's stand-in that holds a reference cycle, as torch modules do."""
+
+    def __init__(self) -> None:
+        self.itself = self
+
+
+@pytest.fixture
+def unfrozen_after() -> Any:
+    yield
+    gc.unfreeze()
+
+
+def test_a_local_open_freezes_what_loading_made_and_the_next_open_frees_it(
+    monkeypatch: pytest.MonkeyPatch, unfrozen_after: None
+) -> None:
+    loaded: list[_Model] = []
+
+    def fake_load(
+        settings: Settings, draft: str | None, progress: Any = None, **kwargs: Any
+    ) -> opening.OpenedBackend:
+        loaded.append(_Model())
+        return opening.OpenedBackend(object(), "t", None)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(opening, "load_local", fake_load)
+    opening.open_backend(Settings(draft=None, drafter="ngram"))
+    first = weakref.ref(loaded.pop())
+    assert first() is not None
+    tracked = gc.get_objects()
+    assert not any(obj is first() for obj in tracked), "full collections would still walk the models"
+    del tracked
+    opening.open_backend(
+        Settings(draft=None, drafter="ngram")
+    )  # a reload: the first pair's cycles are garbage now
+    assert first() is None and gc.get_freeze_count() > 0
