@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -30,6 +31,12 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, const Fn& fn);
 // registers instead of passing through memory at every call.
 #define SPECCHAT_INLINE inline __attribute__((always_inline))
 
+// Whether a dot unit reads QuantRows::paired (its PAIRED), rather than each row's own inputs.
+template <typename D, typename = void>
+struct PairedRows : std::false_type {};
+template <typename D>
+struct PairedRows<D, std::void_t<decltype(D::PAIRED)>> : std::bool_constant<D::PAIRED> {};
+
 // Rows of activations quantized to int8 per block of `block` inputs (symmetric, scale amax/127),
 // with the sum of each 16 and each 32 inputs (the integer corrections for the weights' offsets
 // and minimums). The sums are 16-bit (a block of 32 int8 sums to at most 4096 in magnitude) and
@@ -41,6 +48,10 @@ struct QuantRows {
   std::vector<int16_t> sum32;  // [M][K/32 + 2]
   int64_t K;
   int block;
+  // Where the dot unit of passes of 2+ rows reads rows two at a time (PairedRows: i8mm's usmmla
+  // takes 8 inputs of two rows in one register): rows 2j and 2j+1 interleaved 8 inputs at a time,
+  // [M/2][2K] (an odd last row paired with itself), made by pair_rows; else empty.
+  std::vector<int8_t> paired;
 
   const int16_t* sums16(int64_t m) const { return sum16.data() + m * (K / 16 + 2); }
   const int16_t* sums32(int64_t m) const { return sum32.data() + m * (K / 32 + 2); }
@@ -61,6 +72,21 @@ void quantize_row(const float* row, int64_t K, int block, int8_t* qrow, float* s
   for (int64_t g = 0; g < K / 32; ++g) sum32[g] = static_cast<int16_t>(sum16[2 * g] + sum16[2 * g + 1]);
 }
 
+// QuantRows::paired from q: once a pass, shared by every channel block.
+inline void pair_rows(QuantRows& x, int64_t M) {
+  const int64_t K = x.K;
+  x.paired.resize((M + 1) / 2 * 2 * K);
+  for (int64_t m = 0; m < M; m += 2) {
+    const int8_t* a = x.q.data() + m * K;
+    const int8_t* b = m + 1 < M ? a + K : a;
+    int8_t* out = x.paired.data() + m * K;
+    for (int64_t i = 0; i < K; i += 8, out += 16) {
+      std::memcpy(out, a + i, 8);
+      std::memcpy(out + 8, b + i, 8);
+    }
+  }
+}
+
 QuantRows quantize_rows(const float* x, int64_t M, int64_t K, int block) {
   QuantRows out{std::vector<int8_t>(M * K), std::vector<float>(M * (K / block)),
                 std::vector<int16_t>(M * (K / 16 + 2)), std::vector<int16_t>(M * (K / 32 + 2)), K, block};
@@ -69,6 +95,7 @@ QuantRows quantize_rows(const float* x, int64_t M, int64_t K, int block) {
       quantize_row(x + m * K, K, block, out.q.data() + m * K, out.scale.data() + m * (K / block),
                    out.sum16.data() + m * (K / 16 + 2), out.sum32.data() + m * (K / 32 + 2));
   });
+  if (PairedRows<Dot<2>>::value && M >= 2) pair_rows(out, M);
   return out;
 }
 
@@ -108,7 +135,11 @@ struct Units {
 
   Units(const QuantRows& x, int64_t m0) {
     for (int u = 0; u < N; ++u)
-      for (int k = 0; k < D::ROWS; ++k) row[u][k] = x.q.data() + (m0 + std::min(u * D::ROWS + k, R - 1)) * x.K;
+      for (int k = 0; k < D::ROWS; ++k) {
+        // Paired rows: each of a unit's pointers is its pair's (tiles start at even rows).
+        const int64_t m = m0 + (PairedRows<D>::value ? u * D::ROWS : std::min(u * D::ROWS + k, R - 1));
+        row[u][k] = (PairedRows<D>::value ? x.paired.data() : x.q.data()) + m * x.K;
+      }
   }
 };
 
@@ -147,6 +178,14 @@ struct PartAtATime<D, std::void_t<decltype(D::PART_AT_A_TIME)>> : std::bool_cons
 template <typename D, int R>
 constexpr int OUTER_PARTS = PartAtATime<D>::value && R >= 2 ? D::PARTS : 1;
 
+// Whether a dot unit's add and flush change its sums in place (IN_PLACE: i8mm's sums of two rows,
+// 8 registers, which GCC copies through memory when they pass by value) rather than return them
+// (neon's and the x86 units' code is better that way).
+template <typename D, typename = void>
+struct InPlace : std::false_type {};
+template <typename D>
+struct InPlace<D, std::void_t<decltype(D::IN_PLACE)>> : std::bool_constant<D::IN_PLACE> {};
+
 // acc[u] += scale · (the products of NP pairs of quads with inputs at + 8p .. at + 8p + 7 of each
 // row of unit u), for weights up to MAXW, in part OUTER of the channels when the kernel loops over
 // the parts itself (OUTER_PARTS > 1), else in every part. Rows go through in sub-tiles of
@@ -173,11 +212,14 @@ SPECCHAT_INLINE void add_group(typename D::Acc (&acc)[N], const typename D::Pair
         constexpr int PART = OUTER >= 0 ? OUTER : decltype(part)::value;
         unrolled<PN>([&](auto p) SPECCHAT_STEP {
           unrolled<UN>([&](auto u) SPECCHAT_STEP {
-            dots[u] = D::template add<MAXW, PART>(dots[u], w[P0 + p], rows[U0 + u], at + 8 * (P0 + p));
+            const int64_t x_at = at + 8 * (P0 + p);
+            if constexpr (InPlace<D>::value) D::template add_in_place<MAXW, PART>(dots[u], w[P0 + p], rows[U0 + u], x_at);
+            else dots[u] = D::template add<MAXW, PART>(dots[u], w[P0 + p], rows[U0 + u], x_at);
           });
         });
         unrolled<UN>([&](auto u) SPECCHAT_STEP {
-          acc[U0 + u] = D::template flush<MAXW, PART>(acc[U0 + u], dots[u], scale);
+          if constexpr (InPlace<D>::value) D::template flush_in_place<MAXW, PART>(acc[U0 + u], dots[u], scale);
+          else acc[U0 + u] = D::template flush<MAXW, PART>(acc[U0 + u], dots[u], scale);
         });
       });
     });

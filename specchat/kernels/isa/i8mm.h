@@ -43,17 +43,23 @@ struct PairDot {
   }
   template <int MAXW>
   static constexpr int room() { return 1 << 20; }
+  // A part (4 channels) at a time through a super-block: the sums of 4 units (8 rows) then take 8
+  // registers instead of 32, and the tile stays in registers (core/kernels.h).
+  static constexpr bool PART_AT_A_TIME = true;
+  template <int MAXW>
+  static constexpr int room_one_part() { return room<MAXW>(); }
+  static constexpr bool IN_PLACE = true;  // add and flush change their sums in place
+  static constexpr bool PAIRED = true;    // reads QuantRows::paired: one load a unit and pair
   static Dots zero() {
     Dots d;
     for (auto& v : d.v) v = vdupq_n_s32(0);
     return d;
   }
   template <int MAXW, int PART>
-  static Dots add(Dots d, const Pair& w, const int8_t* const* rows, int64_t at) {
-    const int8x16_t x = vcombine_s8(vld1_s8(rows[0] + at), vld1_s8(rows[1] + at));
+  static void add_in_place(Dots& d, const Pair& w, const int8_t* const* rows, int64_t at) {
+    const int8x16_t x = vld1q_s8(rows[0] + 2 * at);  // the unit's two rows, 8 inputs each
     d.v[2 * PART] = vusmmlaq_s32(d.v[2 * PART], w.v[2 * PART], x);
     d.v[2 * PART + 1] = vusmmlaq_s32(d.v[2 * PART + 1], w.v[2 * PART + 1], x);
-    return d;
   }
   static Scale spread(const RowDot::Scale& s) {
     Scale out;
@@ -64,9 +70,8 @@ struct PairDot {
   static Scale scale_i8(const int8_t* p) { return spread(RowDot::scale_i8(p)); }
   static Acc acc_zero() { return zero(); }
   template <int MAXW, int PART>
-  static Acc flush(Acc a, const Dots& d, const Scale& s) {
+  static void flush_in_place(Acc& a, const Dots& d, const Scale& s) {
     for (int m = 2 * PART; m < 2 * PART + 2; ++m) a.v[m] = vmlaq_s32(a.v[m], d.v[m], s.v[m]);
-    return a;
   }
   // Row k's sums, channels in order.
   static I32x16 row(const Acc& a, int k) {

@@ -216,6 +216,7 @@ std::vector<int32_t> edge_sums() {
   QuantRows x{std::vector<int8_t>(R * 64), {}, {}, {}, 64, 64};
   for (int r = 0; r < R; ++r)
     for (int i = 0; i < 64; ++i) x.q[r * 64 + i] = static_cast<int8_t>(r == 0 ? -128 : r == 1 ? 127 : (i % 3 ? -128 : 127));
+  if (PairedRows<D>::value) pair_rows(x, R);  // as quantize_rows does
   uint8_t top[64], mixed[64], sc[16];
   int8_t ssc[16];
   int16_t sums[4] = {-4096, 4064, -32768, 32767};
