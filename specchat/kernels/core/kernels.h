@@ -175,8 +175,14 @@ template <typename D, typename = void>
 struct PartAtATime : std::false_type {};
 template <typename D>
 struct PartAtATime<D, std::void_t<decltype(D::PART_AT_A_TIME)>> : std::bool_constant<D::PART_AT_A_TIME> {};
-template <typename D, int R>
-constexpr int OUTER_PARTS = PartAtATime<D>::value && R >= 2 ? D::PARTS : 1;
+// On ARM a q5 group's fifth bits leave no registers for a part's tile: the unit then says
+// PART_AT_A_TIME_Q5 false, and q5 passes go through every part group by group.
+template <typename D, typename = void>
+struct PartAtATimeQ5 : std::true_type {};
+template <typename D>
+struct PartAtATimeQ5<D, std::void_t<decltype(D::PART_AT_A_TIME_Q5)>> : std::bool_constant<D::PART_AT_A_TIME_Q5> {};
+template <typename D, int R, bool FIFTH = false>
+constexpr int OUTER_PARTS = PartAtATime<D>::value && R >= 2 && (!FIFTH || PartAtATimeQ5<D>::value) ? D::PARTS : 1;
 
 // Whether a dot unit's add and flush change its sums in place (IN_PLACE: i8mm's sums of two rows,
 // 8 registers, which GCC copies through memory when they pass by value) rather than return them
@@ -228,12 +234,12 @@ SPECCHAT_INLINE void add_group(typename D::Acc (&acc)[N], const typename D::Pair
 
 // fn(OUTER) for each part a kernel loops over itself (OUTER_PARTS<D, R> of them), or fn(-1) once:
 // add_group then computes every part.
-template <typename D, int R, typename Fn>
+template <typename D, int R, bool FIFTH = false, typename Fn>
 SPECCHAT_INLINE void for_outer_parts(Fn&& fn) {
-  if constexpr (OUTER_PARTS<D, R> == 1)
+  if constexpr (OUTER_PARTS<D, R, FIFTH> == 1)
     fn(std::integral_constant<int, -1>{});
   else
-    unrolled<OUTER_PARTS<D, R>>(fn);
+    unrolled<OUTER_PARTS<D, R, FIFTH>>(fn);
 }
 
 // B of R rows over `count` groups from `first` (factors of a group: 16 bytes at factor(g)), from
@@ -301,7 +307,7 @@ void nibble_block(const Q4Weights& w, int64_t nb, int64_t K, int S, const QuantR
                      [&](int64_t s, F32x16* part) SPECCHAT_SUPER_BLOCK {
     typename D::Acc acc[Units<D, R>::N];
     for (auto& a : acc) a = D::acc_zero();
-    for_outer_parts<D, R>([&](auto outer) SPECCHAT_STEP {
+    for_outer_parts<D, R, FIFTH>([&](auto outer) SPECCHAT_STEP {
       constexpr int OUTER = decltype(outer)::value;
       for (int64_t g = s * per_super; g < (s + 1) * per_super; ++g) {
         const uint8_t* qg = q + g * 256;

@@ -43,11 +43,6 @@ struct PairDot {
   }
   template <int MAXW>
   static constexpr int room() { return 1 << 20; }
-  // A part (4 channels) at a time through a super-block: the sums of 4 units (8 rows) then take 8
-  // registers instead of 32, and the tile stays in registers (core/kernels.h).
-  static constexpr bool PART_AT_A_TIME = true;
-  template <int MAXW>
-  static constexpr int room_one_part() { return room<MAXW>(); }
   static constexpr bool IN_PLACE = true;  // add and flush change their sums in place
   static constexpr bool PAIRED = true;    // reads QuantRows::paired: one load a unit and pair
   static Dots zero() {
@@ -82,8 +77,18 @@ struct PairDot {
   }
 };
 
+// Passes of 4 rows or more: a part (4 channels) at a time through a super-block (core/kernels.h),
+// so that the sums of 4 units (8 rows) take 8 registers instead of 32 and stay there; but not
+// q5's, whose fifth bits would then spill (more instructions than group by group).
+struct PartPairDot : PairDot {
+  static constexpr bool PART_AT_A_TIME = true;
+  static constexpr bool PART_AT_A_TIME_Q5 = false;
+  template <int MAXW>
+  static constexpr int room_one_part() { return room<MAXW>(); }
+};
+
 constexpr int ROWS_IN_REGISTERS = 8;  // 2 registers a pair of rows, in each quarter of the block in turn
 template <int R>
-using Dot = std::conditional_t<(R >= 2), PairDot, RowDot>;
+using Dot = std::conditional_t<(R >= 4), PartPairDot, std::conditional_t<(R >= 2), PairDot, RowDot>>;
 
 }  // namespace isa

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if !defined(__ARM_FEATURE_DOTPROD)
 #error "isa/neon.h needs the dot-product extension (-march=armv8.2-a+dotprod)"
@@ -177,11 +178,18 @@ struct RowDot {
     d.inputs = vdupq_n_s32(0);
     return d;
   }
-  template <int MAXW, int PART>
-  static Dots add(Dots d, const Pair& w, const int8_t* const* rows, int64_t at) {
+  // EVERY_PART: each part's adds sum the inputs (PartDot's parts start from zero one at a time),
+  // not only part 0's.
+  template <int MAXW, int PART, bool EVERY_PART = false>
+  static void add_to(Dots& d, const Pair& w, const int8_t* const* rows, int64_t at) {
     const int8x8_t x = vld1_s8(rows[0] + at);
     d.v[PART] = vdotq_lane_s32(vdotq_lane_s32(d.v[PART], w.a[PART], x, 0), w.b[PART], x, 1);
-    if constexpr (MAXW > 127 && PART == 0) d.inputs = vdotq_s32(d.inputs, vdupq_n_s8(1), vcombine_s8(x, vdup_n_s8(0)));
+    if constexpr (MAXW > 127 && (PART == 0 || EVERY_PART))
+      d.inputs = vdotq_s32(d.inputs, vdupq_n_s8(1), vcombine_s8(x, vdup_n_s8(0)));
+  }
+  template <int MAXW, int PART>
+  static Dots add(Dots d, const Pair& w, const int8_t* const* rows, int64_t at) {
+    add_to<MAXW, PART>(d, w, rows, at);
     return d;
   }
   static Scale scale_of(int16x8_t lo, int16x8_t hi) {
@@ -197,19 +205,44 @@ struct RowDot {
     return scale_of(vmovl_s8(vget_low_s8(v)), vmovl_s8(vget_high_s8(v)));
   }
   static Acc acc_zero() { return i_zero(); }
-  // (Wide weights: the inputs' sums come from part 0's adds, which precede every part's flush.)
+  // (Wide weights: the inputs' sums come from part 0's adds, which precede every part's flush;
+  // PartDot's from each part's own.)
   template <int MAXW, int PART>
-  static Acc flush(Acc a, const Dots& d, const Scale& s) {
+  static void flush_to(Acc& a, const Dots& d, const Scale& s) {
     a.v[PART] = vmlaq_s32(a.v[PART], d.v[PART], s.v[PART]);
     if constexpr (MAXW > 127) a.v[PART] = vmlaq_s32(a.v[PART], s.v[PART], vdupq_n_s32(128 * vaddvq_s32(d.inputs)));
+  }
+  template <int MAXW, int PART>
+  static Acc flush(Acc a, const Dots& d, const Scale& s) {
+    flush_to<MAXW, PART>(a, d, s);
     return a;
   }
   static I32x16 row(const Acc& a, int) { return a; }
 };
+
+// Passes of 4 rows or more: RowDot a part (4 channels) at a time through a super-block, its sums
+// changed in place (core/kernels.h). Eight rows' sums of all 16 channels would fill all 32
+// registers; a part's take 8. Each part's adds start from zero, so each sums the inputs itself.
+struct PartDot : RowDot {
+  static constexpr bool PART_AT_A_TIME = true;
+  static constexpr bool PART_AT_A_TIME_Q5 = false;  // q5's fifth bits would then spill
+  template <int MAXW>
+  static constexpr int room_one_part() { return room<MAXW>(); }
+  static constexpr bool IN_PLACE = true;
+  template <int MAXW, int PART>
+  static void add_in_place(Dots& d, const Pair& w, const int8_t* const* rows, int64_t at) {
+    add_to<MAXW, PART, true>(d, w, rows, at);
+  }
+  template <int MAXW, int PART>
+  static void flush_in_place(Acc& a, const Dots& d, const Scale& s) {
+    flush_to<MAXW, PART>(a, d, s);
+  }
+};
+
 #ifndef SPECCHAT_NEON_PAIR_DOTS
 constexpr int ROWS_IN_REGISTERS = 8;  // one register a row, in each quarter of the block in turn
 template <int R>
-using Dot = RowDot;
+using Dot = std::conditional_t<(R >= 4), PartDot, RowDot>;
 #endif
 
 inline int32_t load32(const void* p) {
