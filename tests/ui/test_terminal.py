@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from specchat.testing import TinyPair, make_model, make_tokenizer, perturbed_copy, save_tiny_pair
 
@@ -34,11 +35,22 @@ pytestmark = [
 ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[@-Z\\-_])")
 
 
+def never_ends(model: torch.nn.Module, eos: int) -> None:
+    """Greedy decoding of ``model`` never picks ``eos``: that token's logit is 0, while one token's
+    head row is another's negated, so the largest logit is |h·w| > 0 for every hidden state h."""
+    with torch.no_grad():
+        head = model.lm_head.weight
+        head[eos] = 0
+        head[-1] = -head[-2]
+
+
 @pytest.fixture(scope="module")
 def long_context_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """Tiny models with room for replies long enough to interrupt."""
+    """Tiny models whose greedy replies run to their token limit, so that they can be interrupted
+    however fast they stream (one that ended first made the quitting tests fail)."""
     tokenizer = make_tokenizer()
     target = make_model(len(tokenizer), 0, max_positions=4096, logit_scale=8.0)
+    never_ends(target, tokenizer.eos_token_id)
     pair = TinyPair(target, perturbed_copy(target, 0.3, 1), tokenizer)
     return save_tiny_pair(pair, tmp_path_factory.mktemp("long-context"))
 
