@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import LlamaForCausalLM
 
 from specchat.testing import TinyPair, make_model, make_tokenizer, perturbed_copy, save_tiny_pair
 
@@ -35,11 +36,11 @@ pytestmark = [
 ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[@-Z\\-_])")
 
 
-def never_ends(model: torch.nn.Module, eos: int) -> None:
+def never_ends(model: LlamaForCausalLM, eos: int) -> None:
     """Greedy decoding of ``model`` never picks ``eos``: that token's logit is 0, while one token's
     head row is another's negated, so the largest logit is |h·w| > 0 for every hidden state h."""
     with torch.no_grad():
-        head = model.lm_head.weight
+        head: torch.Tensor = model.lm_head.weight
         head[eos] = 0
         head[-1] = -head[-2]
 
