@@ -60,3 +60,61 @@ def test_server_text_is_clipped_masked_and_visible(monkeypatch: pytest.MonkeyPat
 
 def test_clipped_leaves_short_text_alone() -> None:
     assert clipped("short") == "short"
+
+
+REORDERING = [
+    "\u202eevil",  # right-to-left override: the Trojan Source class
+    "a\u202ab\u202c",
+    "\u2066isolate\u2069",
+    "\u200bzero\u200cwidth\u200d",
+    "\u200e\u200f\u061c",
+    "\ufeffbom",
+    "line\u2028break",
+    "tag\U000e0041\U000e0042",  # invisible ASCII
+]
+
+
+@pytest.mark.parametrize("text", REORDERING)
+def test_bidi_and_invisible_characters_are_shown_by_their_code_point(text: str) -> None:
+    shown = visible(text)
+    assert has_controls(text) and not has_controls(shown)
+    assert "⟨U+" in shown
+    assert not any(
+        0x200B <= ord(c) <= 0x200F or 0x202A <= ord(c) <= 0x202E or 0x2066 <= ord(c) <= 0x2069 for c in shown
+    )
+
+
+def test_visible_names_each_character_it_shows() -> None:
+    assert visible("x\u202ey") == "x⟨U+202E⟩y"
+    assert visible("a\U000e0041") == "a⟨U+E0041⟩"
+
+
+def test_joiners_that_hold_an_emoji_or_a_word_together_stay() -> None:
+    family = "👨\u200d👩\u200d👧"
+    persian = "می\u200cخواهم"
+    hindi = "क्\u200dष"
+    for text in (family, persian, hindi):
+        assert visible(text) == text and not has_controls(text)
+    assert visible("a\u200db") == "a⟨U+200D⟩b"  # between Latin letters it only hides
+
+
+def test_json_text_escapes_what_visible_shows_and_reads_back_exactly() -> None:
+    import json
+
+    from specchat.untrusted import json_text
+
+    data = {"text": "safe \u202eevil\x9b\x7f\U000e0041 👨\u200d👩 ok"}
+    written = json_text(data)
+    assert not has_controls(written)
+    assert "\\u202e" in written and "\\udb40\\udc41" in written and "👨\u200d👩" in written
+    assert json.loads(written) == data
+
+
+def test_a_short_key_is_masked_in_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    from specchat import untrusted
+
+    monkeypatch.setattr(untrusted, "_secrets", set())  # remembered keys stay for the process
+    monkeypatch.setenv("SPECCHAT_API_KEY", "k9")
+    assert masked("bad key k9 for you") == "bad key *** for you"
+    remember_secret("Z")
+    assert "Z" not in masked("Zebra")

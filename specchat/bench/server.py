@@ -13,7 +13,6 @@ that serves others meanwhile mean little.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -24,6 +23,7 @@ from specchat.backend import Controls
 from specchat.bench.prompts import BenchPrompt
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.remote.server_backend import RemoteBackend
+from specchat.untrusted import json_text
 
 
 @dataclass
@@ -129,7 +129,7 @@ def server_table(runs: Sequence[ServerRun], why_not: str | None, temperature: fl
 
 def write_json(path: Path, runs: Sequence[ServerRun], meta: dict[str, Any]) -> None:
     data = {"meta": meta, "runs": [asdict(r) for r in runs]}
-    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    path.write_text(json_text(data, indent=1) + "\n", encoding="utf-8")
 
 
 def _rate(runs: Any) -> float:

@@ -3,7 +3,6 @@ run measured; the run itself is :func:`specchat.bench.plan.run_plan`."""
 
 from __future__ import annotations
 
-import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,6 +15,7 @@ from specchat.bench.plan import FULL_GAMMAS, QUICK_GAMMAS, comma_list
 from specchat.cli.options import LOADING_OPTIONS, loading_options, sampling_options, settings_from
 from specchat.engine.gamma import GAMMA_MAX
 from specchat.errors import SpecchatError
+from specchat.untrusted import json_text
 
 if TYPE_CHECKING:
     from specchat.bench.plan import BenchOutcome
@@ -334,7 +334,7 @@ def _check(
 
 def _write_json(path: Path, data: object) -> None:
     try:
-        path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        path.write_text(json_text(data, indent=1) + "\n", encoding="utf-8")
     except OSError as err:
         raise BenchError(f"cannot write {path}: {err.strerror or err}.") from err
 

@@ -20,6 +20,7 @@ from specchat.engine.race import WARM_UP_TOKENS
 from specchat.errors import InvalidSettingError
 from specchat.files import RACE_LIMIT, read_user_text
 from specchat.presenters.kind_labels import KIND_STYLES
+from specchat.untrusted import json_text
 
 REPLAY_FPS = 20
 
@@ -102,7 +103,7 @@ def race(
                 sys.exit(signals.exit_status)
     show_race(result, replay)
     if json_path is not None:
-        write_output(json_path, json.dumps(result.to_json(), ensure_ascii=False, indent=1) + "\n")
+        write_output(json_path, json_text(result.to_json(), indent=1) + "\n")
         click.echo(f"specchat: race saved to {json_path}", err=True)
     if svg_path is not None:
         write_output(svg_path, race_svg(result))

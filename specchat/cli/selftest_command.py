@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 from typing import Any
@@ -15,6 +14,7 @@ from specchat.cli.options import debug_option, model_options, settings_from
 from specchat.cli.prompt_input import check_prompt_argument
 from specchat.errors import InvalidSettingError
 from specchat.presenters.verdict import greedy_verdict
+from specchat.untrusted import json_text
 
 SELFTEST_TEMPERATURE = 1.0
 """The sampling self-test's temperature unless --temperature is given (0 checks greedy equality)."""
@@ -78,7 +78,7 @@ def selftest(
                 engine, controls, prompt, settings.system_prompt, samples, tokens, cancel
             )
     if json_path is not None:
-        write_output(json_path, json.dumps(data, ensure_ascii=False, indent=1) + "\n")
+        write_output(json_path, json_text(data, indent=1) + "\n")
         click.echo(f"specchat: self-test saved to {json_path}", err=True)
     if cancel.is_set():
         sys.exit(signals.exit_status)

@@ -13,6 +13,7 @@ from pathlib import Path
 from specchat.files import CONVERSATION_LIMIT, read_user_text, write_atomic
 from specchat.store.conversation import Conversation, ConversationError, new_id, now
 from specchat.store.markdown import to_markdown
+from specchat.untrusted import json_text
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class ConversationStore:
             path = self.path_for(conversation.id)
         # Compact: json's fast C encoder only runs without indent, and this runs on the UI thread
         # twice per reply, over the whole conversation (every token of every reply).
-        write_atomic(path, json.dumps(conversation.to_json(), ensure_ascii=False, separators=(",", ":")))
+        write_atomic(path, json_text(conversation.to_json(), separators=(",", ":")))
         self._remember(conversation.id, path)
         return path
 

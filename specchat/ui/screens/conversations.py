@@ -19,6 +19,7 @@ from textual.widgets.option_list import Option
 from specchat.store.conversation import ConversationError
 from specchat.store.folder import ConversationStore, SavedInfo
 from specchat.store.markdown import fmt
+from specchat.untrusted import visible
 
 
 class ConversationsScreen(ModalScreen[tuple[str, str] | None]):
@@ -80,11 +81,13 @@ class ConversationsScreen(ModalScreen[tuple[str, str] | None]):
 
 
 def _row(info: SavedInfo) -> Text:
+    """A saved conversation's row: its title is a user's words or a shared file's, shown visibly."""
+    title = visible(info.title)
     if info.problem is not None:
-        return Text.assemble((info.title, "bold"), "\n", (f"cannot be opened: {info.problem}", "dim"))
+        return Text.assemble((title, "bold"), "\n", (f"cannot be opened: {visible(info.problem)}", "dim"))
     when = _when(info.updated)
     return Text.assemble(
-        (info.title, "bold"), "\n", (f"{when} · {info.turns} messages · α {fmt(info.alpha)}", "dim")
+        (title, "bold"), "\n", (f"{when} · {info.turns} messages · α {fmt(info.alpha)}", "dim")
     )
 
 

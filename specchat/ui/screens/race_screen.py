@@ -9,7 +9,6 @@ screenshot of the screen.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -43,6 +42,7 @@ from specchat.presenters.race_text import (
 from specchat.ui.screens.chat_keys import ControlKeyActions, SetsControls
 from specchat.ui.settings.keys import TALK_SCREEN_KEYS, KeySpec, bindings
 from specchat.ui.state.lease import JobEnded, ModelLease, run_job
+from specchat.untrusted import json_text
 
 if TYPE_CHECKING:
     from specchat.backend import Controls
@@ -346,7 +346,7 @@ class RaceScreen(ControlKeyActions, Screen[None]):
             folder.mkdir(parents=True, exist_ok=True)
             json_path = folder / f"{stem}.json"
             json_path.write_text(
-                json.dumps(self.result.to_json(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
+                json_text(self.result.to_json(), indent=1) + "\n", encoding="utf-8"
             )
         except OSError as err:
             self.notify(f"cannot export the race: {err.strerror or err} ({folder})", severity="error")

@@ -10,7 +10,6 @@ ways and shows whether they are identical token for token. T switches between th
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -51,6 +50,7 @@ from specchat.presenters.selftest_text import (
 from specchat.ui.screens.chat_keys import ControlKeyActions, SetsControls
 from specchat.ui.settings.keys import TALK_SCREEN_KEYS, KeySpec, bindings
 from specchat.ui.state.lease import JobEnded, ModelLease, run_job
+from specchat.untrusted import json_text
 
 if TYPE_CHECKING:
     from specchat.backend import Controls
@@ -276,7 +276,7 @@ class SelfTestScreen(ControlKeyActions, Screen[None]):
         try:
             folder.mkdir(parents=True, exist_ok=True)
             json_path = folder / f"{stem}.json"
-            json_path.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+            json_path.write_text(json_text(data, indent=1) + "\n", encoding="utf-8")
             svg = self.app.save_screenshot(f"{stem}.svg", str(folder))
         except OSError as err:
             self.notify(f"cannot export the self-test: {err.strerror or err} ({folder})", severity="error")
