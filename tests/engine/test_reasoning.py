@@ -135,3 +135,41 @@ def test_a_template_that_opens_think_starts_the_reply_inside(thinking: ThinkingP
     tokens = tokens_of(list(engine.stream_chat(ASK, Controls(drafter="model", gamma=3))))
     assert tokens[0].text == "Let" and tokens[0].reasoning
     assert answer_text(tokens) == ANSWER
+
+
+def test_a_repeated_open_and_a_stray_close_belong_to_the_reasoning() -> None:
+    marker = ReasoningMarker()
+    pieces = ["<think>", "<think>", "x", "</think>", "</think>", "Answer", "</think>", " more"]
+    marks = [marker.mark(p) for p in pieces]
+    assert marks == [True, True, True, True, True, False, True, False]
+
+
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        ["<th", "ink>", "hmm", "</th", "ink>", "Answer"],
+        ["x<think>y", "z</th", "ink>\n\nHello"],
+        ["a <", "b", "<", "/", "think", ">"],
+        ["<think><think>a</think></think>answer"],
+    ],
+)
+def test_the_aligner_moves_text_so_each_tag_is_whole_and_alone(pieces: list[str]) -> None:
+    from specchat.engine.reasoning import CLOSE_TAG, OPEN_TAG, TagAligner
+
+    aligner = TagAligner()
+    out = [aligner.feed(p) for p in pieces] + aligner.flush()
+    assert "".join(out) == "".join(pieces)  # nothing lost, nothing reordered
+    for text in out:
+        for tag in (OPEN_TAG, CLOSE_TAG):
+            assert tag not in text or text == tag, out
+
+
+def test_a_split_tag_leaves_no_fragment_in_the_answer() -> None:
+    from specchat.engine.reasoning import TagAligner
+
+    aligner, marker = TagAligner(), ReasoningMarker()
+    pieces = ["Sure", " <", "think", ">", "let", " me", "</", "think>", "Hi"]
+    shown = [aligner.feed(p) for p in pieces] + aligner.flush()
+    marks = [marker.mark(t) for t in shown]
+    answer = "".join(t for t, m in zip(shown, marks, strict=True) if not m)
+    assert answer == "Sure Hi"
