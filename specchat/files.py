@@ -6,9 +6,10 @@ never: the process grows until the kernel kills it, deaf to SIGTERM while it cop
 regular files and pipes are read, and never more than a stated limit; anything else (a folder, a
 device, a socket, a file over the limit) is refused at once with the reason.
 
-Pipes and FIFOs stay allowed (``specchat replay <(zcat chat.json.gz)``): opening a FIFO nobody
-writes to blocks in ``open``, and a signal handler that raises (Ctrl+C, and SIGTERM under the CLI)
-still ends it, so the wait stays interruptible as it always was. What a pipe delivers is capped too.
+Pipes and FIFOs stay allowed (``specchat replay <(zcat chat.json.gz)``), read with a time limit:
+a FIFO is opened without blocking, and if nothing arrives for :data:`FIFO_WAIT_S` seconds (nobody
+writes to it) it is refused with that reason, instead of hanging silently. Ctrl+C and SIGTERM
+still end the wait. What a pipe delivers is capped too.
 
 The refusals are ``OSError`` subclasses whose ``strerror`` and ``str()`` are the reason alone
 ("it is a device, not a file"), so callers that already turn ``OSError`` into one line keep
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import errno
 import os
+import select
 import stat
 import tempfile
 from pathlib import Path
@@ -40,6 +42,9 @@ PROMPT_LIMIT = 16 * MiB
 """Four times the text of a million-token context (about 4 bytes a token)."""
 THEME_LIMIT = 1 * MiB
 """A theme is a palette of a few dozen colours."""
+
+FIFO_WAIT_S = 10.0
+"""Seconds a named pipe may stay silent (no writer yet, or a writer that sends nothing)."""
 
 _CHUNK = 1 * MiB
 
@@ -99,7 +104,10 @@ def read_user_file(path: Path, limit: int) -> bytes:
     :class:`RefusedFile` for a device, a socket or a file over ``limit``; other ``OSError`` s
     (permission denied) pass through unchanged.
     """
-    _refuse_kind(path, os.stat(path).st_mode)
+    mode = os.stat(path).st_mode
+    _refuse_kind(path, mode)
+    if stat.S_ISFIFO(mode):
+        return _read_fifo(path, limit)
     with open(path, "rb") as handle:
         # Checked again on what was opened: the path may have been swapped since the stat.
         info = os.fstat(handle.fileno())
@@ -122,6 +130,38 @@ def _read_capped(handle: BinaryIO, path: Path, limit: int) -> bytes:
         total += len(chunk)
         if total > limit:
             raise _too_big(path, limit)
+
+
+def _read_fifo(path: Path, limit: int, wait: float = FIFO_WAIT_S) -> bytes:
+    """A named pipe's bytes until its writer closes it, at most ``limit``; refused once it stays
+    silent for ``wait`` seconds. Opened without blocking (an ``open`` that waits for a writer
+    cannot time out), then polled: Linux reports nothing until a writer has come and gone."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        _refuse_kind(path, os.fstat(fd).st_mode)
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLHUP)
+        parts: list[bytes] = []
+        total = 0
+        while True:
+            if not poller.poll(wait * 1000):
+                raise RefusedFile(
+                    errno.ETIMEDOUT,
+                    f"it is a pipe (FIFO) that sent nothing for {wait:g} s (is anything writing to it)",
+                    path,
+                )
+            try:
+                chunk = os.read(fd, min(_CHUNK, limit + 1 - total))
+            except BlockingIOError:
+                continue
+            if not chunk:
+                return b"".join(parts)
+            parts.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise _too_big(path, limit)
+    finally:
+        os.close(fd)
 
 
 def read_user_text(path: Path, limit: int) -> str:

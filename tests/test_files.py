@@ -55,3 +55,38 @@ def test_a_failed_write_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.M
         write_atomic(target, "lost")
     assert target.read_text() == "kept"
     assert [p.name for p in tmp_path.iterdir()] == ["chat.json"]
+
+
+def test_a_fifo_nobody_writes_to_is_refused_after_its_wait(tmp_path: Path) -> None:
+    import os
+    import time
+
+    from specchat.files import _read_fifo
+
+    fifo = tmp_path / "prompt"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    with pytest.raises(OSError, match=r"a pipe \(FIFO\) that sent nothing for 0.5 s"):
+        _read_fifo(fifo, 100, wait=0.5)
+    assert time.monotonic() - started < 5
+
+
+def test_a_fifo_with_a_writer_is_read_whole(tmp_path: Path) -> None:
+    import os
+    import threading
+
+    from specchat.files import read_user_file
+
+    fifo = tmp_path / "prompt"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with open(fifo, "wb") as handle:
+            handle.write(b"hello ")
+            handle.flush()
+            handle.write(b"there")
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    assert read_user_file(fifo, 100) == b"hello there"
+    writer.join()

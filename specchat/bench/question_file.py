@@ -8,13 +8,15 @@ messages carry no system prompt: the model's chat template supplies its own, as 
 chat.
 
 The file is not trusted: every line is bounded (:data:`MAX_LINE_BYTES`), so is the file
-(:data:`MAX_FILE_BYTES`, a device such as /dev/zero stops there), and categories and ids,
+(:data:`MAX_FILE_BYTES`; it is read as every file a user names is, :mod:`specchat.files`: a
+device is refused, a pipe that stays silent too), and categories and ids,
 which the report prints, must be short and free of control characters. Anything else gets
 one line naming the line of the file and what is wrong with it (exit status 2).
 """
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +24,7 @@ from typing import IO, Any
 
 from specchat.bench import BenchError
 from specchat.bench.prompt_record import BenchPrompt
+from specchat.files import read_user_file
 from specchat.untrusted import clipped, visible
 
 MAX_LINE_BYTES = 1 << 20
@@ -52,10 +55,10 @@ def read_questions(path: Path) -> list[BenchPrompt]:
     """The questions of ``path`` in file order; the first of each category is its quick prompt."""
     name = clipped(visible(str(path)), 120)
     try:
-        with path.open("rb") as stream:
-            return parse_questions(stream, name)
+        data = read_user_file(path, MAX_FILE_BYTES)
     except OSError as err:
         raise BenchError(f"cannot read {name}: {err.strerror or err}.") from err
+    return parse_questions(io.BytesIO(data), name)
 
 
 def parse_questions(stream: IO[bytes], name: str) -> list[BenchPrompt]:
