@@ -1,8 +1,10 @@
 """The HTTP side: one httpx client per server, errors turned into one line each.
 
 Server-sent events are read line by line from a streamed response (``data: {...}`` lines,
-``data: [DONE]`` at the end). A watcher thread closes the response as soon as the cancel
-event is set, so Esc stops a reply even while the server is still prefilling and sends nothing.
+``data: [DONE]`` at the end). A reader thread does the reading, so Esc stops a reply even while
+the server is still prefilling and sends nothing. What a server sends is read within bounds
+(:mod:`specchat.remote.bounded`) and within time (a document by a deadline; a reply by the
+backend's stall rule), and every failure, a redirect included, is one line naming the server.
 """
 
 from __future__ import annotations
@@ -12,14 +14,28 @@ import os
 import queue
 import re
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Container, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from html import unescape
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
+from specchat.remote.bounded import (
+    ACCEPTED_ENCODINGS,
+    INFLATE_STEP,
+    MAX_DOCUMENT_BYTES,
+    MAX_ERROR_BYTES,
+    Breach,
+    inflated,
+    lines,
+    loads,
+    read_capped,
+)
+from specchat.remote.chunks import DONE, parse_sse_line
 from specchat.remote.server_errors import ServerError
 from specchat.untrusted import remember_secret, server_text
 
@@ -28,9 +44,14 @@ API_KEY_ENV = "SPECCHAT_API_KEY"
 CONNECT_TIMEOUT = 10.0
 CANCEL_POLL = 0.05
 """Seconds between looks at the cancel flag while waiting for the server."""
-DEFAULT_TIMEOUT = 120.0
-"""Seconds without a byte from the server before a reply fails (a big prompt on a slow server
-may take this long to prefill)."""
+DEFAULT_TIMEOUT = 60.0
+"""Seconds a reply waits for the server's next token (its first, prefill included) before it
+stalls, and a request for its next byte: the ``server_timeout`` setting."""
+DOCUMENT_DEADLINE = 30.0
+"""Seconds a document (GET) may take to arrive whole, or the start-up probe all of its."""
+MAX_STREAM_BYTES = 1 << 40
+"""No cap on a whole stream's bytes: each line is capped and dropped once read, and the reply's
+tokens, text and time are bounded by the backend."""
 
 
 def normalize_url(url: str) -> str:
@@ -61,8 +82,23 @@ def api_key_from_env() -> str | None:
     return key or None
 
 
+@dataclass(frozen=True)
+class _Deadline:
+    until: float
+    seconds: float
+    doing: str
+    """What the time was for, as it ends "took more than N s …"."""
+
+
 class ServerClient:
-    """GET and streamed POST against one server, every failure a ServerError with one line."""
+    """GET and streamed POST against one server, every failure a ServerError with one line.
+
+    Everything read is bounded (:mod:`specchat.remote.bounded`): bodies are inflated as they
+    stream, within caps. A document (GET) must arrive whole within :data:`DOCUMENT_DEADLINE`
+    seconds (or ``timeout``, if shorter), however the server dribbles; :meth:`deadline` sets
+    one deadline for several (the start-up probe). A reply's time rule (the stall) is the
+    backend's, which knows what a token is: the stream gives it a heartbeat to look at its clock.
+    """
 
     def __init__(
         self,
@@ -74,7 +110,7 @@ class ServerClient:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.url = normalize_url(url)
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", "Accept-Encoding": ACCEPTED_ENCODINGS}
         if api_key:
             remember_secret(api_key)  # a server that echoes it back must never get it shown
             headers["Authorization"] = f"Bearer {api_key}"
@@ -84,44 +120,80 @@ class ServerClient:
             "timeout": httpx.Timeout(timeout, connect=min(CONNECT_TIMEOUT, timeout)),
             "verify": verify,  # TLS certificates are checked unless the user turns it off
             "transport": transport,
-            "follow_redirects": False,
+            "follow_redirects": False,  # a redirect would carry the key elsewhere: named instead
         }
         self._client = httpx.Client(**self._options)
         self.timeout = timeout
+        self._deadline: _Deadline | None = None
 
     def close(self) -> None:
         self._client.close()
 
-    def get_json(self, path: str) -> Any:
-        """A JSON document, or None when the server has no such endpoint (404/405/501)."""
-        with self._errors(path):
-            response = self._client.get(path)
-        if response.status_code in (404, 405, 501):
-            return None
-        self._raise_for_status(response, path)
+    @contextmanager
+    def deadline(self, seconds: float, doing: str) -> Iterator[None]:
+        """Every GET inside must be done within ``seconds`` (or the timeout, if shorter) of now,
+        all together; ``doing`` says what for, in the line that reports a breach."""
+        seconds = min(seconds, self.timeout)
+        self._deadline = _Deadline(time.monotonic() + seconds, seconds, doing)
         try:
-            return response.json()
+            yield
+        finally:
+            self._deadline = None
+
+    def get_json(self, path: str) -> Any:
+        """A JSON document, or None when the server has no such endpoint (404/405/501) or the
+        body is not JSON."""
+        body = self._get(path, missing=(404, 405, 501))
+        if body is None:
+            return None
+        try:
+            return loads(body.decode("utf-8", "replace"), path)
+        except Breach as err:
+            raise ServerError(f"the server at {self.url} {err}.") from None
         except ValueError:
             return None
 
     def get_text(self, path: str) -> str | None:
         """A text document, or None when the server has no such endpoint or refuses it."""
-        with self._errors(path):
-            response = self._client.get(path)
-        if response.status_code >= 400:
-            return None
-        return response.text
+        body = self._get(path, missing=range(400, 600))
+        return None if body is None else body.decode("utf-8", "replace")
+
+    def _get(self, path: str, missing: Container[int]) -> bytes | None:
+        seconds = min(DOCUMENT_DEADLINE, self.timeout)
+        deadline = self._deadline or _Deadline(time.monotonic() + seconds, seconds, f"to send {path}")
+        left = max(0.01, deadline.until - time.monotonic())
+        timeout = httpx.Timeout(left, connect=min(CONNECT_TIMEOUT, left))
+        with self._errors(path), self._client.stream("GET", path, timeout=timeout) as response:
+            self._refuse_redirect(response, path)
+            if response.status_code in missing:
+                return None
+            self._raise_for_status(response, path)
+            parts: list[bytes] = []
+            for piece in self._body(response, MAX_DOCUMENT_BYTES, path):
+                parts.append(piece)
+                if time.monotonic() > deadline.until:
+                    raise ServerError(
+                        f"the server at {self.url} took more than {deadline.seconds:g} s {deadline.doing} "
+                        f"({path} came a little at a time): is it overloaded?"
+                    )
+            return b"".join(parts)
 
     def stream_events(
-        self, path: str, body: dict[str, Any], cancel: threading.Event | None = None
-    ) -> Iterator[dict[str, Any]]:
-        """POST ``body`` and yield each server-sent event's JSON, until ``[DONE]`` or the end.
+        self,
+        path: str,
+        body: dict[str, Any],
+        cancel: threading.Event | None = None,
+        heartbeat: float | None = None,
+    ) -> Iterator[dict[str, Any] | None]:
+        """POST ``body`` and yield each server-sent event's JSON, until ``[DONE]`` or the end;
+        with ``heartbeat``, also None whenever that many seconds pass without one, so the caller
+        can look at its clock while the server sends nothing, or only comments.
 
         Returns within a poll interval once ``cancel`` is set, even while the server is still
         prefilling and sends nothing: the request runs in a reader thread, which closes the
         connection (so the server stops) as soon as it next hears from it. A stream that ends
         without a finish reason is the caller's to judge (some servers omit ``[DONE]``); a
-        connection cut mid-body raises ServerError.
+        connection cut mid-body, or a bound passed, raises ServerError.
         """
         inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
         stop = threading.Event()
@@ -135,6 +207,7 @@ class ServerClient:
                 inbox.put(("error", err))
 
         threading.Thread(target=read, name="specchat-server-stream", daemon=True).start()
+        beat = time.monotonic()
         try:
             while True:
                 try:
@@ -142,6 +215,9 @@ class ServerClient:
                 except queue.Empty:
                     if cancel is not None and cancel.is_set():
                         return
+                    if heartbeat is not None and time.monotonic() - beat >= heartbeat:
+                        beat = time.monotonic()
+                        yield None
                     continue
                 if cancel is not None and cancel.is_set():
                     return
@@ -149,6 +225,7 @@ class ServerClient:
                     return
                 if kind == "error":
                     raise item
+                beat = time.monotonic()
                 yield item
         finally:
             stop.set()
@@ -157,19 +234,48 @@ class ServerClient:
         self, path: str, body: dict[str, Any], stop: threading.Event
     ) -> Iterator[dict[str, Any]]:
         with self._errors(path), self._client.stream("POST", path, json=body) as response:
-            if response.status_code >= 400:
-                response.read()
-                self._raise_for_status(response, path)
+            self._refuse_redirect(response, path)
+            self._raise_for_status(response, path)
             if _is_html(response):
                 raise ServerError(self._html_answer(response, path))
-            for line in response.iter_lines():
-                if stop.is_set():
-                    return  # leaving the block closes the connection: the server stops generating
-                event = _parse_sse_line(line)
-                if event is _DONE:
-                    return
-                if event is not None:
-                    yield event
+            try:
+                for line in lines(self._body(response, MAX_STREAM_BYTES, "a reply stream")):
+                    if stop.is_set():
+                        return  # leaving the block closes the connection: the server stops generating
+                    event = parse_sse_line(line, self.url)
+                    if event is DONE:
+                        return
+                    if event is not None:
+                        yield event
+            except Breach as err:
+                raise ServerError(f"the server at {self.url} {err}.") from None
+
+    def _body(self, response: httpx.Response, limit: int, what: str) -> Iterator[bytes]:
+        """The body as it arrives, inflated within ``limit`` bytes (a breach is a ServerError)."""
+        encoding = response.headers.get("content-encoding")
+        try:
+            yield from inflated(response.iter_raw(), encoding, limit, what)
+        except Breach as err:
+            raise ServerError(f"the server at {self.url} {err}.") from None
+
+    def _start_of_body(self, response: httpx.Response) -> bytes:
+        """The first :data:`MAX_ERROR_BYTES` of the body (the rest is never read), or nothing
+        when it cannot be read."""
+        try:
+            pieces = self._body(response, MAX_ERROR_BYTES + INFLATE_STEP, "an error body")
+            return read_capped(pieces, MAX_ERROR_BYTES)
+        except (ServerError, httpx.HTTPError):
+            return b""
+
+    def _refuse_redirect(self, response: httpx.Response, path: str) -> None:
+        if not 300 <= response.status_code < 400:
+            return
+        location = server_text(response.headers.get("location", ""), 200) or "no address"
+        raise ServerError(
+            f"the server at {self.url} redirected {path} to {location} ({response.status_code}): "
+            "specchat follows no redirect, so the API key never goes to another address; if you "
+            "trust that one, pass it to --server."
+        )
 
     @contextmanager
     def _errors(self, path: str) -> Iterator[None]:
@@ -197,12 +303,8 @@ class ServerClient:
 
     def _html_answer(self, response: httpx.Response, path: str) -> str:
         """A web page where a stream was due: a proxy's error page or a login portal, usually."""
-        start = b""
-        for piece in response.iter_bytes():
-            start += piece
-            if len(start) >= HTML_PEEK_BYTES:
-                break
-        said = server_text(_page_text(start[:HTML_PEEK_BYTES].decode("utf-8", "replace")), HTML_SHOWN_CHARS)
+        start = self._start_of_body(response)[:HTML_PEEK_BYTES]
+        said = server_text(_page_text(start.decode("utf-8", "replace")), HTML_SHOWN_CHARS)
         return (
             f"the server at {self.url} answered {path} with an HTML page, not a stream of events "
             f"(a proxy or a web UI in front of the API?); it says: {said or '(nothing)'}"
@@ -211,7 +313,7 @@ class ServerClient:
     def _raise_for_status(self, response: httpx.Response, path: str) -> None:
         if response.status_code < 400:
             return
-        detail = _error_message(response)
+        detail = _error_message(self._start_of_body(response), _is_html(response))
         code = response.status_code
         if code in (401, 403):
             hint = f"set {API_KEY_ENV} to the server's API key" if code == 401 else "check the API key"
@@ -222,90 +324,6 @@ class ServerClient:
             )
         side = "rejected the request" if code < 500 else "failed"
         raise ServerError(f"the server at {self.url} {side} ({code}{detail}).")
-
-
-_DONE = object()
-
-
-def _parse_sse_line(line: str) -> Any:
-    """One line of a server-sent event stream: a dict, _DONE, or None (comments, blank lines)."""
-    if not line.startswith("data:"):
-        return None  # blank separators, ": keep-alive" comments, "event:" names
-    payload = line[len("data:") :].strip()
-    if payload == "[DONE]":
-        return _DONE
-    if not payload:
-        return None
-    try:
-        data = json.loads(payload)
-    except ValueError as err:
-        raise ServerError(f"the server sent something that is not JSON: {server_text(payload, 80)}") from err
-    if isinstance(data, dict) and "error" in data and "choices" not in data:
-        error = data["error"]
-        message = error.get("message") if isinstance(error, dict) else error
-        raise ServerError(f"the server reported an error mid-reply: {server_text(message)}")
-    if not isinstance(data, dict):
-        return None
-    problem = _chunk_problem(data)
-    if problem is not None:
-        raise ServerError(f"the server sent a malformed chunk: {problem}.")
-    return data
-
-
-_TEXT_FIELDS = ("content", "role", "reasoning_content")
-"""Fields of a chunk's ``delta`` that every reader takes as text (null or absent is fine)."""
-_NUMBER_FIELDS = {
-    "usage": ("prompt_tokens", "completion_tokens", "total_tokens"),
-    "timings": (
-        *("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n"),
-        *("draft_n", "draft_n_accepted"),
-    ),
-}
-"""Counters the readers do arithmetic with (llama-server's ``timings``, the OpenAI ``usage``)."""
-
-
-def _chunk_problem(data: dict[str, Any]) -> str | None:
-    """Why a chat-completion chunk cannot be read as one (None: it can).
-
-    Checked here, where every chunk passes, so that no reader downstream meets a number where
-    text belongs (and fails with a TypeError instead of saying what the server sent).
-    """
-    choices = data.get("choices")
-    if choices is not None and not isinstance(choices, list):
-        return f"`choices` is {_kind_of(choices)}, not a list"
-    for choice in choices or []:
-        if not isinstance(choice, dict):
-            return f"a choice is {_kind_of(choice)}, not an object"
-        finish = choice.get("finish_reason")
-        if finish is not None and not isinstance(finish, str):
-            return f"`finish_reason` is {_kind_of(finish)}, not text"
-        delta = choice.get("delta")
-        if delta is None:
-            continue
-        if not isinstance(delta, dict):
-            return f"`delta` is {_kind_of(delta)}, not an object"
-        for name in _TEXT_FIELDS:
-            value = delta.get(name)
-            if value is not None and not isinstance(value, str):
-                return f"`{name}` is {_kind_of(value)}, not text"
-        logprobs = choice.get("logprobs")
-        if logprobs is not None and not isinstance(logprobs, dict):
-            return f"`logprobs` is {_kind_of(logprobs)}, not an object"
-    for section, names in _NUMBER_FIELDS.items():
-        counters = data.get(section)
-        if not isinstance(counters, dict):
-            continue  # the readers skip a section that is not an object
-        for name in names:
-            value = counters.get(name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-                return f"`{section}.{name}` is {_kind_of(value)}, not a number"
-    return None
-
-
-def _kind_of(value: object) -> str:
-    """What a JSON value is, in words (its text is the server's, so it is not quoted here)."""
-    kinds = {bool: "true/false", int: "a number", float: "a number", str: "text", list: "a list"}
-    return kinds.get(type(value), "an object" if isinstance(value, dict) else "null")
 
 
 HTML_PEEK_BYTES = 4096
@@ -328,23 +346,39 @@ def _page_text(html: str) -> str:
     return " ".join(unescape(_TAG.sub(" ", html)).split())
 
 
-def _error_message(response: httpx.Response) -> str:
+def _error_message(body: bytes, html: bool) -> str:
     """The server's own explanation, if it sent one (OpenAI, llama-server and vLLM shapes),
-    masked, clipped and made visible: it is the server's text, shown on the user's terminal."""
-    if _is_html(response):
-        said = _page_text(response.text[:HTML_PEEK_BYTES])
+    masked, clipped and made visible: it is the server's text, shown on the user's terminal.
+    ``body`` is the error body's start (a longer one was cut, so it may not parse)."""
+    text = body.decode("utf-8", "replace")
+    if html:
+        said = _page_text(text[:HTML_PEEK_BYTES])
         return f": an HTML page saying {server_text(said, HTML_SHOWN_CHARS)}" if said else ""
     try:
-        data = response.json()
-    except ValueError:
-        text = response.text.strip().splitlines()
-        return f": {server_text(text[0], 160)}" if text else ""
+        data = loads(text, "an error")
+    except (ValueError, Breach):
+        cut = _MESSAGE_START.search(text)  # an error too long to read whole: its message's start
+        if cut is not None:
+            return f": {server_text(_unescaped(cut.group(1)).strip(), 200)}"
+        first = text.strip().splitlines()
+        return f": {server_text(first[0], 160)}" if first else ""
     if isinstance(data, dict):
         error = data.get("error", data)
         message = error.get("message") if isinstance(error, dict) else error
         if message:
             return f": {server_text(str(message).strip(), 200)}"
     return ""
+
+
+_MESSAGE_START = re.compile(r'"message"\s*:\s*"((?:[^"\\]|\\.)*+)')
+
+
+def _unescaped(json_string: str) -> str:
+    """A JSON string's contents, as far as they decode (a cut one may end mid-escape)."""
+    try:
+        return str(json.loads(f'"{json_string}"'))
+    except ValueError:
+        return json_string
 
 
 def _reason(err: Exception) -> str:

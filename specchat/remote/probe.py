@@ -9,6 +9,7 @@ so their count is γ).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -24,6 +25,10 @@ VLLM_DRAFTS = "vllm:spec_decode_num_drafts"
 VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
 VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+MAX_POSITIONS = 256
+"""Draft positions read from vLLM's counters (its γ); a label past this is left out."""
+MAX_COUNTER = 1e15
+"""A counter larger than this is not a count of tokens."""
 MODEL_ID_SHOWN = 120
 """Characters of a model id shown (ids are short; a longer one is the server's mistake)."""
 
@@ -148,18 +153,24 @@ def read_vllm_counters(client: ServerClient) -> SpecCounters | None:
 
 
 def parse_vllm_counters(text: str) -> SpecCounters | None:
+    """The counters in a Prometheus text, or None. A sample that is not a finite, non-negative
+    number, or a position label that is not a whole number below :data:`MAX_POSITIONS`, is
+    left out: the figures are the server's, and positions become a tuple that long."""
     totals: dict[str, float] = {}
     positions: dict[int, float] = {}
     try:
         families = list(text_string_to_metric_families(text))
-    except ValueError:
+    except (ValueError, TypeError, IndexError):
         return None
     for family in families:
         for sample in family.samples:
+            if not (math.isfinite(sample.value) and 0 <= sample.value <= MAX_COUNTER):
+                continue
             name = sample.name.removesuffix("_total")
             if name == VLLM_PER_POS:
-                position = int(sample.labels.get("position", "0"))
-                positions[position] = positions.get(position, 0.0) + sample.value
+                position = _position(sample.labels.get("position", "0"))
+                if position is not None:
+                    positions[position] = positions.get(position, 0.0) + sample.value
             elif name in (VLLM_DRAFTS, VLLM_DRAFT_TOKENS, VLLM_ACCEPTED):
                 totals[name] = totals.get(name, 0.0) + sample.value
     if VLLM_DRAFTS not in totals:
@@ -171,6 +182,10 @@ def parse_vllm_counters(text: str) -> SpecCounters | None:
         totals.get(VLLM_ACCEPTED, 0.0),
         per_position,
     )
+
+
+def _position(label: str) -> int | None:
+    return int(label) if label.isdigit() and int(label) < MAX_POSITIONS else None
 
 
 def _short_model(model: str | None) -> str | None:

@@ -15,7 +15,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from specchat.cli import main
-from specchat.remote.client import ServerClient, _parse_sse_line
+from specchat.remote.chunks import parse_sse_line
+from specchat.remote.client import ServerClient
 from specchat.remote.server_errors import ServerError
 from tests.remote.server import FakeServer, Script, openai_stream
 
@@ -231,14 +232,21 @@ def test_the_log_file_masks_the_key(api_key: str, tmp_path: Any) -> None:
 # ------------------------------------------------------------------ item 4: strings without limits
 
 
-def test_a_50_mb_model_id_is_clipped() -> None:
-    huge = "m" * 50_000_000
+def test_a_5_mb_model_id_is_clipped() -> None:
+    huge = "m" * 5_000_000
     with FakeServer(plain_server(["ok"], model=huge)) as server:
         result = generate(server.url)
     assert result.exit_code == 0, result.stderr[:500]
     attached = next(line for line in result.stderr.splitlines() if "attached to" in line)
     assert len(attached) < 400 and "more characters" in attached
     assert len(result.stderr) < 5_000
+
+
+def test_a_50_mb_models_document_is_refused_at_its_cap() -> None:
+    with FakeServer(plain_server(["ok"], model="m" * 50_000_000)) as server:
+        result = generate(server.url)
+    assert result.exit_code == 2
+    assert "sent /v1/models of more than 8 MiB" in one_error_line(result)
 
 
 def test_a_huge_error_message_is_clipped() -> None:
@@ -293,14 +301,17 @@ def test_every_chunk_shape_a_reader_relies_on_is_checked_where_chunks_are_parsed
     chunk: dict[str, Any], words: str
 ) -> None:
     with pytest.raises(ServerError) as caught:
-        _parse_sse_line("data: " + json.dumps(chunk))
+        parse_sse_line("data: " + json.dumps(chunk), "http://x")
     assert words in str(caught.value)
 
 
 def test_well_formed_chunks_pass_unchanged() -> None:
     for payload in openai_stream(["a", "b"])[:-1]:
-        assert _parse_sse_line("data: " + payload) == json.loads(payload)
-    assert _parse_sse_line('data: {"choices": [{"delta": {"content": null}}], "usage": null}') is not None
+        assert parse_sse_line("data: " + payload, "http://x") == json.loads(payload)
+    assert (
+        parse_sse_line('data: {"choices": [{"delta": {"content": null}}], "usage": null}', "http://x")
+        is not None
+    )
 
 
 # ------------------------------------------------------------------ item 12: an HTML page
