@@ -72,8 +72,9 @@ class Settings(BaseModel):
     server: str | None = None
     """URL of an OpenAI-compatible server to attach to instead of loading models (--server).
     Conversations go to it only when this is set; the API key comes only from SPECCHAT_API_KEY."""
-    server_timeout: float = Field(default=120.0, gt=0, le=SERVER_TIMEOUT_LIMIT)
-    """Seconds without a byte from the server before a reply fails."""
+    server_timeout: float = Field(default=60.0, gt=0, le=SERVER_TIMEOUT_LIMIT)
+    """Seconds a reply waits for the server's next token (its first, prefill included) before it
+    stalls: the chat says so (Esc stops the reply), ``generate`` gives up (exit status 2)."""
     server_verify_tls: bool = True
     """Check the server's TLS certificate (https); turn off only for a self-signed test server."""
     theme: str = "specchat-dark"

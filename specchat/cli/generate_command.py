@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -18,7 +16,7 @@ from specchat.cli.options import debug_option, model_options, prompt_options, se
 from specchat.cli.prompt_input import read_prompt
 from specchat.opening import controls_from
 from specchat.presenters.kind_labels import KIND_STYLES, LEGEND_LABELS
-from specchat.untrusted import visible
+from specchat.untrusted import json_text, visible
 
 if TYPE_CHECKING:
     from specchat.engine.events import Event
@@ -64,12 +62,28 @@ def generate(
     messages = chat_messages(settings.system_prompt, prompt)
     cancel = threading.Event()
     with stop_on_signals(cancel) as signals:
-        stream = engine.stream_chat(messages, controls, cancel)
+        stream = noticed(engine.stream_chat(messages, controls, cancel), cancel, output_format != "jsonl")
         summary = PRINTERS[output_format](stream, show_reasoning)
     if settings.server and output_format != "jsonl":
         click.echo(f"specchat: {engine.capabilities.describe()}", err=True)
     if summary is not None and summary.stop == "cancelled":
         sys.exit(signals.exit_status)
+
+
+def noticed(stream: Iterator[Event], cancel: threading.Event, say: bool) -> Iterator[Event]:
+    """The stream, its notices said on stderr (``say``; jsonl writes them as events) and acted
+    on: nobody is there to press Esc, so a stall ends the reply (one line, exit status 2)."""
+    from specchat.engine.events import NoticeEvent
+    from specchat.remote.server_errors import ServerError
+
+    for event in stream:
+        if isinstance(event, NoticeEvent):
+            if event.kind == "stall":
+                cancel.set()
+                raise ServerError(f"{event.text} Gave up; what arrived is kept.")
+            if say:
+                click.echo(f"specchat: note: {visible(event.text)}", err=True)
+        yield event
 
 
 def check_raw(settings: Any) -> None:
@@ -133,20 +147,15 @@ def print_text(stream: Iterator[Event], show_reasoning: bool = False) -> Any:
     return summary
 
 
-JSON_UNESCAPED_CONTROLS = re.compile("[\x7f-\x9f]")
-"""What json.dumps(ensure_ascii=False) leaves raw: DEL and the C1 controls (CSI is one)."""
-
-
 def print_jsonl(stream: Iterator[Event], show_reasoning: bool = True) -> Any:
-    """The event stream, one JSON object a line. The text stays exactly as generated; JSON escapes
-    its C0 controls, and DEL and C1 are escaped here (``\\u009b``), so a terminal obeys none."""
+    """The event stream, one JSON object a line. The text stays exactly as generated: JSON escapes
+    its C0 controls, and DEL, C1, bidi and invisible characters are escaped too (``\\u202e``), so
+    a terminal obeys none of them and nothing reorders the line."""
     from specchat.engine.events import SummaryEvent
 
     summary = None
     for event in stream:
-        line = json.dumps(event.to_json(), ensure_ascii=False)
-        line = JSON_UNESCAPED_CONTROLS.sub(lambda match: f"\\u{ord(match.group()):04x}", line)
-        sys.stdout.write(line + "\n")
+        sys.stdout.write(json_text(event.to_json()) + "\n")
         sys.stdout.flush()
         if isinstance(event, SummaryEvent):
             summary = event
@@ -198,9 +207,10 @@ def format_summary(summary: Any) -> str:
         thinking = (
             f" · reasoning {summary.reasoning_tokens} tokens α {reasoning_alpha} · answer α {answer_alpha}"
         )
+    notes = "".join(f" · {visible(note)}" for note in summary.notes)
     return (
         f"{summary.tokens} tokens in {summary.rounds} rounds · α {alpha} · τ {tau}{thinking} · "
-        f"{summary.tokens_per_s:.2f} tok/s · per position [{positions}] · stop: {summary.stop}"
+        f"{summary.tokens_per_s:.2f} tok/s · per position [{positions}] · stop: {summary.stop}{notes}"
     )
 
 

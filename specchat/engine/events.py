@@ -33,7 +33,9 @@ Thinking models write reasoning before their answer (``<think>…</think>``, or 
 and the :class:`SummaryEvent` counts the reasoning's tokens and gives reasoning and answer their
 own α. Both are written only when a reply has reasoning, so other replies' JSON is unchanged.
 A reply whose conversation outgrew the context starts with a :class:`ContextEvent` saying how
-many of the oldest messages its prompt left out.
+many of the oldest messages its prompt left out. A :class:`NoticeEvent` tells the user something
+about the reply as it streams (a server that stalled, a figure it sent that was dropped, a token
+limit it ignored); the summary keeps each notice's text (``notes``), written only when there is one.
 
 This module imports nothing heavy: the UI may import it without loading torch.
 """
@@ -322,6 +324,8 @@ class SummaryEvent:
     """α over the drafts standing for reasoning tokens (None when none was drafted)."""
     answer_alpha: float | None = None
     """α over the drafts standing for answer tokens (None when none was drafted)."""
+    notes: tuple[str, ...] = ()
+    """The reply's notices, in order (:class:`NoticeEvent`): specchat's words, never a server's."""
 
     def to_json(self) -> dict[str, object]:
         data = asdict(self)
@@ -329,6 +333,10 @@ class SummaryEvent:
         if not self.reasoning_tokens:
             for name in REASONING_FIELDS:
                 del data[name]
+        if self.notes:
+            data["notes"] = list(self.notes)
+        else:
+            del data["notes"]
         return {"type": "summary", **data, "contract": CONTRACT_VERSION}
 
     @classmethod
@@ -352,7 +360,16 @@ class SummaryEvent:
             reasoning_tokens=int(data.get("reasoning_tokens") or 0),
             reasoning_alpha=_optional_float(data.get("reasoning_alpha")),
             answer_alpha=_optional_float(data.get("answer_alpha")),
+            notes=_notes(data.get("notes")),
         )
+
+
+def _notes(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(note, str) for note in value):
+        raise ValueError("notes must be a list of strings")
+    return tuple(value)
 
 
 REASONING_FIELDS = ("reasoning_tokens", "reasoning_alpha", "answer_alpha")
@@ -380,8 +397,32 @@ class ContextEvent:
         return cls(int(data["left_out"]), int(data["kept"]), int(data["prompt_tokens"]), int(data["context"]))
 
 
+NoticeKind = Literal["stall", "figures", "overrun"]
+"""What a notice is about: no token for a while, a reported figure dropped, a limit ignored."""
+
+
+@dataclass(frozen=True, slots=True)
+class NoticeEvent:
+    """Something the user should know about the reply now, in specchat's own words. A front end
+    shows it (the chat as a notification, ``generate`` on stderr) and may act on it: ``generate``
+    gives up on a stall, the chat lets the user decide (Esc)."""
+
+    kind: NoticeKind
+    text: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"type": "notice", **asdict(self)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> NoticeEvent:
+        kind = str(data["kind"])
+        if kind not in ("stall", "figures", "overrun"):
+            raise ValueError(f"unknown notice kind {kind!r}")
+        return cls(kind, str(data["text"]))  # type: ignore[arg-type]
+
+
 def _optional_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-Event = TokenEvent | RoundEvent | SummaryEvent | ContextEvent
+Event = TokenEvent | RoundEvent | SummaryEvent | ContextEvent | NoticeEvent

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import median
 
-from specchat.engine.events import Event, RoundEvent, StopReason, SummaryEvent, TokenEvent, known
+from specchat.engine.events import Event, NoticeEvent, RoundEvent, StopReason, SummaryEvent, TokenEvent, known
 
 
 def expected_tokens_per_round(alpha: float, gamma: int) -> float:
@@ -134,6 +134,8 @@ class StreamStats:
     kind_counts: dict[str, int] = field(default_factory=dict)
     round_events: list[RoundEvent] = field(default_factory=list)
     sections: SectionStats = field(default_factory=SectionStats)
+    notes: list[str] = field(default_factory=list)
+    """The notices' texts, for the summary."""
 
     def add(self, event: Event) -> None:
         if isinstance(event, TokenEvent):
@@ -146,6 +148,8 @@ class StreamStats:
             self.accepted += event.accepted
             self.round_events.append(event)
             self.sections.add(event)
+        elif isinstance(event, NoticeEvent):
+            self.notes.append(event.text)
 
     def extend(self, events: Iterable[Event]) -> None:
         for event in events:
@@ -182,6 +186,7 @@ class StreamStats:
             reasoning_tokens=self.sections.reasoning.tokens,
             reasoning_alpha=self.sections.reasoning.alpha if self.sections.reasoning.tokens else None,
             answer_alpha=self.sections.answer.alpha if self.sections.reasoning.tokens else None,
+            notes=tuple(self.notes),
         )
 
 

@@ -35,6 +35,10 @@ from specchat.engine.events import (
     TokenKind,
 )
 
+MAX_ROUND_DRAFTS = 256
+"""The most drafts one rebuilt round holds: a counter that jumps further is the server's error,
+and a round's drafts are walked position by position downstream."""
+
 
 @dataclass(frozen=True)
 class Chunk:
@@ -107,6 +111,10 @@ class _Reader:
             UNKNOWN if drafted else None,
             "draft" if drafted else "target",
         )
+
+    def close(self) -> list[Event]:
+        """Close a round left open (the reply was cut short): its RoundEvent, if any."""
+        return []
 
     def _round(self, number: int, gamma: int, drafted: int, accepted: int) -> RoundEvent:
         return RoundEvent(
@@ -185,7 +193,11 @@ class CounterRounds(_Reader):
             return out + self._add(text)
         return self._add(text)
 
+    def close(self) -> list[Event]:
+        return self._close_open()
+
     def _start(self, drafted: int, accepted: int) -> None:
+        drafted = min(drafted, MAX_ROUND_DRAFTS)
         gamma = max(drafted, self.gamma or 0) if drafted else 0
         self.open = _OpenRound(self.rounds, drafted, min(accepted, drafted), gamma)
         self.rounds += 1
@@ -223,7 +235,7 @@ class StepRounds(_Reader):
             return []
         texts = self._texts(chunk, count)
         # The first token comes from the prefill step, which verifies no drafts.
-        gamma = self.gamma if self.rounds else 0
+        gamma = min(self.gamma, MAX_ROUND_DRAFTS) if self.rounds else 0
         accepted = min(count - 1, gamma)
         number = self.rounds
         self.rounds += 1

@@ -9,20 +9,19 @@ after every event that did arrive, so front ends keep the partial reply.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from specchat.backend import Capabilities, Controls, Figure, GammaControl, Message
-from specchat.engine.events import UNKNOWN_ID, Event, RoundEvent, StopReason, SummaryEvent, TokenEvent
+from specchat.engine.events import UNKNOWN_ID, Event, RoundEvent, StopReason, SummaryEvent
 from specchat.engine.metrics import StreamStats
-from specchat.engine.reasoning import ReasoningMarker
 from specchat.engine.registry import proposes
 from specchat.errors import InvalidSettingError, SpecchatError
-from specchat.remote.client import DEFAULT_TIMEOUT, ServerClient, api_key_from_env
+from specchat.remote.client import DEFAULT_TIMEOUT, DOCUMENT_DEADLINE, ServerClient, api_key_from_env
 from specchat.remote.probe import ServerInfo, SpecCounters, probe, read_vllm_counters
-from specchat.remote.rounds import Chunk, CounterRounds, PlainTokens, StepRounds
+from specchat.remote.reply_stream import HEARTBEAT_S, Reader, ReplyStream
+from specchat.remote.rounds import CounterRounds, PlainTokens, StepRounds
 from specchat.remote.server_errors import ServerError
 
 CHAT_PATH = "/v1/chat/completions"
@@ -39,28 +38,12 @@ def connect(
         url, api_key=api_key_from_env(), timeout=timeout, verify=verify, transport=transport
     )
     try:
-        info = probe(client)
+        with client.deadline(DOCUMENT_DEADLINE, "to say what it is (its /v1/models, /props, /slots)"):
+            info = probe(client)
     except BaseException:
         client.close()
         raise
     return RemoteBackend(client, info)
-
-
-@dataclass
-class _Timing:
-    """Client-side clocks for one reply: what a server that reports no timings still lets us measure."""
-
-    started: float = field(default_factory=time.perf_counter)
-    first_token: float | None = None
-    last_token: float | None = None
-    tokens_at_first: int = 0
-
-    def saw_tokens(self, emitted: int) -> None:
-        now = time.perf_counter()
-        if self.first_token is None:
-            self.first_token = now
-            self.tokens_at_first = emitted
-        self.last_token = now
 
 
 class RemoteBackend:
@@ -183,7 +166,7 @@ class RemoteBackend:
     def _vllm_speculative(self) -> bool:
         return self.info.kind == "vllm" and bool(self.info.speculative)
 
-    def _reader(self) -> CounterRounds | StepRounds | PlainTokens:
+    def _reader(self) -> Reader:
         if self.info.kind == "llama-server":
             return CounterRounds()
         if self.info.kind == "vllm":
@@ -198,61 +181,40 @@ class RemoteBackend:
         before: SpecCounters | None,
     ) -> Iterator[Event]:
         body = self.request_body(messages, controls)
-        reader = self._reader()
-        stats = StreamStats()
-        timing = _Timing()
-        last: dict[str, Any] = {}
-        finish: str | None = None
-        started_tokens = False
-        marker = ReasoningMarker()
+        reply = ReplyStream(
+            self._reader(), self.info.kind, self.client.url, controls.max_new_tokens, self.client.timeout
+        )
         try:
-            for data in self.client.stream_events(CHAT_PATH, body, cancel):
-                chunk, usage, timings = _chunk_of(data, self.info.kind)
-                if usage:
-                    last["usage"] = usage
-                if timings:
-                    last["timings"] = timings
-                if chunk.finish is not None:
-                    finish = chunk.finish
-                    events = reader.finish(chunk)
-                elif chunk.text or chunk.tokens is not None:
-                    events = reader.feed(chunk)
-                else:
-                    continue
-                events = _mark_reasoning(events, chunk.reasoning, marker)
-                if self.info.kind == "llama-server" and timings is None and chunk.text and not started_tokens:
-                    self.notes.append(
-                        "this llama-server sent no timings_per_token: its rounds cannot be rebuilt."
-                    )
-                started_tokens = started_tokens or bool(events)
-                for event in events:
-                    stats.add(event)
-                    yield event
-                if events:
-                    timing.saw_tokens(stats.tokens)
+            for data in self.client.stream_events(CHAT_PATH, body, cancel, heartbeat=HEARTBEAT_S):
+                yield from reply.take(data)
+                if reply.overrun:
+                    break  # leaving the stream closes the connection
         except ServerError as err:
-            if self._use_logprobs and not started_tokens and "logprob" in str(err).lower():
+            if self._use_logprobs and not reply.started and "logprob" in str(err).lower():
                 raise _RetryWithoutLogprobs from err
-            if started_tokens:
+            yield from reply.end()
+            if reply.started:
                 raise ServerError(
-                    f"{err} The reply was cut after {stats.tokens} tokens; what arrived is kept."
+                    f"{err} The reply was cut after {reply.stats.tokens} tokens; what arrived is kept."
                 ) from err
             raise
+        if reply.untimed:
+            self._note("this llama-server sent no timings_per_token: its rounds cannot be rebuilt.")
         cancelled = cancel is not None and cancel.is_set()
-        if finish is None and not cancelled:
-            for event in reader.finish(None):
-                stats.add(event)
-                yield event
+        yield from reply.end()
+        if reply.finish is None and not cancelled:
             raise ServerError(
-                f"the server at {self.client.url} ended the stream mid-reply (after {stats.tokens} tokens, "
-                "no finish reason); what arrived is kept."
+                f"the server at {self.client.url} ended the stream mid-reply (after {reply.stats.tokens} "
+                "tokens, no finish reason); what arrived is kept."
             )
-        if finish is None:
-            for event in _mark_reasoning(reader.finish(None), False, marker):
-                stats.add(event)
-                yield event
-        self._learn_gamma(reader, controls)
-        yield self._summary(stats, timing, last, finish, cancelled, before)
+        self._learn_gamma(reply.reader, controls)
+        decode_s, notices = reply.server_decode_s()
+        yield from notices
+        yield self._summary(reply, decode_s, cancelled, before)
+
+    def _note(self, note: str) -> None:
+        if note not in self.notes:
+            self.notes.append(note)
 
     def _learn_gamma(self, reader: Any, controls: Controls) -> None:
         """llama-server: did it draft within the γ we asked? More drafts than asked means no."""
@@ -265,19 +227,14 @@ class RemoteBackend:
             self.gamma_honoured = None  # consistent, not proof: the server's own γ may equal ours
 
     def _summary(
-        self,
-        stats: StreamStats,
-        timing: _Timing,
-        last: dict[str, Any],
-        finish: str | None,
-        cancelled: bool,
-        before: SpecCounters | None,
+        self, reply: ReplyStream, server_decode_s: float | None, cancelled: bool, before: SpecCounters | None
     ) -> SummaryEvent:
-        stop: StopReason = "cancelled" if cancelled else STOPS.get(finish or "", "eos")
-        timings = last.get("timings") or {}
-        usage = last.get("usage") or {}
-        if timings.get("predicted_ms"):
-            decode_s = float(timings["predicted_ms"]) / 1000.0  # the server's own clock
+        stop: StopReason = "cancelled" if cancelled else STOPS.get(reply.finish or "", "eos")
+        timings = reply.last.get("timings") or {}
+        usage = reply.last.get("usage") or {}
+        stats, timing = reply.stats, reply.timing
+        if server_decode_s is not None:
+            decode_s = server_decode_s  # the server's own clock
             prefill_ms = float(timings.get("prompt_ms", 0.0))
         else:
             first, end = timing.first_token, timing.last_token
@@ -289,7 +246,7 @@ class RemoteBackend:
         elif "prompt_tokens" in usage:
             prompt_tokens = int(usage["prompt_tokens"])
         summary = stats.summary(stop, prefill_ms=prefill_ms, decode_s=decode_s, prompt_tokens=prompt_tokens)
-        if not timings.get("predicted_ms") and decode_s > 0:
+        if server_decode_s is None and decode_s > 0:
             # Client clocks start at the first token, so count the tokens after it.
             summary = replace(summary, tokens_per_s=max(0, stats.tokens - timing.tokens_at_first) / decode_s)
         if before is not None:
@@ -334,58 +291,8 @@ class RemoteBackend:
         return notes
 
 
-def _mark_reasoning(events: list[Event], reasoning: bool, marker: ReasoningMarker) -> list[Event]:
-    """The chunk's tokens marked: all reasoning when it came as ``reasoning_content``; otherwise
-    as their text says (a server that leaves ``<think>…</think>`` in the content)."""
-    return [
-        replace(e, reasoning=reasoning or marker.mark(e.text)) if isinstance(e, TokenEvent) else e
-        for e in events
-    ]
-
-
 class _RetryWithoutLogprobs(Exception):
     """The server refused logprobs (some vLLM versions do with speculative decoding)."""
-
-
-def _chunk_of(data: dict[str, Any], kind: str) -> tuple[Chunk, dict[str, Any] | None, dict[str, Any] | None]:
-    """One streamed chat-completion chunk, normalised; plus its usage and timings objects."""
-    choices = data.get("choices") or []
-    choice = choices[0] if choices and isinstance(choices[0], dict) else {}
-    delta = choice.get("delta") or {}
-    # Reasoning a server parsed out of the model's text comes apart: its chunks carry no content
-    # (text held back from a reasoning chunk rides with the next token, whichever section).
-    reasoning = delta.get("reasoning_content") or ""
-    text = reasoning + (delta.get("content") or "")
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
-    timings = data.get("timings") if isinstance(data.get("timings"), dict) else None
-    tokens = drafted = accepted = None
-    pieces: tuple[str, ...] | None = None
-    if kind == "llama-server" and timings is not None:
-        tokens = _int(timings.get("predicted_n"))
-        drafted = _int(timings.get("draft_n", 0))  # absent until the first drafted round
-        accepted = _int(timings.get("draft_n_accepted", 0))
-    elif kind == "vllm":
-        if usage is not None and choices:
-            tokens = _int(usage.get("completion_tokens"))
-        logprobs = choice.get("logprobs") or {}
-        content = logprobs.get("content") if isinstance(logprobs, dict) else None
-        if isinstance(content, list) and content:
-            pieces = tuple(str(entry.get("token", "")) for entry in content if isinstance(entry, dict))
-    finish = choice.get("finish_reason") if choices else None
-    chunk = Chunk(
-        text=text,
-        tokens=tokens,
-        drafted=drafted,
-        accepted=accepted,
-        pieces=pieces,
-        finish=finish,
-        reasoning=bool(reasoning),
-    )
-    return chunk, usage, timings
-
-
-def _int(value: Any) -> int | None:
-    return int(value) if isinstance(value, int | float) else None
 
 
 class RemoteReply:

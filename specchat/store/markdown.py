@@ -79,7 +79,8 @@ def reply_figures(summary: SummaryEvent, settings: dict[str, Any] | None = None)
     left_out = (settings or {}).get("left_out")
     if isinstance(left_out, int) and not isinstance(left_out, bool) and left_out > 0:
         parts.append(left_out_words(left_out))
-    return " · ".join(parts)
+    parts.extend(summary.notes)  # what a server did to this reply (a stall, an overrun, a figure dropped)
+    return visible(" · ".join(parts))  # a shared file's settings and notes could hold anything
 
 
 def left_out_words(count: int) -> str:

@@ -162,3 +162,51 @@ async def test_the_replay_of_a_shared_file_shows_its_escapes_visibly(tmp_path: A
         system = str(screen.query_one("SystemNote").render())
         assert_neutral(system)
         assert "^[[2J" in system
+
+
+# ------------------------------------------------------------------ a stalling or overrunning server
+
+
+async def test_a_stall_in_the_chat_is_a_notice_and_esc_stops_the_reply_keeping_it() -> None:
+    from tests.corpus.hostile_server import HostileServer, keepalive, models
+
+    with HostileServer() as server:
+        server.routes["case"] = {
+            "GET /v1/models": models(),
+            "POST /v1/chat/completions": keepalive(["Hi", " there"], b": ping\n\n", 0.1),
+        }
+        app = make_app(server.url("case"), server_timeout=1.0)
+        async with app.run_test(size=SIZE) as pilot:
+            await attached(pilot, app)
+            await send(pilot, "hello")
+            await wait_for(pilot, lambda: any("no new token" in n for n in notifications(app)), timeout=15)
+            stall = next(n for n in notifications(app) if "no new token" in n)
+            assert (
+                "has sent no new token for 1 s (server_timeout). Still waiting: Esc stops the reply." in stall
+            )
+            assert app.reply is not None, "a stall alone does not end the reply: the user decides"
+            await pilot.press("escape")
+            await wait_idle(pilot, app)
+        turn = app.conversation.turns[-1]
+        assert turn.content == "Hi there" and turn.summary is not None and turn.summary.stop == "cancelled"
+        assert turn.summary.notes == (stall.split(" Still waiting")[0],)
+
+
+async def test_bidi_and_zero_width_characters_are_shown_in_the_chat_and_kept_exactly() -> None:
+    pieces = ["safe ", "\u202eevil", "\u200bx"]
+    with FakeServer(server_with(pieces, model="m\u2066id")) as server:
+        app = make_app(server.url)
+        async with app.run_test(size=SIZE) as pilot:
+            await attached(pilot, app)
+            assert "m⟨U+2066⟩id" in app.sub_title
+            await send(pilot, "hi")
+            await wait_idle(pilot, app)
+            shown = app.transcript.replies()[-1].tokens.render_text().plain
+            assert "safe ⟨U+202E⟩evil⟨U+200B⟩x" in shown
+            assert "\u202e" not in shown and "\u200b" not in shown
+            path = app.store.export_markdown(app.conversation)
+        exported = path.read_text(encoding="utf-8")
+        assert "⟨U+202E⟩evil" in exported and "\u202e" not in exported
+        saved = app.store.path_for(app.conversation.id).read_text(encoding="utf-8")
+        assert "\u202e" not in saved and "\\u202e" in saved  # escaped in the file, exact when read
+        assert app.conversation.turns[-1].content == "".join(pieces)

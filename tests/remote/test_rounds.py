@@ -7,8 +7,8 @@ import json
 import pytest
 
 from specchat.engine.events import RoundEvent, TokenEvent, known
+from specchat.remote.reply_stream import chunk_of as _chunk_of
 from specchat.remote.rounds import Chunk, CounterRounds, StepRounds
-from specchat.remote.server_backend import _chunk_of
 from tests.remote.server import DATA, sse_events
 
 CAPTURED = ["llama_prime_t0.sse", "llama_cat_story_t0.sse", "llama_french_t08.sse", "llama_hello_eos.sse"]

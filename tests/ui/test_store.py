@@ -106,3 +106,25 @@ def test_markdown_export_shows_control_characters_instead_of_keeping_them() -> N
     text = to_markdown(conv)
     assert not any(ch in text for ch in "\x1b\x07\x9b")
     assert "\n\tcode" in text  # newlines and tabs are text, kept as they are
+
+
+def test_a_replys_notes_round_trip_and_are_shown_visibly(tmp_path: Path) -> None:
+    """What a server did to a reply (a stall, an overrun, a dropped figure) is saved with it; a
+    shared file's notes and settings can hold anything, so the footer shows them visibly."""
+    from dataclasses import replace
+
+    from specchat.store.markdown import reply_figures
+
+    conv = conversation()
+    turn = conv.turns[-1]
+    turn.summary = replace(reply().summary, notes=("the server went on past max_tokens (5)",))  # type: ignore[arg-type]
+    store = ConversationStore(tmp_path)
+    loaded = ConversationStore.load_path(store.save(conv))
+    summary = loaded.turns[-1].summary
+    assert summary is not None and summary.notes == ("the server went on past max_tokens (5)",)
+    assert reply_figures(summary).endswith("the server went on past max_tokens (5)")
+    hostile = replace(summary, notes=("\x1b]0;pwned\x07\u202eevil",))
+    shown = reply_figures(hostile, {"drafter": "x\x1b[2J"})
+    assert "^[]0;pwned^G⟨U+202E⟩evil" in shown and "x^[[2J" in shown
+    plain = replace(summary, notes=())
+    assert "notes" not in plain.to_json()

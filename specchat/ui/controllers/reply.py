@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from textual.timer import Timer
 from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState, get_current_worker
 
-from specchat.engine.events import ContextEvent, RoundEvent, SummaryEvent, TokenEvent
+from specchat.engine.events import ContextEvent, NoticeEvent, RoundEvent, SummaryEvent, TokenEvent
 from specchat.store.conversation import Conversation, Turn
 from specchat.ui.controllers.hosts import RunsWorkers
 from specchat.ui.state.live import LiveStats, StepView
@@ -25,7 +25,6 @@ from specchat.ui.workers import bridge
 from specchat.ui.workers.messages import ReplyClosed, ReplyEvents, ReplyPaused
 
 if TYPE_CHECKING:
-
     from specchat.backend import Capabilities, Controls
     from specchat.ui.screens.main import MainScreen
     from specchat.ui.state.lease import ModelLease
@@ -172,9 +171,22 @@ class Replies:
             elif isinstance(event, ContextEvent):
                 reply.settings["left_out"] = event.left_out
                 self.screen.show_left_out(reply.widget, event)
+            elif isinstance(event, NoticeEvent):
+                self.show_notice(event)
             self.live.add(event)
         if shown:
             self.screen.show_events(reply.widget, shown)
+
+    def show_notice(self, notice: NoticeEvent) -> None:
+        """A notice about the streaming reply: a stall leaves the choice to the user (it may be a
+        long prefill), with the key that stops it; the others are for information."""
+        if notice.kind == "stall":
+            stop = self.host.key_of("stop")
+            self.host.notify(
+                f"{notice.text} Still waiting: {stop} stops the reply.", severity="warning", timeout=15
+            )
+        else:
+            self.host.notify(notice.text, severity="warning", timeout=10)
 
     def on_paused(self, message: ReplyPaused) -> None:
         """Step mode holds the reply after a round: show that round's table."""
