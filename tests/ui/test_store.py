@@ -117,7 +117,8 @@ def test_a_replys_notes_round_trip_and_are_shown_visibly(tmp_path: Path) -> None
 
     conv = conversation()
     turn = conv.turns[-1]
-    turn.summary = replace(reply().summary, notes=("the server went on past max_tokens (5)",))  # type: ignore[arg-type]
+    assert turn.summary is not None
+    turn.summary = replace(turn.summary, notes=("the server went on past max_tokens (5)",))
     store = ConversationStore(tmp_path)
     loaded = ConversationStore.load_path(store.save(conv))
     summary = loaded.turns[-1].summary
