@@ -13,6 +13,7 @@ that serves others meanwhile mean little.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -22,6 +23,7 @@ from typing import Any
 from specchat.backend import Controls
 from specchat.bench.prompts import BenchPrompt
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
+from specchat.remote.reply_stream import unattended
 from specchat.remote.server_backend import RemoteBackend
 from specchat.untrusted import json_text
 
@@ -45,7 +47,8 @@ def one_reply(backend: RemoteBackend, prompt: BenchPrompt, controls: Controls, s
     text: list[str] = []
     drafted = 0
     summary: SummaryEvent | None = None
-    for event in backend.stream_chat(list(prompt.messages), controls):
+    cancel = threading.Event()
+    for event in unattended(backend.stream_chat(list(prompt.messages), controls, cancel), cancel):
         if isinstance(event, TokenEvent):
             text.append(event.text)
         elif isinstance(event, RoundEvent):

@@ -71,18 +71,14 @@ def generate(
 
 
 def noticed(stream: Iterator[Event], cancel: threading.Event, say: bool) -> Iterator[Event]:
-    """The stream, its notices said on stderr (``say``; jsonl writes them as events) and acted
-    on: nobody is there to press Esc, so a stall ends the reply (one line, exit status 2)."""
+    """The stream, its notices said on stderr (``say``; jsonl writes them as events), ended by
+    a stall (:func:`specchat.remote.reply_stream.unattended`: one line, exit status 2)."""
     from specchat.engine.events import NoticeEvent
-    from specchat.remote.server_errors import ServerError
+    from specchat.remote.reply_stream import unattended
 
-    for event in stream:
-        if isinstance(event, NoticeEvent):
-            if event.kind == "stall":
-                cancel.set()
-                raise ServerError(f"{event.text} Gave up; what arrived is kept.")
-            if say:
-                click.echo(f"specchat: note: {visible(event.text)}", err=True)
+    for event in unattended(stream, cancel):
+        if say and isinstance(event, NoticeEvent):
+            click.echo(f"specchat: note: {visible(event.text)}", err=True)
         yield event
 
 

@@ -18,7 +18,9 @@ whatever the server does:
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -226,6 +228,17 @@ class ReplyStream:
             self._last_token = time.monotonic()
             self._stalled = False
         return events
+
+
+def unattended(stream: Iterator[Event], cancel: threading.Event) -> Iterator[Event]:
+    """A reply for a front end nobody watches (``generate``, the bench): nobody can press Esc,
+    so a stall ends it with a ServerError (after every token that arrived), and the request
+    with it."""
+    for event in stream:
+        if isinstance(event, NoticeEvent) and event.kind == "stall":
+            cancel.set()
+            raise ServerError(f"{event.text} Gave up; what arrived is kept.")
+        yield event
 
 
 def chunk_of(data: dict[str, Any], kind: str) -> tuple[Chunk, dict[str, Any] | None, dict[str, Any] | None]:

@@ -242,3 +242,14 @@ def test_a_short_key_is_masked_in_full(server: HostileServer) -> None:
     assert result.exit_code == 2
     assert "k9" not in result.output
     assert "bad key Bearer *** (***)" in result.stderr
+
+
+def test_the_bench_gives_up_on_a_stalled_server_with_one_line(server: HostileServer) -> None:
+    """Nobody watches a bench run either: a stall ends it instead of waiting forever."""
+    url = serve(server, keepalive(["Hi"], b": ping\n\n", 0.1))
+    args = ["bench", "--server", url, "--quick", "--categories", "code", "--max-new-tokens", "8"]
+    started = time.monotonic()
+    result = CliRunner().invoke(main, args, env={"SPECCHAT_SERVER_TIMEOUT": "1"})
+    assert time.monotonic() - started < 30
+    assert result.exit_code == 2, result.output
+    assert "has sent no new token for 1 s" in result.stderr.strip().splitlines()[-1]
