@@ -25,8 +25,8 @@ import os
 import select
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
 
 MiB = 1024 * 1024
 
@@ -114,16 +114,16 @@ def read_user_file(path: Path, limit: int) -> bytes:
         _refuse_kind(path, info.st_mode)
         if stat.S_ISREG(info.st_mode) and info.st_size > limit:
             raise _too_big(path, limit, info.st_size)
-        return _read_capped(handle, path, limit)
+        return _read_capped(handle.read, path, limit)
 
 
-def _read_capped(handle: BinaryIO, path: Path, limit: int) -> bytes:
+def _read_capped(read: Callable[[int], bytes], path: Path, limit: int) -> bytes:
     """Read in chunks and stop one byte past ``limit``: a pipe (or a /proc file that says it is
     empty) cannot make us hold more than that."""
     parts: list[bytes] = []
     total = 0
     while True:
-        chunk = handle.read(min(_CHUNK, limit + 1 - total))
+        chunk = read(min(_CHUNK, limit + 1 - total))
         if not chunk:
             return b"".join(parts)
         parts.append(chunk)
@@ -141,25 +141,20 @@ def _read_fifo(path: Path, limit: int, wait: float = FIFO_WAIT_S) -> bytes:
         _refuse_kind(path, os.fstat(fd).st_mode)
         poller = select.poll()
         poller.register(fd, select.POLLIN | select.POLLHUP)
-        parts: list[bytes] = []
-        total = 0
-        while True:
-            if not poller.poll(wait * 1000):
-                raise RefusedFile(
-                    errno.ETIMEDOUT,
-                    f"it is a pipe (FIFO) that sent nothing for {wait:g} s (is anything writing to it)",
-                    path,
-                )
-            try:
-                chunk = os.read(fd, min(_CHUNK, limit + 1 - total))
-            except BlockingIOError:
-                continue
-            if not chunk:
-                return b"".join(parts)
-            parts.append(chunk)
-            total += len(chunk)
-            if total > limit:
-                raise _too_big(path, limit)
+
+        def read(size: int) -> bytes:
+            while poller.poll(wait * 1000):
+                try:
+                    return os.read(fd, size)
+                except BlockingIOError:
+                    continue
+            raise RefusedFile(
+                errno.ETIMEDOUT,
+                f"it is a pipe (FIFO) that sent nothing for {wait:g} s (is anything writing to it)",
+                path,
+            )
+
+        return _read_capped(read, path, limit)
     finally:
         os.close(fd)
 

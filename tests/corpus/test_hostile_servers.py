@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,12 +20,9 @@ import pytest
 
 from tests.corpus.hostile_server import HostileServer
 from tests.corpus.server_cases import CASES, CLASSES, FIFO_CASES, ServerCase, payload_of_jsonl
-from tests.corpus.test_hostile_models import MEMORY, SECONDS, Run, run_cases
+from tests.corpus.test_hostile_models import Run, assert_clean, run_cases
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the runner forks and reads /proc (Linux)")
-RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
-"""What must never reach the terminal raw: C0 but tab and newline, DEL, C1, bidi controls,
-zero-width characters (spelled out here, not taken from the code under test)."""
 
 
 def _environment(folder: Path, case_env: dict[str, str]) -> dict[str, str]:
@@ -69,15 +65,6 @@ def server_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
         return run_cases(folder, runs)
 
 
-def _assert_within_the_rule(run: Run, what: str) -> None:
-    assert not run.killed and run.seconds <= SECONDS, f"{what}: took {run.seconds:.0f} s"
-    assert run.peak_bytes <= MEMORY, f"{what}: peaked at {run.peak_bytes / 1e9:.2f} GB"
-    assert "Traceback" not in run.stderr and 'File "' not in run.stderr, f"{what}: {run.stderr}"
-    shown = run.stdout + run.stderr
-    raw = sorted({f"U+{ord(c):04X}" for c in RAW.findall(shown)})
-    assert not raw, f"{what}: raw {raw} reached the terminal: {shown[:2000]!r}"
-
-
 def _last_line(run: Run) -> str:
     lines = [line for line in run.stderr.strip().splitlines() if line.strip()]
     assert lines, "no message at all"
@@ -88,7 +75,7 @@ def _last_line(run: Run) -> str:
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_a_hostile_server_gets_one_line_or_a_note(case: ServerCase, server_runs: dict[str, Run]) -> None:
     run = server_runs[case.name]
-    _assert_within_the_rule(run, case.name)
+    assert_clean(run, case.name)
     assert run.status == case.status, f"exit {run.status}: {run.stderr[-3000:]}"
     if case.status == 2:
         last = _last_line(run)
@@ -110,7 +97,7 @@ def test_a_hostile_server_gets_one_line_or_a_note(case: ServerCase, server_runs:
 @pytest.mark.parametrize("name", list(FIFO_CASES))
 def test_a_fifo_with_no_writer_is_refused_after_its_wait(name: str, server_runs: dict[str, Run]) -> None:
     run = server_runs[name]
-    _assert_within_the_rule(run, name)
+    assert_clean(run, name)
     assert run.status == 2, run.stderr
     last = _last_line(run)
     assert "a pipe (FIFO) that sent nothing for 10 s" in last, last
