@@ -78,7 +78,7 @@ class ReplyStream:
         self.finish: str | None = None
         self.overrun = False
         self.untimed = False
-        """llama-server sent text without ``timings``: its rounds cannot be rebuilt."""
+        """llama-server sent its first text without ``timings``: its rounds cannot be rebuilt."""
         self._marker = ReasoningMarker()
         self._tags = TagAligner()
         self._chars = 0
@@ -100,7 +100,8 @@ class ReplyStream:
             self.last["usage"] = usage
         if timings:
             self.last["timings"] = timings
-        self.untimed = self.untimed or (self.kind == "llama-server" and timings is None and bool(chunk.text))
+        first_text = bool(chunk.text) and not self.started
+        self.untimed = self.untimed or (self.kind == "llama-server" and timings is None and first_text)
         events = self._record([e for e in notices if e is not None] + self._events_of(chunk))
         return events + self._record(self._stall_notice())
 
