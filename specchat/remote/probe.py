@@ -16,6 +16,7 @@ from typing import Any, Literal
 from prometheus_client.parser import text_string_to_metric_families
 
 from specchat.remote.client import ServerClient
+from specchat.remote.rounds import MAX_ROUND_DRAFTS
 from specchat.remote.server_errors import ServerError
 from specchat.untrusted import server_text
 
@@ -25,8 +26,6 @@ VLLM_DRAFTS = "vllm:spec_decode_num_drafts"
 VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
 VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
-MAX_POSITIONS = 256
-"""Draft positions read from vLLM's counters (its γ); a label past this is left out."""
 MAX_COUNTER = 1e15
 """A counter larger than this is not a count of tokens."""
 MODEL_ID_SHOWN = 120
@@ -154,8 +153,8 @@ def read_vllm_counters(client: ServerClient) -> SpecCounters | None:
 
 def parse_vllm_counters(text: str) -> SpecCounters | None:
     """The counters in a Prometheus text, or None. A sample that is not a finite, non-negative
-    number, or a position label that is not a whole number below :data:`MAX_POSITIONS`, is
-    left out: the figures are the server's, and positions become a tuple that long."""
+    number, or a position label that is not a whole number below ``MAX_ROUND_DRAFTS`` (the most
+    drafts a rebuilt round holds), is left out: positions become a tuple that long."""
     totals: dict[str, float] = {}
     positions: dict[int, float] = {}
     try:
@@ -185,7 +184,12 @@ def parse_vllm_counters(text: str) -> SpecCounters | None:
 
 
 def _position(label: str) -> int | None:
-    return int(label) if label.isdigit() and int(label) < MAX_POSITIONS else None
+    """A position label as a number, if it is a short one in range (int() refuses 4,300 digits)."""
+    return (
+        int(label)
+        if label.isascii() and label.isdigit() and len(label) <= 6 and int(label) < MAX_ROUND_DRAFTS
+        else None
+    )
 
 
 def _short_model(model: str | None) -> str | None:

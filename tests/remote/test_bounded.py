@@ -152,3 +152,21 @@ def test_python_reads_nan_in_a_chunk_so_the_checks_must_see_it() -> None:
     chunk = parse_sse_line('data: {"choices": [], "usage": {"completion_tokens": NaN}}', "http://x")
     assert math.isnan(chunk["usage"]["completion_tokens"])
     assert drop_bad_figures(chunk) and "completion_tokens" not in chunk["usage"]
+
+
+def test_vllm_counters_leave_out_what_is_not_a_sane_position_or_count() -> None:
+    from specchat.remote.probe import parse_vllm_counters
+
+    per_pos = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+    text = "\n".join(
+        [
+            "vllm:spec_decode_num_drafts_total 10.0",
+            f'{per_pos}{{position="{"9" * 5000}"}} 3.0',  # int() refuses 4,300 digits
+            f'{per_pos}{{position="999999999"}} 3.0',  # a tuple that long
+            f'{per_pos}{{position="abc"}} 3.0',
+            f'{per_pos}{{position="0"}} NaN',
+            f'{per_pos}{{position="1"}} 2',
+        ]
+    )
+    counters = parse_vllm_counters(text + "\n")
+    assert counters is not None and counters.per_position == (0.0, 2.0) and counters.drafts == 10.0
