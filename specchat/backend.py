@@ -21,7 +21,7 @@ from specchat.engine.events import Event, StopReason, SummaryEvent
 from specchat.engine.gamma import SCHEDULES, check_gamma
 from specchat.engine.registry import DRAFTER_NAMES
 from specchat.errors import InvalidSettingError
-from specchat.params import SamplingParams, check_sampling
+from specchat.params import DRAFT_WINDOW, SamplingParams, check_sampling
 
 Message = dict[str, str]
 """{"role": "system" | "user" | "assistant", "content": "..."}"""
@@ -78,6 +78,9 @@ class Controls:
     raw: bool = False
     """Feed the conversation's text exactly as written: no chat template, no system prompt, the
     beginning-of-sequence token as the model's file says (base models). Read once per reply."""
+    draft_window: int = DRAFT_WINDOW
+    """A draft model far behind reads at most the last this many tokens where reading them all
+    would not pay (0: always all). Read once per round."""
 
     def validate(self) -> None:
         check_gamma(self.gamma)
@@ -87,6 +90,10 @@ class Controls:
             )
         if self.drafter not in DRAFTER_NAMES:
             raise InvalidSettingError(f"unknown drafter {self.drafter!r}: use {', '.join(DRAFTER_NAMES)}.")
+        if self.draft_window < 0:
+            raise InvalidSettingError(
+                f"the draft window must be 0 (none) or more tokens (got {self.draft_window})."
+            )
         if self.max_new_tokens < 1:
             raise InvalidSettingError(f"max new tokens must be 1 or more (got {self.max_new_tokens}).")
         check_sampling(self.temperature, self.top_k, self.top_p)

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from specchat.engine.registry import DRAFTER_NAMES
 from specchat.errors import InvalidSettingError
 from specchat.files import CONFIG_LIMIT, read_user_text, write_atomic
+from specchat.params import DRAFT_WINDOW
 
 APP_NAME = "specchat"
 
@@ -32,7 +33,16 @@ MAX_NEW_TOKENS_LIMIT = 1_000_000
 a larger budget is a typo, and would be sent as it is to a server."""
 SERVER_TIMEOUT_LIMIT = 86_400.0
 """A day. The socket layer cannot wait much longer (time_t overflows near 1e9 s)."""
-NUMBER_SETTINGS = ("gamma", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "server_timeout")
+NUMBER_SETTINGS = (
+    "gamma",
+    "temperature",
+    "top_k",
+    "top_p",
+    "max_new_tokens",
+    "seed",
+    "server_timeout",
+    "draft_window",
+)
 """Settings that are numbers: TOML's true/false is refused there (pydantic would read true as 1)."""
 NONE_WORDS = ("", "none")
 """Written for an optional setting (draft, top_k, seed, quant), these mean "not set"."""
@@ -56,6 +66,9 @@ class Settings(BaseModel):
     top_k: int | None = Field(default=None, ge=1)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     max_new_tokens: int = Field(default=512, ge=1, le=MAX_NEW_TOKENS_LIMIT)
+    draft_window: int = Field(default=DRAFT_WINDOW, ge=0, le=MAX_NEW_TOKENS_LIMIT)
+    """A draft model far behind (a long prompt) reads at most the last this many tokens where
+    reading them all would not pay; 0: it always reads them all."""
     seed: int | None = Field(default=None, ge=0, le=SEED_MAX)
     system_prompt: str = "You are a helpful assistant."
     thinking: bool = True
@@ -247,6 +260,7 @@ def _explain(
 
 RANGES = {
     "max_new_tokens": f"a token budget is a whole number from 1 to {MAX_NEW_TOKENS_LIMIT:,}",
+    "draft_window": f"a draft window is a whole number of tokens from 0 (none) to {MAX_NEW_TOKENS_LIMIT:,}",
     "server_timeout": f"a timeout is a number of seconds above 0, at most {SERVER_TIMEOUT_LIMIT:,.0f}",
 }
 """How the allowed range of a capped setting is said (pydantic's words name no unit)."""

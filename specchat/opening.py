@@ -276,4 +276,5 @@ def controls_from(settings: Settings, drafter: str | None = None) -> Controls:
         seed=settings.seed,
         thinking=settings.thinking,
         raw=settings.raw,
+        draft_window=settings.draft_window,
     )

@@ -9,6 +9,7 @@ import click
 
 from specchat.config import Settings, load_settings
 from specchat.engine.registry import DRAFT_STOP_BELOW, DRAFTER_NAMES, DRAFTERS
+from specchat.params import DRAFT_WINDOW
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,6 +46,12 @@ _OPTIONS: dict[str, Callable[[Any], Any]] = {
     "top_p": click.option("--top-p", type=float, help="Nucleus sampling mass in (0, 1]."),
     "seed": click.option("--seed", type=int, help="Random seed for sampling."),
     "max_new_tokens": click.option("--max-new-tokens", type=int, help="Most tokens to generate per reply."),
+    "draft_window": click.option(
+        "--draft-window",
+        type=int,
+        help=f"A draft model far behind (a long prompt) reads only the last this many tokens where "
+        f"reading them all would not pay (default {DRAFT_WINDOW}; 0: always all).",
+    ),
     "system_prompt": click.option("--system", "system_prompt", help="System prompt."),
     "quant": click.option(
         "--quant", type=click.Choice(["4bit", "8bit"]), help="Quantize the target (bitsandbytes)."

@@ -9,7 +9,7 @@ is a one-hot distribution.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -61,6 +61,12 @@ class DeviceDraft:
 class Drafter(Protocol):
     name: DrafterName
 
+    @property
+    def read_share(self) -> float | None:
+        """What reading a token costs the drafter as a share of the target's cost (None:
+        nothing to read, or unknown): a catch-up's price before one was timed."""
+        ...
+
     def next_source(self, ids: list[int]) -> DrafterName:
         """Who will propose the next draft after ``ids`` (the schedule sizes γ for that source)."""
         ...
@@ -73,14 +79,25 @@ class Drafter(Protocol):
         ...
 
     def propose(
-        self, ids: list[int], gamma: int, params: SamplingParams, generator: torch.Generator | None
-    ) -> Draft | DeviceDraft: ...
+        self,
+        ids: list[int],
+        gamma: int,
+        params: SamplingParams,
+        generator: torch.Generator | None,
+        *,
+        window: int | None = None,
+    ) -> Draft | DeviceDraft:
+        """Up to γ drafts after ``ids``. ``window``: a model drafter far behind reads only the
+        last this many tokens from now on (:meth:`ModelDrafter.view`); a lookup ignores it."""
+        ...
 
 
 RECENT_TOKENS = 64
 """How far back the drafter looks to decide whether the text needs its whole head."""
 WIDEN_SHARE = 1 / 8
 """Share of those tokens past the narrow head from which the whole head is computed."""
+WINDOW_CHECK = 16
+"""Tokens of a window's start compared with the draft's cache to tell it still holds."""
 AFTER_A_DRAFTED_ROUND = 2
 """Tokens a drafted round leaves the draft behind at most (the last draft and the bonus token)."""
 
@@ -98,11 +115,23 @@ class ModelDrafter:
 
     name: DrafterName = "model"
 
-    def __init__(self, model: CachedLM, vocab_width: int, stop_below: float = DRAFT_STOP_BELOW) -> None:
+    def __init__(
+        self,
+        model: CachedLM,
+        vocab_width: int,
+        stop_below: float = DRAFT_STOP_BELOW,
+        read_share: float | None = None,
+    ) -> None:
         self.lm = model
         self.stop_below = stop_below
         self.vocab_width = vocab_width
         """Width the rows are padded to: the wider of the two models, so the rows line up."""
+        self.read_share = read_share
+        """What reading a token costs this draft as a share of what it costs the target (their
+        layers' weights, :func:`layer_weights`): with the target's measured prefill, the price
+        of a catch-up before one was ever timed (None: unknown)."""
+        self.start = 0
+        """Where the draft's view of the text begins (:meth:`view`): 0, or the start of a window."""
 
     def head_rows(self, ids: list[int]) -> int | None:
         """The head rows to compute for a draft after ``ids`` (None: the model's default)."""
@@ -117,7 +146,27 @@ class ModelDrafter:
         return "model"
 
     def behind(self, ids: list[int]) -> int:
-        return max(len(ids) - common_prefix_length(self.lm.cached_ids, ids), 1) if ids else 0
+        view = self.view(ids)
+        return max(len(view) - common_prefix_length(self.lm.cached_ids, view), 1) if view else 0
+
+    def view(self, ids: list[int], window: int | None = None) -> list[int]:
+        """The part of ``ids`` the draft reads: all of it, or from the start of a window.
+
+        ``window``: if the draft is more than this many tokens behind, it reads only the last
+        this many from now on. A window is kept once chosen, so the rounds after it extend the
+        same cache rather than re-read a sliding one; a text whose window no longer begins as
+        the cache does (a new conversation, older messages left out, a cache emptied) is read
+        from its beginning again, unless a window is asked for anew.
+        """
+        if self.start and not self._window_holds(ids):
+            self.start = 0
+        if window is not None and self.behind(ids) > window:
+            self.start = max(len(ids) - window, 0)
+        return ids[self.start :]
+
+    def _window_holds(self, ids: list[int]) -> bool:
+        cached = self.lm.cached_ids[:WINDOW_CHECK]
+        return self.start < len(ids) and bool(cached) and cached == ids[self.start : self.start + len(cached)]
 
     def catch_up(self, ids: list[int]) -> None:
         """Read what the cache lacks of ``ids`` but their last token, as a prefill would, unless
@@ -134,19 +183,27 @@ class ModelDrafter:
         the draft is behind on, one pass fewer per catch-up (docs/lab/2026-12-05-catch-up.md). A
         drafted round leaves at most two tokens behind, which are read in one pass either way.
         """
-        if not self.lm.rows_exact and self.behind(ids) > AFTER_A_DRAFTED_ROUND:
+        behind = max(len(ids) - common_prefix_length(self.lm.cached_ids, ids), 1)
+        if not self.lm.rows_exact and behind > AFTER_A_DRAFTED_ROUND:
             self.lm.prefill(ids)
 
     def propose(
-        self, ids: list[int], gamma: int, params: SamplingParams, generator: torch.Generator | None
+        self,
+        ids: list[int],
+        gamma: int,
+        params: SamplingParams,
+        generator: torch.Generator | None,
+        *,
+        window: int | None = None,
     ) -> Draft | DeviceDraft:
+        head_rows = self.head_rows(ids)
+        ids = self.view(ids, window)
         self.catch_up(ids)
         if isinstance(self.lm, StaticLM):
             return self.propose_on_device(ids, gamma, params, generator)
         context = list(ids)
         rows: list[torch.Tensor] = []
         drafted: list[torch.Tensor] = []
-        head_rows = self.head_rows(ids)
         for _ in range(gamma):
             probs = shape_probs(self.lm.logits_after(context, 1, head_rows=head_rows), params)
             token = pick_tokens(probs, params, generator)
@@ -161,7 +218,6 @@ class ModelDrafter:
             return empty_draft(self.vocab_width, self.lm.device)
         p_draft = _pad_columns(torch.cat(rows), self.vocab_width)  # a narrow head: zero past its ids
         return Draft(ids=context[len(ids) :], tokens=torch.cat(drafted), p_draft=p_draft)
-
 
     def propose_on_device(
         self, ids: list[int], gamma: int, params: SamplingParams, generator: torch.Generator | None
@@ -200,6 +256,7 @@ class NgramDrafter:
     followed it. Costs no model pass, shines on code edits, quotes and summaries."""
 
     name: DrafterName = "ngram"
+    read_share: float | None = None
 
     def __init__(
         self, vocab_width: int, device: torch.device, max_ngram: int = 3, min_ngram: int = 1
@@ -217,7 +274,13 @@ class NgramDrafter:
         return 0
 
     def propose(
-        self, ids: list[int], gamma: int, params: SamplingParams, generator: torch.Generator | None
+        self,
+        ids: list[int],
+        gamma: int,
+        params: SamplingParams,
+        generator: torch.Generator | None,
+        *,
+        window: int | None = None,
     ) -> Draft:
         return self.draft_of(self._index.continuation(ids, gamma))
 
@@ -276,6 +339,31 @@ class LookupIndex:
                     key = tuple(ids[start:end])
                     latest = starts.get(key)
                     starts[key] = (latest[1] if latest is not None else None, start)
+
+
+def layer_weights(config: Any) -> int | None:
+    """Weights a token passes through in a model's decoder layers (attention and MLP), from its
+    config; None where the config does not say. What a prefill costs per token scales with it:
+    the embedding is a lookup, and a prefill computes the head for its last token only."""
+    try:
+        hidden = int(config.hidden_size)
+        layers = int(config.num_hidden_layers)
+        mlp = int(config.intermediate_size)
+        heads = int(config.num_attention_heads)
+        head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
+        kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    except (AttributeError, TypeError, ValueError, ZeroDivisionError):
+        return None
+    attention = hidden * head_dim * (2 * heads + 2 * kv_heads)  # q and o, k and v
+    return layers * (attention + 3 * hidden * mlp) if layers > 0 and hidden > 0 else None
+
+
+def read_share(draft: Any, target: Any) -> float | None:
+    """A token's read (prefill) cost for the draft as a share of the target's, from their configs."""
+    draft_weights, target_weights = layer_weights(draft), layer_weights(target)
+    if not draft_weights or not target_weights:
+        return None
+    return draft_weights / target_weights
 
 
 def read_choice(probs: torch.Tensor, token: torch.Tensor) -> tuple[int, float]:

@@ -8,8 +8,10 @@ answer 0: the round then drafts nothing and is one plain target step.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from statistics import median
 from typing import Literal, Protocol
 
 from specchat.engine.events import DrafterName, RoundEvent, known
@@ -43,6 +45,11 @@ WILSON_Z = 1.64
 """z of a one-sided 95 % bound: how optimistic the adaptive schedule is about α it has not yet
 measured well enough to rule drafting out."""
 SCHEDULES: tuple[ScheduleName, ...] = ("fixed", "heuristic", "adaptive")
+NOTED_READ = 32
+"""A draft's catch-up of at least this many tokens is named in the round's note."""
+DRAFT_COST_PRIOR = 0.25
+"""c (a draft step over a target step) assumed for a drafter whose size is not known, before it
+ever drafted: the packaged pairs measure 0.23–0.25 (docs/performance.md)."""
 
 
 def check_gamma(gamma: int) -> int:
@@ -60,9 +67,60 @@ class RoundOutlook:
     behind: int = 0
     """Tokens the drafter must read before it drafts (:meth:`Drafter.behind`): the prompt at a
     reply's first draft, the tokens of plain rounds since the last one, else 1 or 2."""
+    window: int | None = None
+    """The most a catch-up may read when reading all it is behind on does not pay: the draft
+    then reads only the last this many tokens (the ``draft_window`` setting); None: no window."""
+    prefill_ms_per_token: float | None = None
+    """The target's prefill of this reply, per token it read (None: too few read to tell)."""
+    read_share: float | None = None
+    """What reading a token costs the drafter as a share of the target's cost (None: unknown)."""
+
+    @property
+    def read_ms_per_token(self) -> float | None:
+        """What the drafter is expected to pay per token it reads before one of its catch-ups
+        was timed: the target's measured prefill per token, times the drafter's read share."""
+        if self.prefill_ms_per_token is None or self.read_share is None:
+            return None
+        return self.prefill_ms_per_token * self.read_share
 
 
 NO_OUTLOOK = RoundOutlook()
+
+
+@dataclass(frozen=True, slots=True)
+class CatchUp:
+    """What a draft's catch-up would cost and what drafting could win back, for one choice of
+    how much to read (all it is behind on, or a window)."""
+
+    reads: int
+    """Tokens it would read."""
+    behind: int
+    cost_ms: float
+    gain_ms: float | None
+    """The most drafting could save over the tokens the reply is judged to have left (None:
+    not bounded, or no plain step timed yet to measure it against)."""
+    horizon: int | None
+    window: int | None
+    """The window read (None: all it is behind on)."""
+    speedup: float
+    """The speed over plain decoding drafting is judged at."""
+
+    @property
+    def pays(self) -> bool:
+        return self.gain_ms is None or self.gain_ms >= self.cost_ms
+
+    def describe(self) -> str:
+        """The trade in words, for notes: "the draft would first read 800 tokens (~5.2 s); …"."""
+        read = f"the last {self.reads} of {self.behind}" if self.window else f"{self.reads}"
+        text = f"the draft would first read {read} tokens (~{duration(self.cost_ms)})"
+        if self.gain_ms is not None and self.horizon is not None:
+            win = f"can win at most ~{duration(self.gain_ms)} in the next {self.horizon} tokens"
+            text += f"; drafting at {self.speedup:.2f}× {win}"
+        return text
+
+
+def duration(ms: float) -> str:
+    return f"{ms:.0f} ms" if ms < 1000.0 else f"{ms / 1000.0:.1f} s"
 
 
 class GammaSchedule(Protocol):
@@ -208,6 +266,7 @@ class AdaptiveGamma:
         refresh_slack: float = 0.15,
         catch_up_prior: float = 0.25,
         probe_window: int = 48,
+        horizon_share: float = 0.5,
     ) -> None:
         self._start = start if callable(start) else (lambda: start)
         self.cap = min(max(cap, 1), GAMMA_MAX)
@@ -231,6 +290,12 @@ class AdaptiveGamma:
         """A draft model's catch-up per token, as a share of its per-token drafting cost, until
         a catch-up is timed (a prefill reads tokens in one batched pass, several times cheaper
         per token than drafting them one at a time: 0.2 on the default pair)."""
+        self.horizon_share = horizon_share
+        """A catch-up is judged on at most this share of the tokens a reply may still produce
+        (and at most the length of the replies so far): replies often end well before their
+        budget, and a read that only a whole budget repays is mostly not repaid."""
+        self._reply_lengths: deque[int] = deque(maxlen=9)
+        self._reply_tokens = 0
         self.drafter = "model"
         """Drafter of the latest observed round; estimates below are looked up for it."""
         self.costs = CostEstimator()
@@ -255,10 +320,14 @@ class AdaptiveGamma:
         self._start = gamma
         self._plain_streak = 0
         self._plain_ms_since_draft = 0.0
+        if self._reply_tokens:
+            self._reply_lengths.append(self._reply_tokens)
+        self._reply_tokens = 0
 
     # ------------------------------------------------------------------ observation
     def observe(self, event: RoundEvent) -> None:
         self._rounds += 1
+        self._reply_tokens += event.accepted + 1
         self.drafter = event.drafter if proposes(event.drafter) else self.drafter
         self.costs.observe(event)
         if event.drafted == 0:
@@ -331,11 +400,14 @@ class AdaptiveGamma:
         alpha = self.alpha if alpha is None else alpha
         return model.curve(alpha, range(1, min(self.cap, self.costs.widest + 2) + 1))
 
-    def catch_up_ms_per_token(self) -> float | None:
-        """What the current drafter pays per token it catches up on: timed, else the prior."""
+    def catch_up_ms_per_token(self, outlook: RoundOutlook = NO_OUTLOOK) -> float | None:
+        """What the current drafter pays per token it catches up on: timed, else the reply's
+        estimate from the target's prefill, else a share of its drafting cost."""
         timed = self.costs.catch_up_ms(self.drafter)
         if timed is not None:
             return timed
+        if outlook.read_ms_per_token is not None:
+            return outlook.read_ms_per_token
         per_token = self.costs.draft_ms(self.drafter)
         return None if per_token is None else self.catch_up_prior * per_token
 
@@ -367,8 +439,15 @@ class AdaptiveGamma:
             return 0, "plain: timing plain steps, the yardstick every cost is measured against"
         predicted = self._speedups()
         if not predicted:  # nothing drafted by this drafter yet: try the user's γ
+            catch_up = self._catch_up(self._first_draft_ceiling(outlook), outlook)
+            if catch_up is None:
+                return 0, self._why_not_catch_up(self._first_draft_ceiling(outlook), outlook)
             gamma = min(max(self._start(), 1), 3, self.cap)
-            return gamma, f"γ {gamma}: a first {self.drafter} draft, to measure α and its cost"
+            return (
+                gamma,
+                f"γ {gamma}: a first {self.drafter} draft, to measure α and its cost"
+                + self._reading(catch_up),
+            )
         # Whether drafting pays is judged on every tested position; how far to draft, on those
         # the draft was sure of, since the draft itself ends a round where it is unsure.
         sizing = self._speedups(alpha=self.sure_alpha)
@@ -381,18 +460,21 @@ class AdaptiveGamma:
             # does not start a run of losing rounds. Probes gather the evidence.
             top = max(self._speedups(alpha=self.alpha_bounds[0]).values())
         if top >= 1.0 + self.margin:
-            if not self._repays_catch_up(top, outlook):
+            catch_up = self._catch_up(top, outlook)
+            if catch_up is None:
                 return 0, self._why_not_catch_up(top, outlook)
             self._off.discard(self.drafter)
             gamma = self._refresh_or(best, sizing)
-            return gamma, f"γ {gamma}: predicted {predicted[gamma]:.2f}× ({self._figures(gamma)})"
+            figures = f"predicted {predicted[gamma]:.2f}× ({self._figures(gamma)})"
+            return gamma, f"γ {gamma}: {figures}" + self._reading(catch_up)
         if self.evidence < self.min_evidence and not off:
             # Too few positions to blame α yet: keep measuring while the most α could plausibly
             # be (its upper confidence bound) would still pay.
             ceiling = max(self._speedups(alpha=self.alpha_bounds[1]).values())
-            if ceiling >= 1.0 + self.margin and self._repays_catch_up(ceiling, outlook):
+            catch_up = self._catch_up(ceiling, outlook) if ceiling >= 1.0 + self.margin else None
+            if catch_up is not None:
                 tested = f"{self.evidence:.0f} of {self.min_evidence:.0f} positions tested"
-                return best, f"γ {best}: measuring α before judging it ({tested})"
+                return best, f"γ {best}: measuring α before judging it ({tested})" + self._reading(catch_up)
         if self._probe_due(best, outlook):
             self.window = self._probe_window(outlook)
             read = f", from the last {self.window} tokens" if self.window else ""
@@ -430,27 +512,75 @@ class AdaptiveGamma:
             f"{self.alpha:.2f}, {at_low:.2f}× at its 95 % lower bound {low:.2f} (probes measure α)"
         )
 
-    def _catch_up_cost_ms(self, outlook: RoundOutlook) -> float:
-        """The one-off part of the next draft: reading the tokens the drafter fell behind by."""
-        if outlook.behind <= ROUTINE_CATCH_UP:
+    def _catch_up_cost_ms(self, outlook: RoundOutlook, reads: int | None = None) -> float:
+        """The one-off part of the next draft: reading ``reads`` tokens (all it is behind on)."""
+        reads = outlook.behind if reads is None else reads
+        if reads <= ROUTINE_CATCH_UP:
             return 0.0
-        return outlook.behind * (self.catch_up_ms_per_token() or 0.0)
+        return reads * (self.catch_up_ms_per_token(outlook) or 0.0)
 
-    def _repays_catch_up(self, speedup: float, outlook: RoundOutlook) -> bool:
-        """Whether drafting at ``speedup`` would save more than the catch-up costs over the
-        tokens the reply may still produce (always, for a reply without a budget)."""
-        catch_up = self._catch_up_cost_ms(outlook)
-        if catch_up == 0.0 or outlook.remaining is None or self.costs.plain_ms is None:
-            return True
-        saved = outlook.remaining * self.costs.plain_ms * (1.0 - 1.0 / speedup)
-        return saved >= catch_up
+    def horizon(self, outlook: RoundOutlook) -> int | None:
+        """The tokens a catch-up is judged on: a share of the reply's budget left, and no more
+        than the recent replies' median length (None: the reply is not bounded)."""
+        if outlook.remaining is None:
+            return None
+        horizon = math.ceil(outlook.remaining * self.horizon_share)
+        if self._reply_lengths:
+            horizon = min(horizon, math.ceil(median(self._reply_lengths)))
+        return max(horizon, 1)
+
+    def _trade(self, speedup: float, outlook: RoundOutlook, window: int | None) -> CatchUp:
+        reads = min(outlook.behind, window) if window else outlook.behind
+        horizon = self.horizon(outlook)
+        plain_ms = self.costs.plain_ms
+        gain = None
+        if horizon is not None and plain_ms is not None:
+            gain = horizon * plain_ms * max(1.0 - 1.0 / speedup, 0.0)
+        cost = self._catch_up_cost_ms(outlook, reads)
+        return CatchUp(reads, outlook.behind, cost, gain, horizon, window, speedup)
+
+    def _catch_up(self, speedup: float, outlook: RoundOutlook) -> CatchUp | None:
+        """How the drafter should catch up before drafting at ``speedup``: read all it is behind
+        on where that pays, else only the last ``outlook.window`` tokens where that pays (its
+        guesses worse, but drafting on), else None: decode plainly (lookups still draft, free).
+
+        Sets :attr:`window` for the round. Exactness does not depend on what the draft read: the
+        target verifies whatever it proposes against the distribution it drew from.
+        """
+        whole = self._trade(speedup, outlook, None)
+        if whole.pays:
+            return whole
+        window = outlook.window
+        if window is not None and outlook.behind > window:
+            part = self._trade(speedup, outlook, window)
+            if part.pays:
+                self.window = window
+                return part
+        return None
+
+    def _reading(self, catch_up: CatchUp) -> str:
+        """A note's tail for a round that first reads a long way (empty for a routine round)."""
+        if catch_up.reads < NOTED_READ or catch_up.cost_ms == 0.0:
+            return ""
+        return f"; {catch_up.describe()}"
+
+    def _first_draft_ceiling(self, outlook: RoundOutlook) -> float:
+        """The most a drafter never measured could plausibly win: the seed formula at the prior
+        α, with its drafting cost as its read share (a draft step over a target step is about
+        the ratio of their weights) and a verify pass costing no more than a plain step."""
+        c = DRAFT_COST_PRIOR if outlook.read_share is None else outlook.read_share
+        gammas = range(1, self.cap + 1)
+        return max(expected_tokens_per_round(self.prior_alpha, g) / (g * c + 1.0) for g in gammas)
 
     def _why_not_catch_up(self, speedup: float, outlook: RoundOutlook) -> str:
-        return (
-            f"plain: the draft is {outlook.behind} tokens behind; catching up "
-            f"(~{self._catch_up_cost_ms(outlook):.0f} ms) would not pay back at {speedup:.2f}× "
-            f"in the {outlook.remaining} tokens left"
-        )
+        whole = self._trade(speedup, outlook, None)
+        why = f"plain: {whole.describe()}"
+        if outlook.window is not None and outlook.behind > outlook.window:
+            part = self._trade(speedup, outlook, outlook.window)
+            why += (
+                f"; reading only the last {outlook.window} (~{duration(part.cost_ms)}) would not pay either"
+            )
+        return why
 
     def _probe_window(self, outlook: RoundOutlook) -> int | None:
         return self.probe_window if outlook.behind > self.probe_window else None
@@ -464,8 +594,13 @@ class AdaptiveGamma:
             return False  # what it would measure ends with the reply
         if self.drafter in self._probe_soon:
             return True
-        reads = RoundOutlook(outlook.remaining, min(outlook.behind, self.probe_window))
-        extra = self._catch_up_cost_ms(reads) + gamma * model.draft_ms + model.verify(gamma) - model.plain_ms
+        reads = min(outlook.behind, self.probe_window)
+        extra = (
+            self._catch_up_cost_ms(outlook, reads)
+            + gamma * model.draft_ms
+            + model.verify(gamma)
+            - model.plain_ms
+        )
         return self._plain_ms_since_draft * self.probe_share >= extra
 
     def _refresh_or(self, best: int, predicted: dict[int, float]) -> int:

@@ -44,14 +44,24 @@ class HybridDrafter:
     def next_source(self, ids: list[int]) -> DrafterName:
         return "ngram" if len(self._lookup(ids)) >= self.min_lookup else "model"
 
+    @property
+    def read_share(self) -> float | None:
+        return self.model.read_share
+
     def propose(
-        self, ids: list[int], gamma: int, params: SamplingParams, generator: torch.Generator | None
+        self,
+        ids: list[int],
+        gamma: int,
+        params: SamplingParams,
+        generator: torch.Generator | None,
+        *,
+        window: int | None = None,
     ) -> Draft | DeviceDraft:
         # The same decision next_source announced, so γ was sized for the source that proposes.
         self.name = self.next_source(ids)
         if self.name == "ngram":
             return self.ngram.draft_of(self._lookup(ids)[:gamma])
-        return self.model.propose(ids, gamma, params, generator)
+        return self.model.propose(ids, gamma, params, generator, window=window)
 
     def _lookup(self, ids: list[int]) -> list[int]:
         """The longest continuation any γ could use."""

@@ -422,12 +422,15 @@ class CostEstimator:
         return found.value if found is not None else None
 
     def catch_up_ms(self, drafter: str) -> float | None:
-        """Milliseconds per token the drafter paid to catch up, beyond its drafting (median of
-        its recent catch-up rounds, with d as known now); None until both were timed."""
+        """Milliseconds per token the drafter paid to catch up, beyond its drafting, over its
+        recent catch-up rounds (with d as known now); None until both were timed. Weighted by
+        the tokens read: the schedule prices long reads with it, whose per-token cost a few
+        three-token catch-ups (mostly the pass's fixed cost) would otherwise outvote."""
         per_token, rounds = self.draft_ms(drafter), self._catch_ups.get(drafter)
         if per_token is None or not rounds:
             return None
-        return median(max(ms - drafted * per_token, 0.0) / caught for ms, drafted, caught in rounds)
+        extra = sum(max(ms - drafted * per_token, 0.0) for ms, drafted, _ in rounds)
+        return extra / sum(caught for _, _, caught in rounds)
 
     def _timings(self) -> dict[int, RecentMedian]:
         timings = dict(self.verify)

@@ -96,9 +96,12 @@ class DrafterSpec:
 
 
 def _model(kit: DrafterKit) -> Drafter | None:
-    from specchat.engine.drafters import ModelDrafter
+    from specchat.engine.drafters import ModelDrafter, read_share
 
-    return ModelDrafter(kit.draft, kit.vocab_width) if kit.draft is not None else None
+    if kit.draft is None:
+        return None
+    share = read_share(kit.draft.model.config, kit.target.model.config)
+    return ModelDrafter(kit.draft, kit.vocab_width, read_share=share)
 
 
 def _hybrid(kit: DrafterKit) -> Drafter | None:

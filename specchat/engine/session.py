@@ -61,7 +61,8 @@ class _PlanReader:
         if self._schedule is None or self._schedule_name != c.schedule:
             self._schedule = self.engine.schedule(c.schedule, lambda: self.controls.gamma)
             self._schedule_name = c.schedule
-        return RoundPlan(self.engine.drafter(c.drafter), self._schedule, c.sampling())
+        window = c.draft_window or None
+        return RoundPlan(self.engine.drafter(c.drafter), self._schedule, c.sampling(), window)
 
 
 class ChatEngine:

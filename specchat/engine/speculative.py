@@ -37,7 +37,7 @@ from specchat.engine.events import (
     Verdict,
 )
 from specchat.engine.gamma import GammaSchedule, RoundOutlook
-from specchat.engine.kv import CachedLM
+from specchat.engine.kv import CachedLM, common_prefix_length
 from specchat.engine.metrics import StreamStats
 from specchat.engine.registry import is_model
 from specchat.engine.sampling import (
@@ -51,6 +51,9 @@ from specchat.engine.static import StaticLM
 from specchat.engine.timing import RoundClock
 from specchat.errors import ContextTooLongError, InvalidSettingError
 
+MEASURED_PREFILL = 16
+"""Fewest prompt tokens a prefill must read for its time per token to price a draft's catch-up."""
+
 
 @dataclass(frozen=True, slots=True)
 class RoundPlan:
@@ -59,6 +62,9 @@ class RoundPlan:
     drafter: Drafter | None
     schedule: GammaSchedule
     sampling: SamplingParams
+    draft_window: int | None = None
+    """The most a draft model far behind reads when reading everything does not pay (None: no
+    window); the schedule decides which it reads."""
 
 
 def check_prompt(prompt_ids: list[int], max_context: int | None) -> None:
@@ -166,7 +172,10 @@ class Generation:
         # Only the target reads the prompt now. A draft model reads it when it first drafts
         # (it catches up on whatever it has not seen), so a reply the schedule decodes plainly
         # never pays for it, and the first token is not kept waiting for it.
+        read = max(len(prompt_ids) - 1 - common_prefix_length(decoder.target.cached_ids, prompt_ids), 0)
         self.prefill_ms = decoder.target.prefill(prompt_ids)
+        self.prefill_ms_per_token = self.prefill_ms / read if read >= MEASURED_PREFILL else None
+        """The target's prefill of this prompt per token read, where enough were read to tell."""
         self.ids = list(prompt_ids)
         self.stats = StreamStats()
         self.round_no = 0
@@ -243,7 +252,13 @@ class Generation:
         length = len(self.ids)
         behind = current.drafter.behind(self.ids)
         left = self.max_new_tokens - self.generated
-        outlook = RoundOutlook(remaining=left, behind=behind)
+        outlook = RoundOutlook(
+            remaining=left,
+            behind=behind,
+            window=current.draft_window,
+            prefill_ms_per_token=self.prefill_ms_per_token,
+            read_share=current.drafter.read_share,
+        )
         gamma = current.schedule.next_gamma(current.drafter.next_source(self.ids), outlook)
         max_context = self.decoder.max_context
         room = (max_context - length) if max_context is not None else gamma + 1
@@ -257,9 +272,10 @@ class Generation:
 
         The round reads the device once, with the verdict: drafts that stayed on the device
         (:class:`DeviceDraft`) come back with it, and the draft/verify split is timed by device
-        events rather than by waiting for the device in between. ``window``: the drafter sees only
-        the last this many tokens (the schedule's cheap probe); verification is exact whatever the
-        draft saw, since p_draft is what it sampled from.
+        events rather than by waiting for the device in between. ``window``: a draft model far
+        behind reads only the last this many tokens (the schedule's choice: a cheap probe, or a
+        long prompt whose whole read would not pay); verification is exact whatever the draft
+        saw, since p_draft is what it sampled from.
         """
         decoder = self.decoder
         target = decoder.target
@@ -372,8 +388,7 @@ class Generation:
         drafter = current.drafter
         if drafter is None or gamma == 0:
             return empty_draft(self.decoder.vocab_width, self.decoder.target.device)
-        seen = self.ids[-window:] if window else self.ids
-        return drafter.propose(seen, gamma, current.sampling, self.generator)
+        return drafter.propose(self.ids, gamma, current.sampling, self.generator, window=window)
 
 
 def _proposed(verdict: RoundVerification, draft: DeviceDraft, target: CachedLM) -> list[int]:

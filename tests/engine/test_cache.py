@@ -38,6 +38,7 @@ class ScriptedDrafter:
     rejected), then two right and one wrong (partial)."""
 
     name = "model"
+    read_share = None
 
     def __init__(self, target: torch.nn.Module, vocab: int, checks: list[CachedLM]) -> None:
         self.target, self.vocab, self.checks = target, vocab, checks
@@ -49,7 +50,15 @@ class ScriptedDrafter:
     def next_source(self, ids: list[int]) -> str:
         return "model"
 
-    def propose(self, ids: list[int], gamma: int, params: SamplingParams, generator: object) -> Draft:
+    def propose(
+        self,
+        ids: list[int],
+        gamma: int,
+        params: SamplingParams,
+        generator: object,
+        *,
+        window: int | None = None,
+    ) -> Draft:
         for lm in self.checks:  # the previous round's rollback must have left a clean cache
             if lm.cache is not None:
                 assert_cache_matches_fresh(lm)

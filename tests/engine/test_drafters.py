@@ -60,3 +60,37 @@ def test_the_draft_drafts_the_same_rows_whatever_its_cache_held_before() -> None
     again = host_draft(model.propose(prompt, 4, SamplingParams(), None))
     assert again.ids == expected.ids
     assert torch.equal(again.p_draft, expected.p_draft)
+
+
+LONG_PROMPT = [(7 * i) % 40 + 1 for i in range(240)]
+
+
+def test_a_window_reads_only_the_last_tokens_then_reads_on_from_there() -> None:
+    model = drafter(0.0)
+    assert model.behind(LONG_PROMPT) == 240
+    draft = host_draft(model.propose(LONG_PROMPT, 3, SamplingParams(), None, window=32))
+    # The draft read the last 32 tokens, and drew exactly what a draft given only those draws.
+    assert model.lm.cached_ids[:32] == LONG_PROMPT[-32:]
+    alone = host_draft(drafter(0.0).propose(LONG_PROMPT[-32:], 3, SamplingParams(), None))
+    assert draft.ids == alone.ids and torch.equal(draft.p_draft, alone.p_draft)
+    # The next round reads on from the window's start: one or two tokens behind, not 240.
+    after = LONG_PROMPT + draft.ids[:1] + [9]
+    assert model.behind(after) <= 2
+    host_draft(model.propose(after, 2, SamplingParams(), None))
+    assert model.lm.cached_ids[: len(after) - 208] == after[208:]
+
+
+def test_a_window_is_left_when_the_text_no_longer_holds_its_start() -> None:
+    model = drafter(0.0)
+    host_draft(model.propose(LONG_PROMPT, 2, SamplingParams(), None, window=32))
+    other = [3, 4, *LONG_PROMPT[:100]]  # a new conversation
+    assert model.behind(other) == len(other)  # read from its beginning again
+    assert model.view(other) == other
+
+
+def test_a_window_is_not_taken_by_a_draft_already_close_behind() -> None:
+    model = drafter(0.0)
+    host_draft(model.propose(LONG_PROMPT, 2, SamplingParams(), None))
+    longer = [*LONG_PROMPT, 5, 6, 7]
+    host_draft(model.propose(longer, 2, SamplingParams(), None, window=32))
+    assert model.start == 0 and model.lm.cached_ids[:243] == longer

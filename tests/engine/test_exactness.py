@@ -17,6 +17,7 @@ import torch
 
 from specchat.engine import sampling as sampling_module
 from specchat.engine.events import Event, RoundEvent, TokenEvent
+from specchat.engine.gamma import FixedGamma
 from specchat.engine.sampling import SamplingParams, shape_probs
 from specchat.engine.session import ChatEngine, Controls
 from specchat.testing import make_model, make_tiny_pair, make_tokenizer, perturbed_copy
@@ -242,3 +243,24 @@ def test_two_token_outcomes_cover_both_closing_kinds(small_vocab_engine: ChatEng
             e.kind for e in small_vocab_engine.stream_ids(PROMPT, controls) if isinstance(e, TokenEvent)
         )
     assert kinds["correction"] > 0 and kinds["accepted"] > 0
+
+
+class WindowedFixed(FixedGamma):
+    """γ every round, the draft reading only the last few tokens whenever it is further behind."""
+
+    window = 6
+
+
+@pytest.mark.parametrize("drafter", ["model", "hybrid"])
+def test_greedy_equals_plain_whatever_window_the_draft_reads(drafter: str) -> None:
+    pair = make_tiny_pair(seed=1, draft_noise=0.5, logit_scale=2.5)
+    engine = ChatEngine(pair.target, pair.tokenizer, pair.draft)
+    engine._schedules["fixed"] = WindowedFixed(3)
+    prompt = engine.prompt_ids([{"role": "user", "content": "the cat sat on the mat. " * 6 + "the cat"}])
+    controls = Controls(gamma=3, drafter=drafter, max_new_tokens=48)
+    plain = token_ids(engine.stream_plain(prompt, controls))
+    speculative = list(engine.stream_ids(prompt, controls))
+    assert token_ids(speculative) == plain
+    rounds = [e for e in speculative if isinstance(e, RoundEvent) and e.drafter == "model"]
+    assert rounds and rounds[0].caught_up == 6 and len(prompt) > 20
+    assert engine.draft is not None and len(engine.draft.cached_ids) < len(prompt)

@@ -139,6 +139,7 @@ def test_a_new_conversation_reuses_the_prefix_it_shares() -> None:
 
 # --- one host read per round ----------------------------------------------------------------
 
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 @pytest.mark.parametrize("drafter", ["model", "ngram", "hybrid"])
 def test_a_round_reads_the_device_once(temperature: float, drafter: str) -> None:

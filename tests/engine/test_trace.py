@@ -115,7 +115,9 @@ def test_jsonl_round_trips_every_v2_field(engine: ChatEngine) -> None:
     for event in events:
         data = json.loads(json.dumps(event.to_json()))
         kinds: dict[str, type[TokenEvent | RoundEvent | SummaryEvent]] = {
-            "token": TokenEvent, "round": RoundEvent, "summary": SummaryEvent
+            "token": TokenEvent,
+            "round": RoundEvent,
+            "summary": SummaryEvent,
         }
         kind = kinds[data["type"]]
         assert kind.from_json(data).to_json() == event.to_json()  # JSON rounds the timings
