@@ -200,6 +200,13 @@ class Backend(Protocol):
         """The same reply, one round per :meth:`Reply.step` (only with ``capabilities.stepping``)."""
         ...
 
+    def read_ahead(self, messages: Sequence[Message], controls: Controls, cancel: threading.Event) -> None:
+        """Read what is known of the next prompt (``messages``: the conversation so far and what
+        the user is typing) while nobody waits, so the next reply's first token comes sooner.
+        Returns when done, when ``cancel`` is set, or when a reply starts, whichever is first;
+        never changes a reply. A backend with nothing to read ahead returns at once."""
+        ...
+
     def close(self) -> None:
         """Release what the backend holds (connections, caches)."""
         ...

@@ -52,6 +52,9 @@ class FixedTimings:
     ) -> Reply:
         return _RetimedReply(self.engine.start_chat(messages, controls, cancel))
 
+    def read_ahead(self, messages: Sequence[dict[str, str]], controls: Any, cancel: threading.Event) -> None:
+        self.engine.read_ahead(messages, controls, cancel)
+
     def close(self) -> None:
         self.engine.close()
 
@@ -140,6 +143,9 @@ class PausingEngine:
     ) -> Reply:
         self._begin()
         return _PausingReply(self, self.engine.start_chat(messages, controls, cancel), cancel)
+
+    def read_ahead(self, messages: Sequence[dict[str, str]], controls: Any, cancel: threading.Event) -> None:
+        self.engine.read_ahead(messages, controls, cancel)
 
     def close(self) -> None:
         self.engine.close()

@@ -26,11 +26,12 @@ from specchat.engine.detokenize import IncrementalDetokenizer
 from specchat.engine.drafters import Drafter
 from specchat.engine.events import ContextEvent, Event, StopReason, SummaryEvent
 from specchat.engine.gamma import GammaSchedule, make_schedule
+from specchat.engine.read_ahead import ReadAhead, read_ahead, settled
 from specchat.engine.registry import DrafterKit, drafter_spec, drafters
 from specchat.engine.speculative import Generation, RoundPlan, SpeculativeDecoder
 from specchat.engine.static import make_cached_lm
 from specchat.engine.template_budget import RenderTooLong, render_chat, warm_up
-from specchat.errors import ContextTooLongError, InvalidSettingError, OutOfMemoryError
+from specchat.errors import ContextTooLongError, InvalidSettingError, OutOfMemoryError, SpecchatError
 
 if TYPE_CHECKING:
     # Types only: importing transformers' modeling code costs seconds at every start.
@@ -102,6 +103,13 @@ class ChatEngine:
         self._decoder = SpeculativeDecoder(
             self.target, self._detokenizer, self.stop_ids, self.max_context, self.vocab_width, self.token_text
         )
+        self._reading = threading.Lock()
+        """Held while the models read ahead, and while a reply starts: never both at once."""
+        self._reply_starts = threading.Event()
+        """Set while a reply waits to start: a read-ahead stops at its next chunk."""
+        self._active: Generation | _Running | None = None
+        """The latest reply started; no reading ahead until it is done."""
+        self.last_read_ahead: ReadAhead | None = None
 
     @property
     def available_drafters(self) -> list[str]:
@@ -268,7 +276,7 @@ class ChatEngine:
         self, prompt_ids: list[int], controls: Controls, cancel: threading.Event | None = None
     ) -> LocalReply:
         self._check(prompt_ids, controls)
-        with _oom_as_user_error():
+        with self._models_to_myself(), _oom_as_user_error():
             generation = self._decoder.start(
                 prompt_ids,
                 plan=_PlanReader(self, controls),
@@ -276,26 +284,76 @@ class ChatEngine:
                 seed=controls.seed,
                 cancel=cancel,
             )
+            self._active = generation
         return LocalReply(generation)
+
+    def read_ahead(self, messages: Sequence[Message], controls: Controls, cancel: threading.Event) -> None:
+        """Have the target (then the draft, if the drafter uses it) read what is settled of the
+        next prompt while nobody waits (:mod:`specchat.engine.read_ahead`). Stops within one
+        chunk once ``cancel`` is set or a reply starts; does nothing while a reply runs.
+        :attr:`last_read_ahead` says what it did (None: nothing, as a reply ran, the prompt
+        could not be rendered yet, or it would not fit)."""
+        self.last_read_ahead = self._read_ahead(messages, controls, cancel)
+
+    def _read_ahead(
+        self, messages: Sequence[Message], controls: Controls, cancel: threading.Event
+    ) -> ReadAhead | None:
+        with self._reading:
+            if self._active is not None and not self._active.done:
+                return None
+            try:
+                ids = settled(self.prompt_ids(messages, thinking=controls.thinking, raw=controls.raw))
+            except SpecchatError:  # the reply will say what is wrong, when there is one
+                return None
+            if self.max_context is not None and len(ids) >= self.max_context:
+                return None  # the reply will leave older messages out: another prompt
+            models = {"target": self.target}
+            if self.draft is not None and drafter_spec(controls.drafter).needs_draft_model:
+                models["draft"] = self.draft
+            with _oom_as_user_error():
+                return read_ahead(models, ids, lambda: cancel.is_set() or self._reply_starts.is_set())
+
+    @contextmanager
+    def _models_to_myself(self) -> Iterator[None]:
+        """Stop a read-ahead (within one chunk) and keep the models until the block ends."""
+        self._reply_starts.set()
+        try:
+            with self._reading:
+                self._reply_starts.clear()
+                yield
+        finally:
+            self._reply_starts.clear()
 
     def stream_plain(
         self, prompt_ids: list[int], controls: Controls, cancel: threading.Event | None = None
     ) -> Iterator[Event]:
         """The independent target-only reference (benchmarks and exactness checks)."""
         controls.validate()
-        return _translate_oom(
-            plain_decode(
-                self.target,
-                self._detokenizer(prompt_ids),
-                prompt_ids,
-                sampling=controls.sampling(),
-                max_new_tokens=controls.max_new_tokens,
-                stop_ids=self.stop_ids,
-                max_context=self.max_context,
-                seed=controls.seed,
-                cancel=cancel,
+        return self._while_running(
+            _translate_oom(
+                plain_decode(
+                    self.target,
+                    self._detokenizer(prompt_ids),
+                    prompt_ids,
+                    sampling=controls.sampling(),
+                    max_new_tokens=controls.max_new_tokens,
+                    stop_ids=self.stop_ids,
+                    max_context=self.max_context,
+                    seed=controls.seed,
+                    cancel=cancel,
+                )
             )
         )
+
+    def _while_running(self, stream: Iterator[Event]) -> Iterator[Event]:
+        """``stream``, with no reading ahead until it ends (or is dropped)."""
+        running = _Running()
+        with self._models_to_myself():
+            self._active = running
+        try:
+            yield from stream
+        finally:
+            running.done = True
 
     def close(self) -> None:
         self.target.reset()
@@ -370,6 +428,13 @@ def _after(first: Event, stream: Iterator[Event]) -> Iterator[Event]:
 def _translate_oom(stream: Iterator[Event]) -> Iterator[Event]:
     with _oom_as_user_error():
         yield from stream
+
+
+@dataclass
+class _Running:
+    """A plain decoding stream, as :meth:`ChatEngine.read_ahead` sees it."""
+
+    done: bool = False
 
 
 def _stop_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:

@@ -117,6 +117,9 @@ class RemoteBackend:
         rounds = self.capabilities.provenance != "none"
         return RemoteReply(self.stream_chat(messages, controls, cancel), cancel, rounds)
 
+    def read_ahead(self, messages: Sequence[Message], controls: Controls, cancel: threading.Event) -> None:
+        """Nothing: a server reads the prompt itself, when it arrives (its own prefix cache)."""
+
     def close(self) -> None:
         self.client.close()
 
