@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from specchat.engine.events import DrafterName
-from specchat.engine.kv import CachedLM, common_prefix_length
+from specchat.engine.kv import PREFILL_CHUNK, CachedLM, common_prefix_length
 from specchat.engine.sampling import pick_tokens, shape_probs
 from specchat.engine.static import StaticLM
 from specchat.params import DRAFT_STOP_BELOW, SamplingParams
@@ -180,11 +180,14 @@ class ModelDrafter:
         but the last token are read first and the pass the draft's logits come from is one token
         wide in every history, as the target's prefill does. A row-exact model (specchat's
         kernels) gives the same rows either way: there the first drafting pass reads everything
-        the draft is behind on, one pass fewer per catch-up (docs/lab/2026-12-05-catch-up.md). A
-        drafted round leaves at most two tokens behind, which are read in one pass either way.
+        the draft is behind on, one pass fewer per catch-up (docs/lab/2026-12-05-catch-up.md),
+        unless that is more than a prefill's chunk (:data:`PREFILL_CHUNK`): chunks read a long
+        text faster than one pass. A drafted round leaves at most two tokens behind, which are
+        read in one pass either way.
         """
         behind = max(len(ids) - common_prefix_length(self.lm.cached_ids, ids), 1)
-        if not self.lm.rows_exact and behind > AFTER_A_DRAFTED_ROUND:
+        long_read = not self.lm.rows_exact or behind > PREFILL_CHUNK
+        if behind > AFTER_A_DRAFTED_ROUND and long_read:
             self.lm.prefill(ids)
 
     def propose(

@@ -20,6 +20,11 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 
+PREFILL_CHUNK = 64
+"""Tokens a row-exact model reads per pass in a prefill: 800 prompt tokens took 0.76 of one
+pass's time in chunks of 64 on two AVX-512 cores (docs/lab/2026-12-07-never-slower.md)."""
+
+
 def common_prefix_length(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     if a[:n] == b[:n]:  # the usual case, checked at C speed
@@ -104,11 +109,17 @@ class CachedLM:
         """Cache every token but the last (the first round scores it); returns milliseconds.
 
         Nothing runs when the cache already holds them (the same prompt sampled again, as the
-        self-test does hundreds of times): the first round crops whatever follows.
+        self-test does hundreds of times): the first round crops whatever follows. A row-exact
+        model reads a long prompt :data:`PREFILL_CHUNK` tokens a pass, which is faster than one
+        pass over all of it and caches the same bits; a torch forward reads it in one pass (its
+        rows depend on the pass's width, and plain decoding reads it so).
         """
         start = time.perf_counter()
-        if len(ids) > 1 and common_prefix_length(self.cached_ids, ids) < len(ids) - 1:
-            self.logits_after(ids[:-1], 1)
+        held = common_prefix_length(self.cached_ids, ids)
+        if len(ids) > 1 and held < len(ids) - 1:
+            step = PREFILL_CHUNK if self.rows_exact else len(ids)
+            for end in range(min(held, len(ids) - 2) + step, len(ids) - 1 + step, step):
+                self.logits_after(ids[: min(end, len(ids) - 1)], 1)
         device_sync(self.device)
         return (time.perf_counter() - start) * 1000.0
 
