@@ -37,9 +37,9 @@ def number(value: float | None, spec: str = ".2f", suffix: str = "") -> str:
 
 def overall_table(groups: list[dict[str, Any]], best: str) -> list[str]:
     lines = [
-        "| method | tok/s | speedup vs plain | α | τ | predicted | measured/predicted "
-        "| greedy text = plain |",
-        "|---|---|---|---|---|---|---|---|",
+        "| method | total wait vs plain | tok/s | speedup vs plain | α | τ | predicted "
+        "| measured/predicted | greedy text = plain |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for g in groups:
         if g["category"] != "all":
@@ -48,6 +48,7 @@ def overall_table(groups: list[dict[str, Any]], best: str) -> list[str]:
         equal = {True: "yes", False: "**no**", None: "–"}[g["greedy_equal"]]
         cells = [
             name,
+            number(g.get("wait_ratio"), suffix="×"),  # absent from files written before it
             "refused" if g.get("refused") else number(g["tok_s"]),
             number(g["speedup"], suffix="×"),
             number(g["alpha"]),
@@ -57,7 +58,7 @@ def overall_table(groups: list[dict[str, Any]], best: str) -> list[str]:
             equal,
         ]
         if g["method"] == best:
-            cells[:3] = [f"**{c}**" for c in cells[:3]]
+            cells[:4] = [f"**{c}**" for c in cells[:4]]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -111,6 +112,8 @@ def main(path: str) -> None:
     print("Targets:", json.dumps(summary["targets"]))
     for line in summary.get("refused") or []:
         print(f"Refused (duration not measured): {line}")
+    for flag in (summary.get("guard") or {}).get("flags") or []:
+        print(f"Guard: {flag['line']}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,12 @@
 """From run records to figures: per method and category, the best configuration, the targets.
 
+The headline ratio is the total wait: our plain decoding's total wait over the method's, summed
+over the same prompts (> 1: the user waits less). A run's total wait is its whole wall time,
+from Enter to the last token: the target's prefill, the draft model's catch-up, decoding. It is
+reported beside its parts (target prefill, draft prefill, time to first token, decoding) and
+judged per category by the guard (:func:`guard`): a method whose total wait in a category is
+below :data:`GUARD_RATIO` of our plain's is flagged.
+
 Speedups compare decoding speed over the same prompts: each run's decoded tokens over the
 decoding time measured in that run (its wall time less its own target prefill for specchat, so
 a draft model's prefill counts against speculation; from the first streamed tokens for the
@@ -14,7 +21,8 @@ drafter, c is its measured lookup time over a target step).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 from specchat.bench.costs import Costs
@@ -65,6 +73,20 @@ class Group:
     mismatches: int
     refused: tuple[str, ...] = ()
     """Runs whose decoding time could not be used, each with the reason: no speed is given."""
+    wait_ratio: float | None = None
+    """The headline: our plain's total wait over this method's, summed over the same prompts
+    (> 1: faster). None where our plain did not run every one of them."""
+    total_wait_s: float | None = None
+    """Mean total wait per reply: from Enter to the last token (the run's wall time)."""
+    target_prefill_ms: float | None = None
+    """Mean target prefill per reply (None where a run cannot separate it: Hugging Face)."""
+    draft_prefill_ms: float | None = None
+    """Mean draft-model catch-up per reply (:attr:`RunRecord.draft_prefill_ms`; 0 for plain,
+    None for the peers)."""
+    ttft_ms: float | None = None
+    """Mean time to first token per reply (:attr:`RunRecord.ttft_s`)."""
+    decode_s: float | None = None
+    """Mean decoding time per reply (``decode_wall_s``: for specchat, total wait less target prefill)."""
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -174,6 +196,30 @@ def _ratio(num: float, den: float) -> float | None:
     return num / den if den else None
 
 
+def _mean(values: Iterable[float | None], scale: float = 1.0) -> float | None:
+    """The mean of ``values`` times ``scale``; None when there are none or any is unknown."""
+    present = list(values)
+    if not present or any(v is None for v in present):
+        return None
+    return sum(v for v in present if v is not None) / len(present) * scale
+
+
+def wait_ratio(rows: Sequence[RunRecord], baseline: Sequence[RunRecord]) -> float | None:
+    """``baseline``'s total wait over ``rows``' total wait, each summed over ``rows``' prompts.
+
+    With our plain runs as the baseline this is the headline ratio: > 1, the user waits less
+    than with plain decoding. None unless the baseline covers every prompt of ``rows``, or
+    where a side took no time.
+    """
+    prompts = {r.prompt_id for r in rows}
+    baseline = [r for r in baseline if r.prompt_id in prompts]
+    if not rows or {r.prompt_id for r in baseline} != prompts:
+        return None
+    method_s = sum(r.total_wait_s for r in rows)
+    baseline_s = sum(r.total_wait_s for r in baseline)
+    return baseline_s / method_s if method_s > 0 and baseline_s > 0 else None
+
+
 def group(records: Sequence[RunRecord], method: str, category: str, costs: Costs) -> Group | None:
     """Figures for one method over one category (or all), from the fastest repeat of each run.
 
@@ -216,6 +262,12 @@ def group(records: Sequence[RunRecord], method: str, category: str, costs: Costs
         greedy_equal=all(bool(r.matches_plain) for r in checked) if checked else None,
         mismatches=sum(1 for r in checked if not r.matches_plain),
         refused=refused,
+        wait_ratio=wait_ratio(rows, plain),
+        total_wait_s=wall / len(rows),
+        target_prefill_ms=_mean(r.prefill_ms for r in rows),
+        draft_prefill_ms=_mean(r.draft_prefill_ms for r in rows),
+        ttft_ms=_mean((r.ttft_s for r in rows), 1000.0),
+        decode_s=_mean(r.decode_wall_s for r in rows),
     )
 
 
@@ -240,6 +292,97 @@ def all_groups(records: Sequence[RunRecord], methods: Sequence[Method], costs: C
             if g is not None:
                 out.append(g)
     return out
+
+
+GUARD_RATIO = 0.97
+"""The guard's bound: a method whose total wait in a category is below this fraction of our
+plain's (plain's wait ÷ the method's < 0.97, i.e. over 3 % slower) is flagged. Above run-to-run
+noise on a quiet machine, below the losses worth knowing about."""
+
+GUARDED_KINDS = ("specchat",)
+"""What the guard judges: specchat's own methods. The peers are compared, not guarded."""
+
+GUARD_SHOWN_PROMPTS = 5
+"""Prompts named on a flag's line (its worst first); the JSON holds them all."""
+
+
+@dataclass(frozen=True)
+class GuardFlag:
+    """One method in one category below :data:`GUARD_RATIO` of our plain."""
+
+    method: str
+    category: str
+    measure: str
+    """"total wait" (what the guard judges) or "decode tok/s" (reported beside it)."""
+    ratio: float
+    prompts: tuple[tuple[str, float | None], ...]
+    """Every prompt of the category with its own ratio, the worst first (None: not measured)."""
+
+    def line(self) -> str:
+        worst = ", ".join(
+            f"{prompt}: {_fmt(ratio, suffix='×')}" for prompt, ratio in self.prompts[:GUARD_SHOWN_PROMPTS]
+        )
+        more = len(self.prompts) - GUARD_SHOWN_PROMPTS
+        listed = f"{worst}, … {more} more" if more > 0 else worst
+        return (
+            f"⚑ {self.method} · {self.category}: {_floored(self.ratio)} our plain ({self.measure}), "
+            f"below {GUARD_RATIO} — {len(self.prompts)} prompt(s), worst first: {listed}"
+        )
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "method": self.method,
+            "category": self.category,
+            "measure": self.measure,
+            "ratio": self.ratio,
+            "threshold": GUARD_RATIO,
+            "line": self.line(),
+            "prompts": [{"prompt": prompt, "ratio": ratio} for prompt, ratio in self.prompts],
+        }
+
+
+def _floored(ratio: object) -> str:
+    """A flagged ratio to three places, rounded down: 0.9695 must not read as 0.970 "below 0.97"."""
+    return f"{math.floor(float(ratio) * 1000) / 1000:.3f}×"  # type: ignore[arg-type]
+
+
+def _per_prompt(records: Sequence[RunRecord], g: Group, measure: str) -> tuple[tuple[str, float | None], ...]:
+    """Each prompt of ``g`` with its own ratio to our plain on that prompt, the worst first."""
+    best = fastest(records)
+    plain = {r.prompt_id: r for r in best if r.kind == "plain"}
+    ratios: list[tuple[str, float | None]] = []
+    for r in best:
+        if r.method != g.method or not in_category(r, g.category):
+            continue
+        if measure == "total wait":
+            ratio = wait_ratio([r], [plain[r.prompt_id]]) if r.prompt_id in plain else None
+        else:
+            base = plain[r.prompt_id].tok_s if r.prompt_id in plain else None
+            ratio = r.tok_s / base if r.tok_s is not None and base else None
+        ratios.append((r.prompt_id, ratio))
+    return tuple(sorted(ratios, key=lambda item: (item[1] is None, item[1] or 0.0)))
+
+
+def guard(records: Sequence[RunRecord], groups: Sequence[Group]) -> tuple[list[GuardFlag], list[GuardFlag]]:
+    """Every specchat method in every category (and over all prompts) whose total-wait ratio to
+    our plain is below :data:`GUARD_RATIO`, and, reported apart, those whose decoding speed is.
+
+    Only what was measured is judged: a category our plain did not cover, or a refused speed,
+    raises no flag. Sampling (T > 0) is judged the same way; only the greedy check needs T = 0.
+    """
+    waits: list[GuardFlag] = []
+    decodes: list[GuardFlag] = []
+    for g in groups:
+        if g.kind not in GUARDED_KINDS:
+            continue
+        for ratio, measure, flags in (
+            (g.wait_ratio, "total wait", waits),
+            (g.speedup, "decode tok/s", decodes),
+        ):
+            if ratio is not None and ratio < GUARD_RATIO:
+                prompts = _per_prompt(records, g, measure)
+                flags.append(GuardFlag(g.method, g.category, measure, ratio, prompts))
+    return waits, decodes
 
 
 def event_costs(records: Sequence[RunRecord]) -> dict[str, object]:
@@ -267,16 +410,24 @@ def event_costs(records: Sequence[RunRecord]) -> dict[str, object]:
 
 
 def summarize(records: Sequence[RunRecord], methods: Sequence[Method], costs: Costs) -> dict[str, object]:
-    """The headline: the best specchat configuration against plain and against HF assisted."""
-    overall = {g.method: g for g in all_groups(records, methods, costs) if g.category == ALL}
+    """The headline: every method's total wait against our plain's, the guard's flags, the best
+    specchat configuration against plain and against HF assisted."""
+    groups = all_groups(records, methods, costs)
+    overall = {g.method: g for g in groups if g.category == ALL}
     categories = report_categories(records)
     plain = overall.get("plain")
     spec = [g for g in overall.values() if g.kind == "specchat" and g.speedup is not None]
     hf_assisted = [g for name, g in overall.items() if g.kind == "hf" and name != "hf-plain"]
     best = max(spec, key=lambda g: g.speedup or 0.0, default=None)
     best_hf = max((g for g in hf_assisted if g.tok_s is not None), key=lambda g: g.tok_s or 0.0, default=None)
+    waited = [g for g in overall.values() if g.kind == "specchat" and g.wait_ratio is not None]
+    best_wait = max(waited, key=lambda g: g.wait_ratio or 0.0, default=None)
     summary: dict[str, object] = {
         "plain_tok_s": plain.tok_s if plain else None,
+        "plain_total_wait_s": plain.total_wait_s if plain else None,
+        "total_wait_ratio": {name: g.wait_ratio for name, g in overall.items()},
+        "best_total_wait": best_wait.method if best_wait else None,
+        "best_total_wait_ratio": best_wait.wait_ratio if best_wait else None,
         "best": best.method if best else None,
         "best_tok_s": best.tok_s if best else None,
         "speedup_vs_plain": best.speedup if best else None,
@@ -301,16 +452,19 @@ def summarize(records: Sequence[RunRecord], methods: Sequence[Method], costs: Co
         )
     adaptive = overall.get("adaptive")
     if adaptive is not None:
-        by_cat = {}
-        for category in categories:
-            g = group(records, "adaptive", category, costs)
-            by_cat[category] = g.speedup if g else None
+        index = {g.category: g for g in groups if g.method == "adaptive"}
+        by_cat = {c: index[c].speedup if c in index else None for c in categories}
+        wait_by_cat = {c: index[c].wait_ratio if c in index else None for c in categories}
         present = [v for v in by_cat.values() if v is not None]
+        present_waits = [v for v in wait_by_cat.values() if v is not None]
         summary["adaptive"] = {
             "speedup_vs_plain": adaptive.speedup,
             "min_category_speedup": min(present) if present else None,
             "by_category": by_cat,
             "measured_over_predicted": adaptive.measured_over_predicted,
+            "total_wait_ratio": adaptive.wait_ratio,
+            "min_category_total_wait_ratio": min(present_waits) if present_waits else None,
+            "by_category_total_wait_ratio": wait_by_cat,
         }
     greedy = {name: g.greedy_equal for name, g in overall.items() if g.kind != "plain"}
     summary["greedy_equal"] = greedy
@@ -318,6 +472,15 @@ def summarize(records: Sequence[RunRecord], methods: Sequence[Method], costs: Co
         summary["llama_cpp"] = _versus_llama_cpp(records, overall, categories, costs)
     summary["refused"] = refusals(records)
     summary["targets"] = _targets(summary)
+    waits, decodes = guard(records, groups)
+    summary["guard"] = {
+        "threshold": GUARD_RATIO,
+        "measure": "total wait",
+        "kinds": list(GUARDED_KINDS),
+        "passed": not waits,
+        "flags": [f.to_json() for f in waits],
+        "decode_flags": [f.to_json() for f in decodes],
+    }
     return summary
 
 
@@ -341,6 +504,8 @@ def _versus_llama_cpp(
         for c in categories
     }
     present = [v for v in by_category.values() if v is not None]
+    llama_rows = [r for r in fastest(records) if r.method == LLAMA_PLAIN]
+    default_rows = [r for r in fastest(records) if r.method == DEFAULTS]
     return {
         "plain_tok_s": llama_plain.tok_s,
         "speculative_tok_s": llama_spec.tok_s if llama_spec else None,
@@ -350,6 +515,7 @@ def _versus_llama_cpp(
         "defaults_vs_llama_speculative": ratio(defaults, llama_spec),
         "defaults_vs_llama_plain_by_category": by_category,
         "defaults_vs_llama_plain_min_category": min(present) if present else None,
+        "defaults_vs_llama_plain_total_wait": wait_ratio(default_rows, llama_rows) if default_rows else None,
     }
 
 
@@ -408,23 +574,42 @@ def _equal(value: bool | None) -> str:
     return "–" if value is None else ("yes" if value else "NO")
 
 
+def _wait(g: Group) -> str:
+    """The headline ratio, marked where the guard flags it."""
+    if g.wait_ratio is None:
+        return "–"
+    flag = " ⚑" if g.kind in GUARDED_KINDS and g.wait_ratio < GUARD_RATIO else ""
+    return f"{g.wait_ratio:.2f}×{flag}"
+
+
+WAIT_LEGEND = (
+    "wait ×: our plain's total wait (Enter to last token) ÷ the method's, same prompts; "
+    "speedup: decode tok/s ÷ our plain's; > 1 is faster"
+)
+
+
 def render_tables(records: Sequence[RunRecord], methods: Sequence[Method], costs: Costs) -> list[object]:
-    """rich renderables: the per-method table and the speedup-by-category table."""
+    """rich renderables: the per-method table, where each method's wait goes, and the total-wait
+    and decode-speedup by category tables."""
     from rich.markup import escape
     from rich.table import Table
 
     groups = all_groups(records, methods, costs)
     categories = report_categories(records)
     overall = [g for g in groups if g.category == ALL]
-    main = Table(title="specchat bench · all prompts", title_justify="left")
-    for column in ("method", "tok/s", "e2e", "speedup", "α", "τ", "γ̄", "predicted", "meas/pred", "= ref"):
+    main = Table(title="specchat bench · all prompts", title_justify="left", caption=WAIT_LEGEND)
+    columns = (
+        "method", "wait ×", "speedup", "tok/s", "e2e", "α", "τ", "γ̄", "predicted", "meas/pred", "= ref",
+    )  # fmt: skip
+    for column in columns:
         main.add_column(column, justify="left" if column == "method" else "right")
     for g in overall:
         main.add_row(
             g.method,
+            _wait(g),
+            _fmt(g.speedup, suffix="×"),
             _speed(g),
             _fmt(g.e2e_tok_s),
-            _fmt(g.speedup, suffix="×"),
             _fmt(g.alpha),
             _fmt(g.tau),
             _fmt(g.mean_gamma, ".1f"),
@@ -432,34 +617,66 @@ def render_tables(records: Sequence[RunRecord], methods: Sequence[Method], costs
             _fmt(g.measured_over_predicted),
             _equal(g.greedy_equal),
         )
-    by_cat = Table(title="speedup over plain by category (tok/s in the plain row)", title_justify="left")
-    by_cat.add_column("method")
-    for category in categories:
-        by_cat.add_column(escape(category), justify="right")  # a question file's name, not markup
-    index = {(g.method, g.category): g for g in groups}
+    waits = Table(title="where the wait goes · mean per reply", title_justify="left")
+    for column in ("method", *WAIT_COLUMNS):
+        waits.add_column(column, justify="left" if column == "method" else "right")
     for g in overall:
-        cells = []
+        waits.add_row(g.method, *_wait_cells(g))
+    index = {(g.method, g.category): g for g in groups}
+
+    def by_category(title: str, plain_cell: Callable[[Group], str], cell: Callable[[Group], str]) -> object:
+        table = Table(title=title, title_justify="left")
+        table.add_column("method")
         for category in categories:
-            cg = index.get((g.method, category))
-            if cg is None:
-                cells.append("–")
-            elif g.kind == "plain":
-                cells.append(_speed(cg))
-            elif cg.refused:
-                cells.append("refused")
-            else:
-                cells.append(_fmt(cg.speedup, suffix="×"))
-        by_cat.add_row(g.method, *cells)
-    return [main, by_cat]
+            table.add_column(escape(category), justify="right")  # a question file's name, not markup
+        for g in overall:
+            cells = []
+            for category in categories:
+                cg = index.get((g.method, category))
+                cells.append("–" if cg is None else plain_cell(cg) if g.kind == "plain" else cell(cg))
+            table.add_row(g.method, *cells)
+        return table
+
+    wait_by_cat = by_category(
+        f"total wait: our plain ÷ method, by category (seconds per reply in the plain row; "
+        f"⚑ below {GUARD_RATIO})",
+        lambda cg: _fmt(cg.total_wait_s),
+        _wait,
+    )
+    by_cat = by_category(
+        "speedup over plain by category (tok/s in the plain row)",
+        _speed,
+        lambda cg: "refused" if cg.refused else _fmt(cg.speedup, suffix="×"),
+    )
+    return [main, waits, wait_by_cat, by_cat]
+
+
+WAIT_COLUMNS = ("prefill ms", "draft prefill ms", "TTFT ms", "decode s", "total wait s")
+"""The parts of a reply's wait: target prefill, the draft's catch-up, time to first token,
+decoding, and the whole (prefill and decoding add up to it)."""
+
+
+def _wait_cells(g: Group) -> list[str]:
+    return [
+        _fmt(g.target_prefill_ms, ".1f"),
+        _fmt(g.draft_prefill_ms, ".1f"),
+        _fmt(g.ttft_ms, ".1f"),
+        _fmt(g.decode_s, ".3f"),
+        _fmt(g.total_wait_s, ".3f"),
+    ]
 
 
 def render_detail(records: Sequence[RunRecord], methods: Sequence[Method], costs: Costs) -> object:
-    """Every (method, category) row: tok/s, α, τ, speedup, predicted, measured/predicted."""
+    """Every (method, category) row: total wait against plain and its parts, tok/s, α, τ,
+    speedup, predicted, measured/predicted."""
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title="per method and category", title_justify="left")
-    columns = ("method", "category", "tok/s", "α", "τ", "speedup", "predicted", "probe", "meas/pred", "= ref")
+    table = Table(title="per method and category", title_justify="left", caption=WAIT_LEGEND)
+    columns = (
+        "method", "category", "wait ×", "speedup", "tok/s", *WAIT_COLUMNS,
+        "α", "τ", "predicted", "probe", "meas/pred", "= ref",
+    )  # fmt: skip
     for column in columns:
         table.add_column(column, justify="left" if column in ("method", "category") else "right")
     for g in all_groups(records, methods, costs):
@@ -468,10 +685,12 @@ def render_detail(records: Sequence[RunRecord], methods: Sequence[Method], costs
         table.add_row(
             g.method,
             escape(g.category),
+            _wait(g),
+            _fmt(g.speedup, suffix="×"),
             _speed(g),
+            *_wait_cells(g),
             _fmt(g.alpha),
             _fmt(g.tau),
-            _fmt(g.speedup, suffix="×"),
             _fmt(g.predicted, suffix="×"),
             _fmt(g.predicted_probe, suffix="×"),
             _fmt(g.measured_over_predicted),
@@ -481,7 +700,8 @@ def render_detail(records: Sequence[RunRecord], methods: Sequence[Method], costs
 
 
 def headline(summary: dict[str, object], costs: Costs) -> list[str]:
-    """A few plain lines under the tables: the costs, the best configuration and the targets."""
+    """A few plain lines under the tables: the costs, the shortest total wait, the best decoding
+    speed, the targets and the guard's flags."""
 
     def f(key: str, spec: str = ".2f") -> str:
         value = summary.get(key)
@@ -489,11 +709,16 @@ def headline(summary: dict[str, object], costs: Costs) -> list[str]:
 
     c = costs.c
     v = ", ".join(f"v({g})={costs.v(g):.2f}" for g in sorted(costs.verify_ms))
+    ratios = summary.get("total_wait_ratio")
+    best_wait = ratios.get(summary.get("best")) if isinstance(ratios, dict) else None
     lines = [
         f"costs: target step {costs.target_ms:.1f} ms, draft step "
         f"{_fmt(costs.draft_ms, '.1f')} ms, c={_fmt(c, '.3f')}; {v}",
+        f"shortest wait: {summary.get('best_total_wait')} at {f('best_total_wait_ratio')}× our plain's "
+        f"total wait ({f('plain_total_wait_s', '.3f')} s a reply)",
         f"best: {summary.get('best')} at {f('best_tok_s')} tok/s = {f('speedup_vs_plain')}× plain "
-        f"({f('plain_tok_s')} tok/s), predicted {f('predicted_speedup')}× "
+        f"({f('plain_tok_s')} tok/s; total wait {_fmt(best_wait, suffix='×')}), "
+        f"predicted {f('predicted_speedup')}× "
         f"(from the probe's c and v: {f('predicted_speedup_probe')}×), "
         f"measured/predicted {f('measured_over_predicted')} (probe: {f('measured_over_predicted_probe')})",
         f"vs Hugging Face assisted ({summary.get('best_hf_assisted')}, {f('hf_assisted_tok_s')} tok/s): "
@@ -502,7 +727,9 @@ def headline(summary: dict[str, object], costs: Costs) -> list[str]:
     adaptive = summary.get("adaptive")
     if isinstance(adaptive, dict):
         lines.append(
-            f"adaptive: {_fmt(adaptive.get('speedup_vs_plain'), suffix='×')} overall, "
+            f"adaptive: total wait {_fmt(adaptive.get('total_wait_ratio'), suffix='×')} overall, worst "
+            f"category {_fmt(adaptive.get('min_category_total_wait_ratio'), suffix='×')}; decode "
+            f"{_fmt(adaptive.get('speedup_vs_plain'), suffix='×')} overall, "
             f"worst category {_fmt(adaptive.get('min_category_speedup'), suffix='×')}"
         )
     llama = summary.get("llama_cpp")
@@ -510,7 +737,8 @@ def headline(summary: dict[str, object], costs: Costs) -> list[str]:
         lines.append(
             f"vs llama.cpp plain ({_fmt(llama.get('plain_tok_s'))} tok/s): specchat plain "
             f"{_fmt(llama.get('specchat_plain_vs_llama_plain'), suffix='×')}, defaults ({DEFAULTS}) "
-            f"{_fmt(llama.get('defaults_vs_llama_plain'), suffix='×')} overall, worst category "
+            f"{_fmt(llama.get('defaults_vs_llama_plain'), suffix='×')} overall (total wait "
+            f"{_fmt(llama.get('defaults_vs_llama_plain_total_wait'), suffix='×')}), worst category "
             f"{_fmt(llama.get('defaults_vs_llama_plain_min_category'), suffix='×')}; llama.cpp speculative "
             f"{_fmt(llama.get('speculative_tok_s'))} tok/s (α {_fmt(llama.get('speculative_alpha'))})"
         )
@@ -522,4 +750,29 @@ def headline(summary: dict[str, object], costs: Costs) -> list[str]:
     if isinstance(refused, list) and refused:
         lines.append(f"refused {len(refused)} speed figure(s); no tok/s is given for:")
         lines += [f"  {line}" for line in refused]
+    lines += guard_lines(summary)
+    return lines
+
+
+def guard_lines(summary: dict[str, object]) -> list[str]:
+    """The guard's verdict and one line per flag (total wait; then decoding speed, not judged)."""
+    found = summary.get("guard")
+    if not isinstance(found, dict):
+        return []
+    flags, decodes = found.get("flags") or [], found.get("decode_flags") or []
+    assert isinstance(flags, list) and isinstance(decodes, list)
+    if not flags:
+        lines = [
+            f"guard: every specchat method's total wait ≥ {GUARD_RATIO}× our plain's, in every "
+            "category and over all prompts"
+        ]
+    else:
+        lines = [f"guard: {len(flags)} total-wait flag(s), each below {GUARD_RATIO}× our plain's:"]
+        lines += [str(flag["line"]) for flag in flags]
+    by_method: dict[str, list[str]] = {}
+    for flag in decodes:
+        by_method.setdefault(str(flag["method"]), []).append(f"{flag['category']} {_floored(flag['ratio'])}")
+    if by_method:
+        lines.append(f"decode tok/s below {GUARD_RATIO}× our plain's (reported; the guard judges the wait):")
+        lines += [f"  {method}: {', '.join(cells)}" for method, cells in by_method.items()]
     return lines

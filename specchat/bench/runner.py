@@ -25,6 +25,7 @@ from specchat.bench.prompts import BenchPrompt
 from specchat.engine.compare import first_difference
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.gamma import positions_tested
+from specchat.engine.metrics import draft_prefill_ms
 from specchat.engine.registry import drafters, find_drafter
 from specchat.engine.sampling import SamplingParams
 from specchat.engine.session import ChatEngine, Controls
@@ -150,7 +151,16 @@ class RunRecord:
     prompt_tokens: int
     tokens: int = 0
     wall_s: float = 0.0
-    """The whole reply as the user waits for it: prefill of both models plus decoding."""
+    """The whole reply as the user waits for it, from Enter to its last token: prefill of both
+    models plus decoding (:attr:`total_wait_s`)."""
+    ttft_s: float | None = None
+    """Time to first token: from the start of the run to the first token it produced. Engine
+    runs: the bench's clock, from the call to the first TokenEvent the stream yields. Hugging
+    Face: the bench's clock, from ``generate``'s start to its first streamed chunk
+    (``PeerResult.first_s``). llama.cpp: its own ``prompt_ms`` (prompt processing up to and
+    including sampling the first token, by the server's clock: the request is not streamed, so
+    the bench never sees the first token arrive; the HTTP round trip is left out). None: no
+    token came, or it was not measured."""
     decode_wall_s: float | None = None
     """Decoding time measured in this run: its wall time less its own target prefill (engine runs),
     from its first streamed tokens to its last (Hugging Face), llama.cpp's own generation time
@@ -205,8 +215,27 @@ class RunRecord:
 
     @property
     def prefill_ms(self) -> float | None:
-        """The target's prompt prefill in this run, as the engine measured it."""
-        return self.summary.prefill_ms if self.summary else None
+        """The target's prompt prefill in this run, as the engine measured it (SummaryEvent's
+        ``prefill_ms``), or llama.cpp its ``prompt_ms``; None for Hugging Face, whose prefill is
+        not separable from its first step."""
+        if self.summary is not None:
+            return self.summary.prefill_ms
+        return self.peer_timings.prompt_ms if self.peer_timings is not None else None
+
+    @property
+    def draft_prefill_ms(self) -> float | None:
+        """The draft model's catch-up in this run (the prompt at its first draft, the tokens of
+        lookup and plain rounds since), estimated from the engine's rounds by
+        :func:`~specchat.engine.metrics.draft_prefill_ms`; 0 for plain decoding; None for the
+        peers, which report no rounds."""
+        if self.kind in ("hf", "llamacpp"):
+            return None
+        return draft_prefill_ms(self.round_events)
+
+    @property
+    def total_wait_s(self) -> float:
+        """What the user waits for: from Enter to the last token (the run's whole wall time)."""
+        return self.wall_s
 
     @property
     def engine_tok_s(self) -> float | None:
@@ -283,6 +312,9 @@ class RunRecord:
             timing_problem=self.timing_problem,
             e2e_tok_s=self.e2e_tok_s,
             engine_tok_s=self.engine_tok_s,
+            target_prefill_ms=self.prefill_ms,
+            draft_prefill_ms=self.draft_prefill_ms,
+            total_wait_s=self.total_wait_s,
             rounds=self.rounds,
             drafted=self.drafted,
             accepted=self.accepted,
@@ -334,6 +366,7 @@ def _run_engine(
     """specchat's loops: decoding time is this run's wall time less this run's target prefill.
 
     The draft's prefill stays inside it: it is a cost speculation pays and plain decoding does not.
+    The time to first token is the same clock read at the first TokenEvent the stream yields.
     """
     controls = Controls(
         gamma=max(method.gamma, 1),
@@ -354,6 +387,8 @@ def _run_engine(
     pieces: list[str] = []
     for event in stream:
         if isinstance(event, TokenEvent):
+            if record.ttft_s is None:
+                record.ttft_s = time.perf_counter() - start
             record.token_ids.append(event.token_id)
             pieces.append(event.text)
         elif isinstance(event, RoundEvent):
@@ -401,6 +436,7 @@ def _run_hf(
     record.token_ids = result.token_ids
     record.text = str(engine.tokenizer.decode(result.token_ids))
     record.stop = "max_tokens" if record.tokens >= settings.max_new_tokens else "eos"
+    record.ttft_s = result.first_s
     if result.first_s is None:
         record.timing_note = "Hugging Face streamed no token, so its decoding time is unknown"
         return
@@ -412,7 +448,8 @@ def _run_llamacpp(
     record: RunRecord, llama: LlamaCppPeer, prompt_ids: list[int], method: Method, settings: BenchSettings
 ) -> None:
     """llama.cpp's server: decoding time and steps are its own (``predicted_ms`` covers the
-    ``predicted_n − 1`` steps after the first token, which comes with prompt processing)."""
+    ``predicted_n − 1`` steps after the first token, which comes with prompt processing, so its
+    time to first token is its ``prompt_ms``)."""
     completion, wall = llama.run(method.name, prompt_ids, settings.max_new_tokens)
     record.wall_s = wall
     record.token_ids = completion.token_ids
@@ -425,6 +462,8 @@ def _run_llamacpp(
         return
     record.decode_wall_s = completion.timings.predicted_ms / 1000.0
     record.decode_tokens = completion.timings.decode_steps
+    if completion.timings.predicted_n > 0:
+        record.ttft_s = completion.timings.prompt_ms / 1000.0
 
 
 def run_bench(

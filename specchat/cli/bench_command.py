@@ -241,7 +241,7 @@ def _print_outcome(outcome: BenchOutcome, *, detail: bool) -> None:
     if detail:
         out.print(render_detail(records, methods, costs))
     for line in headline(summarize(records, methods, costs), costs):
-        out.print(line, highlight=False)
+        out.print(line, highlight=False, markup=False)  # plain text naming prompts and categories
     before, after = outcome.load_before, outcome.load_after
     out.print(
         f"{len(records)} runs in {outcome.elapsed_s:.0f} s; load average {before['load1']} before, "

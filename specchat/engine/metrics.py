@@ -328,6 +328,34 @@ round's closing token, and after a fully accepted round also the last draft. Par
 than this is a catch-up (the prompt at a reply's first draft, the tokens of plain rounds)."""
 
 
+def draft_prefill_ms(rounds: Iterable[RoundEvent]) -> float | None:
+    """Milliseconds one reply's draft model spent catching up (its prefill), from its rounds.
+
+    A round whose drafter read more than :data:`ROUTINE_CATCH_UP` tokens before drafting
+    (RoundEvent.caught_up) paid a catch-up inside its ``draft_ms``: estimated as
+    max(0, draft_ms − drafted·d), d the median draft_ms/drafted of the same reply's routine rounds
+    of that drafter (caught_up ≤ ROUTINE_CATCH_UP, drafted > 0); with no routine round to take
+    d from, the whole draft_ms. The reply's own rounds, not :class:`CostEstimator`'s recent
+    window: this is what one reply paid, for the bench to add up. 0.0 when no round caught up;
+    None when a catch-up round was not timed (a server).
+    """
+    rounds = list(rounds)
+    per_token: dict[str, list[float]] = {}
+    for event in rounds:
+        if event.caught_up <= ROUTINE_CATCH_UP and event.drafted > 0 and known(event.draft_ms):
+            per_token.setdefault(event.drafter, []).append(event.draft_ms / event.drafted)
+    total = 0.0
+    for event in rounds:
+        if event.caught_up <= ROUTINE_CATCH_UP:
+            continue
+        if not known(event.draft_ms):
+            return None
+        routine = per_token.get(event.drafter)
+        drafting = event.drafted * median(routine) if routine else 0.0
+        total += max(0.0, event.draft_ms - drafting)
+    return total
+
+
 FASTER_NOW = 0.8
 """A pass this much faster than its width's median means the machine changed (another job
 ended): interference only ever slows a pass, so the old timings go rather than outvote it."""

@@ -31,10 +31,16 @@ def test_quick_bench_writes_json_and_plot(
     assert result.exit_code == 0, result.output
     assert "speedup over plain by category" in result.output
     assert "targets:" in result.output
+    for shown in ("where the wait goes", "total wait: our plain ÷ method", "wait ×", "guard:"):
+        assert shown in result.output, shown
     data = json.loads(out_json.read_text())
     summary = data["summary"]
-    for key in ("speedup_vs_plain", "vs_hf_assisted", "measured_over_predicted"):
+    for key in ("speedup_vs_plain", "vs_hf_assisted", "measured_over_predicted", "total_wait_ratio", "guard"):
         assert key in summary
+    for r in data["records"]:
+        assert r["ttft_s"] is not None and 0 < r["ttft_s"] <= r["total_wait_s"], r["method"]
+        if r["kind"] != "hf":
+            assert r["target_prefill_ms"] is not None and r["draft_prefill_ms"] is not None
     assert data["meta"]["settings"]["gammas"] == [1, 2]
     assert data["meta"]["cpu_path"] == "none"
     assert "load_before" in data["meta"]["machine"]
