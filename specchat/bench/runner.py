@@ -29,6 +29,7 @@ from specchat.engine.metrics import draft_prefill_ms
 from specchat.engine.registry import drafters, find_drafter
 from specchat.engine.sampling import SamplingParams
 from specchat.engine.session import ChatEngine, Controls
+from specchat.params import DRAFT_WINDOW
 
 MethodKind = Literal["plain", "specchat", "hf", "llamacpp"]
 
@@ -113,6 +114,8 @@ class BenchSettings:
     top_k: int | None = None
     top_p: float = 1.0
     seed: int | None = 0
+    draft_window: int = DRAFT_WINDOW
+    """The draft's window (Controls.draft_window; 0: none)."""
 
     @property
     def sampling(self) -> SamplingParams:
@@ -377,6 +380,7 @@ def _run_engine(
         top_p=settings.top_p,
         max_new_tokens=settings.max_new_tokens,
         seed=settings.seed,
+        draft_window=settings.draft_window,
     )
     start = time.perf_counter()
     stream = (

@@ -12,7 +12,13 @@ import click
 
 from specchat.bench import BenchError
 from specchat.bench.plan import FULL_GAMMAS, QUICK_GAMMAS, comma_list
-from specchat.cli.options import LOADING_OPTIONS, loading_options, sampling_options, settings_from
+from specchat.cli.options import (
+    LOADING_OPTIONS,
+    draft_window_option,
+    loading_options,
+    sampling_options,
+    settings_from,
+)
 from specchat.engine.gamma import GAMMA_MAX
 from specchat.errors import SpecchatError
 from specchat.untrusted import json_text
@@ -63,6 +69,7 @@ def _own_args() -> list[str]:
     "--hf-extra", is_flag=True, help="Also run HF plain generate and HF assisted with its defaults."
 )
 @sampling_options
+@draft_window_option
 @click.option(
     "--prompts",
     "prompts_path",
@@ -136,7 +143,7 @@ def bench(**options: Any) -> None:
     _check_budget(options["max_new_tokens"])
     baseline = options.pop("baseline_server")
     try:
-        settings = settings_from({name: options.pop(name) for name in LOADING_OPTIONS})
+        settings = settings_from({name: options.pop(name) for name in (*LOADING_OPTIONS, "draft_window")})
         for name, value in BENCH_SAMPLING.items():
             if options[name] is None:
                 options[name] = value
@@ -219,7 +226,8 @@ def _bench(
     from specchat.bench.runner import BenchSettings
 
     quick = options["quick"]
-    sampling = BenchSettings(_budget(max_new_tokens, 64 if quick else 128), temperature, top_k, top_p, seed)
+    budget = _budget(max_new_tokens, 64 if quick else 128)
+    sampling = BenchSettings(budget, temperature, top_k, top_p, seed, settings.draft_window)
     # Every option that can be checked without torch is checked first: a typo fails in milliseconds.
     plan = make_plan(settings, sampling, command=" ".join(["specchat bench", *_own_args()]), **options)
     _check_folders(json_path, plot_path)

@@ -94,6 +94,7 @@ model_options = _shared(tuple(_OPTIONS))
 loading_options = _shared(LOADING_OPTIONS)
 """The models, their kernels and the server (the bench, which runs every drafter itself)."""
 sampling_options = _shared(SAMPLING_OPTIONS)
+draft_window_option = _shared(("draft_window",))
 
 
 _PROMPT_OPTIONS: tuple[Callable[[Any], Any], ...] = (
