@@ -37,7 +37,9 @@ from rich.text import Text
 from textual import on
 from textual.app import SystemCommand
 from textual.binding import BindingType
+from textual.css.query import NoMatches
 from textual.screen import Screen
+from textual.widgets import TextArea
 
 from specchat import logs
 from specchat.backend import Capabilities
@@ -48,6 +50,7 @@ from specchat.ui.controllers import palette as commands
 from specchat.ui.controllers import talk
 from specchat.ui.controllers.chat_actions import ChatActions
 from specchat.ui.controllers.loading_flow import LoadingFlow
+from specchat.ui.controllers.read_ahead import ReadingAhead
 from specchat.ui.controllers.reply import ActiveReply, Replies
 from specchat.ui.controllers.step_keys import StepKeys
 from specchat.ui.controllers.talk_screens import TalkScreens
@@ -131,6 +134,8 @@ class SpecchatApp(PlainToasts[int]):
             self.live, self.palette, self.conversation.system_prompt, self.keymap, controllers=self
         )
         self.replies = Replies(self, self.main_screen, self.live, bridge.StepGate(), self.lease)
+        self.reading_ahead = ReadingAhead(self, self.lease, self._typed)
+        """The models read the next prompt's known part while nobody waits."""
         self.loading = LoadingFlow(self, settings, self.lease, self.live)
         self.control_keys = ControlKeys(
             self.lease,
@@ -237,10 +242,25 @@ class SpecchatApp(PlainToasts[int]):
 
     def start_reply(self) -> None:
         assert self.engine is not None and self.controls is not None
+        self.reading_ahead.cancel()  # the reply then waits one chunk at most for the models
         self.replies.start(self.engine, self.controls)
 
     def _hold_prompt(self) -> None:
+        """The models' holder changed (loaded, a reply or a talk job took them or let them go)."""
         self.chat.hold_prompt()
+        self.reading_ahead.models_changed()
+
+    def _typed(self) -> str | None:
+        """What the message box holds; None once it is gone (the app is closing)."""
+        try:
+            return self.prompt.text
+        except NoMatches:
+            return None
+
+    @on(TextArea.Changed, "PromptInput")
+    def _on_typed(self) -> None:
+        """What the message box holds changed: read it ahead once the keys stop."""
+        self.reading_ahead.schedule()
 
     def send_prompt(self) -> None:
         """Send what the message box holds (the palette's "Send")."""
@@ -265,6 +285,7 @@ class SpecchatApp(PlainToasts[int]):
 
     async def action_quit(self) -> None:
         """Ctrl+Q, the palette's Quit, SIGTERM: keep the reply that is streaming, then exit."""
+        self.reading_ahead.close()  # exiting waits for the worker threads: never on reading
         await self.replies.keep_before_exit()
         self.exit(return_code=self._exit_status)
 
@@ -277,6 +298,7 @@ class SpecchatApp(PlainToasts[int]):
         """A bug: Textual exits after it and prints the traceback. The conversation (and the reply
         streaming) is saved first, and the traceback goes to the log file (printed with --debug)."""
         line = save_after_crash(error, self.replies, lambda: self.conversation, self.store)
+        self.reading_ahead.close()
         super()._handle_exception(error)
         if not logs.debug_enabled():
             self._exit_renderables[:] = [Text(f"specchat: {line}", style="red")]

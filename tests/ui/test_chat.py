@@ -329,6 +329,9 @@ async def test_an_engine_error_is_one_line_and_the_message_comes_back(tiny_pair)
         def stream_chat(self, messages, controls, cancel=None):
             raise ContextTooLongError("the conversation is too long: clear it.")
 
+        def read_ahead(self, messages, controls, cancel):
+            pass
+
     app = make_app(Failing())
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, "hello there")
@@ -359,7 +362,10 @@ async def test_system_prompt_edited_in_the_app_reaches_the_engine(engine: Pausin
             seen.append(list(messages))
             return inner.stream_chat(messages, controls, cancel)
 
-    engine.engine = cast(Backend, Recording())  # the chat calls only these two
+        def read_ahead(self, messages, controls, cancel):
+            inner.read_ahead(messages, controls, cancel)
+
+    engine.engine = cast(Backend, Recording())  # the chat calls only these three
     app = make_app(engine, system_prompt="Be terse.")
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f9")

@@ -32,6 +32,9 @@ async def test_a_reply_that_fails_unexpectedly(tiny_pair: Any) -> None:
         def stream_chat(self, messages: Any, controls: Any, cancel: Any = None) -> Any:
             raise RuntimeError("a tensor went missing")
 
+        def read_ahead(self, messages: Any, controls: Any, cancel: Any) -> None:
+            pass
+
     app = make_app(Failing())
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, "hello there")

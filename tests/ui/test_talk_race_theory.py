@@ -197,6 +197,9 @@ class RemoteLike:
     ) -> Iterator[Event]:
         return iter(())
 
+    def read_ahead(self, messages: Sequence[dict[str, str]], controls: Any, cancel: Any) -> None:
+        pass
+
 
 async def test_a_server_gets_a_line_instead_of_the_race_and_the_selftest() -> None:
     app = make_app(RemoteLike())

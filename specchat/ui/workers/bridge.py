@@ -4,7 +4,9 @@ server), without importing torch.
 It runs inside Textual thread workers (loading: :mod:`specchat.ui.workers.model_loading`; a reply:
 :mod:`specchat.ui.controllers.reply`) and hands results back only through ``post_message``. The talk jobs
 (race, self-test, theory probe) reach the models through the lease
-(:mod:`specchat.ui.state.lease`).
+(:mod:`specchat.ui.state.lease`). Between replies a read-ahead worker
+(:mod:`specchat.ui.controllers.read_ahead`) lets the backend read the next prompt's known part
+(:func:`read_ahead`).
 A backend that can step (the local engine) is driven one round per call of its step API;
 :class:`StepGate` holds the worker between rounds in step mode.
 Loading (or attaching to a server) goes through :func:`specchat.opening.open_backend`, as the
@@ -22,6 +24,7 @@ posted last, and its handler drains the buffer before it closes the reply.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -38,6 +41,8 @@ if TYPE_CHECKING:
     from specchat.engine.session import Controls
     from specchat.models import LoadProgress
 
+
+_log = logging.getLogger(__name__)
 
 Engine = Backend
 """What the UI drives: the local engine or a server (:class:`specchat.backend.Backend`)."""
@@ -194,3 +199,26 @@ def run_reply(
     except Exception as err:  # the UI shows a line; the traceback goes to the log file
         return logs.log_unexpected("the reply failed", err)
     return None
+
+
+def read_ahead(
+    engine: Engine, messages: Sequence[dict[str, str]], controls: Controls, cancel: threading.Event
+) -> None:
+    """Let the backend read what is known of the next prompt while nobody waits
+    (:meth:`specchat.backend.Backend.read_ahead`). Runs in a worker; returns within one chunk of
+    ``cancel`` being set or a reply starting.
+
+    Silent: nobody asked for it, so nothing reaches the screen. An error goes to the log only
+    (the reply that follows meets it again and says what is wrong)."""
+    began = time.perf_counter()
+    try:
+        engine.read_ahead(messages, controls, cancel)
+    except SpecchatError as err:
+        _log.debug("reading ahead stopped: %s", err)
+        return
+    except Exception as err:  # a bug: its traceback goes to the log file, never to the screen
+        logs.log_unexpected("reading ahead failed", err)
+        return
+    ms = (time.perf_counter() - began) * 1000.0
+    stopped = " (cancelled)" if cancel.is_set() else ""
+    _log.debug("read ahead %d messages in %.0f ms%s", len(messages), ms, stopped)
