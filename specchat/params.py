@@ -14,10 +14,12 @@ from specchat.errors import InvalidSettingError
 
 GAMMA_MAX = 16
 """The most tokens a round drafts (the γ schedules and the drafters keep within it)."""
-DRAFT_WINDOW = 256
+DRAFT_WINDOW = 512
 """A draft model that would first have to read more than this many tokens (a long prompt, a
 pasted document) reads only the last this many when reading them all would not pay (0: never a
-window). What the draft reads changes only how good its guesses are, never the text."""
+window). What the draft reads changes only how good its guesses are, never the text; answers
+drawn from a whole document are guessed much worse from a shorter window (α by window:
+docs/lab/2026-12-07-never-slower.md)."""
 DRAFT_STOP_BELOW = 0.5
 """The draft model ends a round after a position where its most likely token had less than this
 probability (the token it drew there is still proposed; 0: never stop early)."""
