@@ -292,10 +292,13 @@ class AdaptiveGamma:
         per token than drafting them one at a time: 0.2 on the default pair)."""
         self.horizon_share = horizon_share
         """A catch-up is judged on at most this share of the tokens a reply may still produce
-        (and at most the length of the replies so far): replies often end well before their
+        (and at most the recent replies' median length): replies often end well before their
         budget, and a read that only a whole budget repays is mostly not repaid."""
         self._reply_lengths: deque[int] = deque(maxlen=9)
         self._reply_tokens = 0
+        self._read_ms_per_token: float | None = None
+        """The latest reply's estimate of a catch-up's price from the target's prefill, kept for
+        replies whose prefill read too little to tell (a short message after a long reply)."""
         self.drafter = "model"
         """Drafter of the latest observed round; estimates below are looked up for it."""
         self.costs = CostEstimator()
@@ -406,8 +409,8 @@ class AdaptiveGamma:
         timed = self.costs.catch_up_ms(self.drafter)
         if timed is not None:
             return timed
-        if outlook.read_ms_per_token is not None:
-            return outlook.read_ms_per_token
+        if self._read_ms_per_token is not None:
+            return self._read_ms_per_token
         per_token = self.costs.draft_ms(self.drafter)
         return None if per_token is None else self.catch_up_prior * per_token
 
@@ -428,6 +431,8 @@ class AdaptiveGamma:
         # A hybrid drafter alternates sources: decide with the estimates of the one about to propose.
         self.drafter = source
         self.window = None
+        if outlook.read_ms_per_token is not None:
+            self._read_ms_per_token = outlook.read_ms_per_token
         self._gamma, self.note = self._decide(outlook)
         return self._gamma
 

@@ -349,3 +349,22 @@ def test_a_catch_up_is_judged_on_the_replies_so_far_not_on_the_whole_budget() ->
     assert schedule.horizon(RoundOutlook(remaining=512)) <= 30
     played = play(schedule, AVX2_TODAY, steady(0.8), 100, prompt=1200, budget=512)
     assert not played.events[0].drafted, played.events[0].note
+
+
+def test_a_catch_up_is_priced_from_an_earlier_replys_prefill_when_this_one_read_too_little() -> None:
+    # A short message after a long prompt: this reply's prefill read a handful of tokens, so it
+    # cannot price the draft's read; the earlier reply's prefill still can.
+    schedule = AdaptiveGamma(4)
+    play(
+        schedule,
+        AVX2_TODAY,
+        steady(0.0),
+        3,
+        prompt=10,
+        budget=128,
+        prefill_ms=ZEN3_PREFILL_MS,
+        read_share=DRAFT_SHARE,
+    )
+    schedule.begin_reply(lambda: 4)
+    played = play(schedule, AVX2_TODAY, steady(0.8), 20, prompt=800, budget=128, read_share=DRAFT_SHARE)
+    assert not played.events[0].drafted and "would first read 800 tokens (~4.7 s)" in played.events[0].note
