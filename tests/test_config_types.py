@@ -176,3 +176,10 @@ def _wait_until_blocked_on(fifo: Path, pid: int, timeout: float = 30.0) -> None:
             since = None
         time.sleep(0.05)
     raise AssertionError(f"the process never waited on {fifo}")
+
+
+def test_a_negative_draft_window_is_one_line_naming_the_range(config_file: Path) -> None:
+    assert load_settings({"draft_window": 0}).draft_window == 0  # no window: the draft reads all
+    config_file.write_text("draft_window = -5\n", encoding="utf-8")
+    with pytest.raises(InvalidSettingError, match=r"draft_window = -5 .* from 0 \(none\)"):
+        load_settings()
