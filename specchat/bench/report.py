@@ -205,18 +205,20 @@ def _mean(values: Iterable[float | None], scale: float = 1.0) -> float | None:
 
 
 def wait_ratio(rows: Sequence[RunRecord], baseline: Sequence[RunRecord]) -> float | None:
-    """``baseline``'s total wait over ``rows``' total wait, each summed over ``rows``' prompts.
+    """``baseline``'s total wait over ``rows``' total wait, each summed over ``rows``' prompts,
+    each of ``rows`` taken at the length of the baseline's reply to its prompt
+    (:meth:`RunRecord.wait_for`: the same wall time where the texts are the same, as at T = 0).
 
     With our plain runs as the baseline this is the headline ratio: > 1, the user waits less
     than with plain decoding. None unless the baseline covers every prompt of ``rows``, or
     where a side took no time.
     """
     prompts = {r.prompt_id for r in rows}
-    baseline = [r for r in baseline if r.prompt_id in prompts]
-    if not rows or {r.prompt_id for r in baseline} != prompts:
+    matching = {r.prompt_id: r for r in baseline if r.prompt_id in prompts}
+    if not rows or set(matching) != prompts:
         return None
-    method_s = sum(r.total_wait_s for r in rows)
-    baseline_s = sum(r.total_wait_s for r in baseline)
+    method_s = sum(r.wait_for(matching[r.prompt_id].tokens) for r in rows)
+    baseline_s = sum(r.total_wait_s for r in matching.values())
     return baseline_s / method_s if method_s > 0 and baseline_s > 0 else None
 
 

@@ -240,6 +240,16 @@ class RunRecord:
         """What the user waits for: from Enter to the last token (the run's whole wall time)."""
         return self.wall_s
 
+    def wait_for(self, tokens: int) -> float:
+        """The wait for a reply of ``tokens`` tokens at this run's pace: its own total wait when
+        it made that many (greedy runs make plain decoding's text), else its time to first token
+        plus ``tokens − 1`` times its time per later token. Sampled replies (T > 0) of two
+        methods differ in length, and a longer one is a longer wait, not a slower method."""
+        if tokens == self.tokens or self.ttft_s is None or self.tokens < 2:
+            return self.total_wait_s
+        per_token = (self.wall_s - self.ttft_s) / (self.tokens - 1)
+        return self.ttft_s + max(tokens - 1, 0) * per_token
+
     @property
     def engine_tok_s(self) -> float | None:
         """The engine's own tokens/s (its decode loop only: the draft's prefill excluded)."""

@@ -348,3 +348,15 @@ def test_the_readme_tables_script_shows_the_wait_and_the_flags(
     assert "| method | total wait vs plain | tok/s |" in out
     assert "| **hybrid** | **0.98×** | **14.63** | **1.41×** |" in out
     assert "Guard: ⚑ hybrid · rag: 0.840× our plain (total wait)" in out
+
+
+def test_sampled_replies_of_different_lengths_are_compared_at_plains_length() -> None:
+    # At T > 0 the hybrid's reply ran to 64 tokens where plain's stopped at 38: the same pace
+    # (1 s to the first token, then 40 ms a token) must not read as a slower method.
+    plain = record(PLAIN, "91/t2", "roleplay", 1.0 + 37 * 0.04, ttft_s=1.0, tokens=38)
+    hybrid = record(HYBRID, "91/t2", "roleplay", 1.0 + 63 * 0.04, ttft_s=1.0, tokens=64)
+    assert hybrid.wait_for(38) == pytest.approx(plain.total_wait_s)
+    assert wait_ratio([hybrid], [plain]) == pytest.approx(1.0)
+    assert plain.total_wait_s / hybrid.total_wait_s < 0.75  # what the raw wall times said
+    # The same length (greedy): the run's own wall time, whatever its pace.
+    assert hybrid.wait_for(64) == hybrid.total_wait_s
