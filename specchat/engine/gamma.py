@@ -8,10 +8,8 @@ answer 0: the round then drafts nothing and is one plain target step.
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from statistics import median
 from typing import Literal, Protocol
 
 from specchat.engine.events import DrafterName, RoundEvent, known
@@ -64,6 +62,8 @@ class RoundOutlook:
 
     remaining: int | None = None
     """Tokens the reply may still produce (its budget left); None: not bounded."""
+    produced: int = 0
+    """Tokens the reply has produced so far."""
     behind: int = 0
     """Tokens the drafter must read before it drafts (:meth:`Drafter.behind`): the prompt at a
     reply's first draft, the tokens of plain rounds since the last one, else 1 or 2."""
@@ -97,9 +97,9 @@ class CatchUp:
     behind: int
     cost_ms: float
     gain_ms: float | None
-    """The most drafting could save over the tokens the reply is judged to have left (None:
-    not bounded, or no plain step timed yet to measure it against)."""
-    horizon: int | None
+    """The most drafting could save over the tokens the catch-up is judged on (None: no plain
+    step timed yet to measure it against)."""
+    horizon: int
     window: int | None
     """The window read (None: all it is behind on)."""
     speedup: float
@@ -113,8 +113,8 @@ class CatchUp:
         """The trade in words, for notes: "the draft would first read 800 tokens (~5.2 s); …"."""
         read = f"the last {self.reads} of {self.behind}" if self.window else f"{self.reads}"
         text = f"the draft would first read {read} tokens (~{duration(self.cost_ms)})"
-        if self.gain_ms is not None and self.horizon is not None:
-            win = f"can win at most ~{duration(self.gain_ms)} in the next {self.horizon} tokens"
+        if self.gain_ms is not None:
+            win = f"can win at most ~{duration(self.gain_ms)} in {self.horizon} tokens"
             text += f"; drafting at {self.speedup:.2f}× {win}"
         return text
 
@@ -266,7 +266,6 @@ class AdaptiveGamma:
         refresh_slack: float = 0.15,
         catch_up_prior: float = 0.25,
         probe_window: int = 48,
-        horizon_share: float = 0.5,
     ) -> None:
         self._start = start if callable(start) else (lambda: start)
         self.cap = min(max(cap, 1), GAMMA_MAX)
@@ -290,12 +289,6 @@ class AdaptiveGamma:
         """A draft model's catch-up per token, as a share of its per-token drafting cost, until
         a catch-up is timed (a prefill reads tokens in one batched pass, several times cheaper
         per token than drafting them one at a time: 0.2 on the default pair)."""
-        self.horizon_share = horizon_share
-        """A catch-up is judged on at most this share of the tokens a reply may still produce
-        (and at most the recent replies' median length): replies often end well before their
-        budget, and a read that only a whole budget repays is mostly not repaid."""
-        self._reply_lengths: deque[int] = deque(maxlen=9)
-        self._reply_tokens = 0
         self._read_ms_per_token: float | None = None
         """The latest reply's estimate of a catch-up's price from the target's prefill, kept for
         replies whose prefill read too little to tell (a short message after a long reply)."""
@@ -323,14 +316,10 @@ class AdaptiveGamma:
         self._start = gamma
         self._plain_streak = 0
         self._plain_ms_since_draft = 0.0
-        if self._reply_tokens:
-            self._reply_lengths.append(self._reply_tokens)
-        self._reply_tokens = 0
 
     # ------------------------------------------------------------------ observation
     def observe(self, event: RoundEvent) -> None:
         self._rounds += 1
-        self._reply_tokens += event.accepted + 1
         self.drafter = event.drafter if proposes(event.drafter) else self.drafter
         self.costs.observe(event)
         if event.drafted == 0:
@@ -524,22 +513,27 @@ class AdaptiveGamma:
             return 0.0
         return reads * (self.catch_up_ms_per_token(outlook) or 0.0)
 
-    def horizon(self, outlook: RoundOutlook) -> int | None:
-        """The tokens a catch-up is judged on: a share of the reply's budget left, and no more
-        than the recent replies' median length (None: the reply is not bounded)."""
+    @staticmethod
+    def horizon(outlook: RoundOutlook) -> int:
+        """The tokens a catch-up is judged on: as many as the reply has produced so far, and no
+        more than its budget left.
+
+        How long a reply will run is unknown: a RAG or extraction answer may end after 13
+        tokens, a story after 500. Judged on the tokens already produced, the draft reads a
+        long prompt once drafting could have won the read back in the reply so far (the ski
+        rental rule): a reply that ends early never paid for a read, and a long one loses at
+        most about what the read costs, since until then lookups still draft.
+        """
         if outlook.remaining is None:
-            return None
-        horizon = math.ceil(outlook.remaining * self.horizon_share)
-        if self._reply_lengths:
-            horizon = min(horizon, math.ceil(median(self._reply_lengths)))
-        return max(horizon, 1)
+            return outlook.produced
+        return min(outlook.produced, outlook.remaining)
 
     def _trade(self, speedup: float, outlook: RoundOutlook, window: int | None) -> CatchUp:
         reads = min(outlook.behind, window) if window else outlook.behind
         horizon = self.horizon(outlook)
         plain_ms = self.costs.plain_ms
         gain = None
-        if horizon is not None and plain_ms is not None:
+        if plain_ms is not None:
             gain = horizon * plain_ms * max(1.0 - 1.0 / speedup, 0.0)
         cost = self._catch_up_cost_ms(outlook, reads)
         return CatchUp(reads, outlook.behind, cost, gain, horizon, window, speedup)

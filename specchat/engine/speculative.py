@@ -254,6 +254,7 @@ class Generation:
         left = self.max_new_tokens - self.generated
         outlook = RoundOutlook(
             remaining=left,
+            produced=self.generated,
             behind=behind,
             window=current.draft_window,
             prefill_ms_per_token=self.prefill_ms_per_token,
