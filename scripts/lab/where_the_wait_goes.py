@@ -51,8 +51,8 @@ def summarize(path: Path) -> None:
             group = by[(category, method)]
             prefill = statistics.mean((r["summary"] or {}).get("prefill_ms", 0.0) for r in group) / 1000
             draft = statistics.mean(draft_prefill_ms(rounds_of(r)) or 0.0 for r in group) / 1000
-            ttfts = [r.get("ttft_s") for r in group]
-            ttft = f"{statistics.mean(ttfts):7.2f}" if all(t is not None for t in ttfts) else f"{'–':>7}"
+            ttfts = [float(r["ttft_s"]) for r in group if r.get("ttft_s") is not None]
+            ttft = f"{statistics.mean(ttfts):7.2f}" if len(ttfts) == len(group) else f"{'–':>7}"
             total = statistics.mean(r["wall_s"] for r in group)
             decode = total - prefill
             # The same prompts as the plain row: a ratio of sums, so long replies weigh more.

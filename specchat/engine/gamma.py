@@ -154,7 +154,7 @@ class FixedGamma:
     name = "fixed"
 
     note = ""
-    window = None
+    window: int | None = None
 
     def __init__(self, gamma: int | Callable[[], int]) -> None:
         self._read = gamma if callable(gamma) else (lambda: gamma)
@@ -174,7 +174,7 @@ class HeuristicGamma:
 
     name = "heuristic"
     note = ""
-    window = None
+    window: int | None = None
 
     def __init__(self, start: int, low: int = 1, high: int = GAMMA_MAX) -> None:
         self.low, self.high = low, high

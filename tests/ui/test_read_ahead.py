@@ -128,7 +128,7 @@ async def test_sending_cancels_the_read_ahead_before_the_reply_starts(engine: Pa
             told_before.append(reading.cancel.is_set())
             start(*args)
 
-        app.replies.start = recording_start  # type: ignore[method-assign]
+        app.replies.start = recording_start  # type: ignore[method-assign,assignment]
         await pilot.press("enter")
         await wait_idle(pilot, app)
         assert told_before == [True], "cancelled before the reply was started"
