@@ -433,9 +433,10 @@ class AdaptiveGamma:
             return 0, "plain: timing plain steps, the yardstick every cost is measured against"
         predicted = self._speedups()
         if not predicted:  # nothing drafted by this drafter yet: try the user's γ
-            catch_up = self._catch_up(self._first_draft_ceiling(outlook), outlook)
+            ceiling = self._first_draft_ceiling(outlook)
+            catch_up = self._catch_up(ceiling, outlook)
             if catch_up is None:
-                return 0, self._why_not_catch_up(self._first_draft_ceiling(outlook), outlook)
+                return 0, self._why_not_catch_up(ceiling, outlook)
             gamma = min(max(self._start(), 1), 3, self.cap)
             return (
                 gamma,
