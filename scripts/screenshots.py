@@ -8,7 +8,7 @@ so every run draws the same pictures. To make the replies readable, the script f
 teaches a tiny character-level Llama one short conversation (a few seconds on one CPU
 thread, seeded); the draft is a noisy copy of it, so some drafts are accepted and some
 corrected, as with a real pair. Timings come from a fixed cost model
-(``specchat.scripted_engines.FixedTimings``: 1.5 ms per drafted token plus 12 ms per verify
+(``specchat.testing.scripted_engines.FixedTimings``: 1.5 ms per drafted token plus 12 ms per verify
 pass), so the tokens/s figures are illustrative, not measurements. The demo race's arrival
 times come from a cost model too (``race_with_fixed_times``), unless ``--race`` names a race
 that was measured (``specchat race --json``, or E on the race screen): the app then shows that
@@ -65,7 +65,7 @@ def train_demo_pair(seed: int = SEED) -> Any:
     """A tiny target that has learned the demo conversation by heart, and a noisy draft."""
     import torch
 
-    from specchat.testing import TinyPair, make_model, make_tokenizer, perturbed_copy
+    from specchat.testing.tiny_models import TinyPair, make_model, make_tokenizer, perturbed_copy
 
     torch.manual_seed(seed)
     tokenizer = make_tokenizer()
@@ -157,8 +157,9 @@ async def wait(pilot: Any, condition: Callable[[], bool], timeout: float = 300.0
 def demo_race(pair: Any, prompt: str) -> Any:
     """A race on the demo pair, its arrival times from a cost model (the picture repeats)."""
     from specchat.engine.race import run_race
-    from specchat.engine.session import ChatEngine, Controls
-    from specchat.scripted_engines import race_with_fixed_times
+    from specchat.engine.backend import Controls
+    from specchat.engine.session import ChatEngine
+    from specchat.testing.scripted_engines import race_with_fixed_times
 
     engine = ChatEngine(pair.target, pair.tokenizer, pair.draft)
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
@@ -175,8 +176,9 @@ def demo_selftest() -> Any:
     from dataclasses import replace
 
     from specchat.engine.selftest import ExactnessSampler, selftest_messages
-    from specchat.engine.session import ChatEngine, Controls
-    from specchat.testing import make_tiny_pair
+    from specchat.engine.backend import Controls
+    from specchat.engine.session import ChatEngine
+    from specchat.testing.tiny_models import make_tiny_pair
 
     pair = make_tiny_pair(SEED)
     engine = ChatEngine(pair.target, pair.tokenizer, pair.draft)
@@ -189,7 +191,7 @@ async def render_all(
     pair: Any, out: Path, size: tuple[int, int], race_result: Any = None, selftest_report: Any = None
 ) -> None:
     from specchat.engine.session import ChatEngine
-    from specchat.scripted_engines import FixedTimings, PausingEngine
+    from specchat.testing.scripted_engines import FixedTimings, PausingEngine
 
     def engine(pause_after: int | None = None) -> PausingEngine:
         return PausingEngine(FixedTimings(ChatEngine(pair.target, pair.tokenizer, pair.draft)), pause_after)
@@ -344,7 +346,7 @@ async def send_only(app: Any, pilot: Any, text: str) -> None:
 
 async def render_tiny_talk(pair: Any, out: Path, size: tuple[int, int]) -> None:
     from specchat.engine.session import ChatEngine
-    from specchat.scripted_engines import FixedTimings, PausingEngine
+    from specchat.testing.scripted_engines import FixedTimings, PausingEngine
 
     chat = ChatEngine(pair.target, pair.tokenizer, pair.draft)
     await shoot_talk(lambda: PausingEngine(FixedTimings(chat)), out, size)
@@ -355,7 +357,7 @@ async def render_real_talk(out: Path, size: tuple[int, int]) -> None:
     from specchat.config import Settings
     from specchat.engine.session import ChatEngine
     from specchat.models import load_for_decoding
-    from specchat.scripted_engines import PausingEngine
+    from specchat.testing.scripted_engines import PausingEngine
 
     settings = Settings()
     loaded = load_for_decoding(settings.target, settings.draft, cpu_path=settings.cpu_path)

@@ -20,9 +20,10 @@ from specchat.engine.registry import drafter_spec, drafters
 from specchat.errors import InvalidSettingError
 
 if TYPE_CHECKING:
-    from specchat.backend import Backend
+    from specchat.engine.backend import Backend
     from specchat.config import Settings
-    from specchat.engine.session import ChatEngine, Controls
+    from specchat.engine.backend import Controls
+    from specchat.engine.session import ChatEngine
     from specchat.models import LoadProgress
     from specchat.models.loading.loader import DecodingPair
 
@@ -263,7 +264,7 @@ def controls_for(settings: Settings, available: Sequence[str]) -> tuple[Controls
 
 def controls_from(settings: Settings, drafter: str | None = None) -> Controls:
     """The decoding controls the settings give (``drafter`` overrides theirs)."""
-    from specchat.engine.session import Controls
+    from specchat.engine.backend import Controls
 
     return Controls(
         gamma=settings.gamma,

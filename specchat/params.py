@@ -1,7 +1,7 @@
 """Decoding parameters, torch-free: the sampling settings, the largest γ and the draft model's
 stop threshold.
 
-The front ends (``specchat.backend``'s Controls, the CLI, the UI), the engine (sampling,
+The front ends (``specchat.engine.backend``'s Controls, the CLI, the UI), the engine (sampling,
 drafters) and the models (which passes are verify passes) all need these; living at the
 package's root, below every layer, none of them need import another for them.
 """

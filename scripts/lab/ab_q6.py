@@ -89,7 +89,7 @@ def as_q8(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def generate_run() -> None:
     import specchat.kernels.native as native
-    from specchat.backend import Controls
+    from specchat.engine.backend import Controls
     from specchat.bench.prompts import load_prompts
     from specchat.engine.events import SummaryEvent, TokenEvent
     from specchat.engine.session import ChatEngine

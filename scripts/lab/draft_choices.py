@@ -19,7 +19,7 @@ from collections import Counter, defaultdict
 
 import torch
 
-from specchat.backend import Controls
+from specchat.engine.backend import Controls
 from specchat.bench.prompts import load_prompts
 from specchat.engine.events import TokenEvent
 from specchat.engine.kv import CachedLM

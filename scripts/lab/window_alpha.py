@@ -22,7 +22,8 @@ import torch
 
 from specchat.config import Settings
 from specchat.engine.events import TokenEvent
-from specchat.engine.session import ChatEngine, Controls
+from specchat.engine.backend import Controls
+from specchat.engine.session import ChatEngine
 from specchat.opening import open_backend
 
 SYSTEM = "You are a helpful assistant."

@@ -28,7 +28,8 @@ from specchat.engine.gamma import positions_tested
 from specchat.engine.metrics import draft_prefill_ms
 from specchat.engine.registry import drafters, find_drafter
 from specchat.engine.sampling import SamplingParams
-from specchat.engine.session import ChatEngine, Controls
+from specchat.engine.backend import Controls
+from specchat.engine.session import ChatEngine
 from specchat.params import DRAFT_WINDOW
 
 MethodKind = Literal["plain", "specchat", "hf", "llamacpp"]

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from specchat.backend import Controls
+from specchat.engine.backend import Controls
 from specchat.bench.prompts import BenchPrompt
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.remote.reply_stream import unattended

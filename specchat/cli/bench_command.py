@@ -166,7 +166,7 @@ def bench(**options: Any) -> None:
 
 def _bench_server(settings: Settings, baseline: str | None, options: dict[str, Any]) -> None:
     """``bench --server``: prompts and sampling from the usual options; models options do not apply."""
-    from specchat.backend import Controls
+    from specchat.engine.backend import Controls
     from specchat.bench.prompts import load_prompts
     from specchat.bench.server import bench_server
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from specchat.backend import chat_messages
+from specchat.engine.backend import chat_messages
 from specchat.cli.exits import reports_errors, stop_on_signals
 from specchat.cli.load_progress import controls_after_loading, open_for_command
 from specchat.cli.options import debug_option, model_options, prompt_options, settings_from

@@ -10,9 +10,10 @@ from specchat import opening
 from specchat.untrusted import masked, visible
 
 if TYPE_CHECKING:
-    from specchat.backend import Backend
+    from specchat.engine.backend import Backend
     from specchat.config import Settings
-    from specchat.engine.session import ChatEngine, Controls
+    from specchat.engine.backend import Controls
+    from specchat.engine.session import ChatEngine
 
 
 def controls_after_loading(settings: Settings, backend: Backend) -> Controls:

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from specchat.backend import chat_messages
+from specchat.engine.backend import chat_messages
 from specchat.cli.exits import reports_errors, stop_on_signals, write_output
 from specchat.cli.load_progress import open_for_talk_job
 from specchat.cli.options import debug_option, model_options, settings_from

@@ -33,7 +33,7 @@ from specchat.engine.events import (
 )
 
 if TYPE_CHECKING:
-    from specchat.backend import Controls, LocalBackend, Message
+    from specchat.engine.backend import Controls, LocalBackend, Message
 
 
 LaneName = Literal["plain", "speculative"]

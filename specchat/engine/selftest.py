@@ -27,12 +27,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from specchat.backend import chat_messages
+from specchat.engine.backend import chat_messages
 from specchat.engine.compare import first_difference
 from specchat.engine.events import SummaryEvent, TokenEvent
 
 if TYPE_CHECKING:
-    from specchat.backend import Controls, LocalBackend, Message
+    from specchat.engine.backend import Controls, LocalBackend, Message
 
 
 Outcome = tuple[int, ...]

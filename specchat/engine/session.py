@@ -4,7 +4,7 @@ It owns the target, the drafters and their caches, turns a conversation into pro
 the target's chat template (or, raw, the text exactly as written), and streams events. A
 conversation longer than the context leaves its oldest exchanges out of the prompt (the system
 prompt stays), and the reply says so first with a ContextEvent. ``Controls``
-(:mod:`specchat.backend`, re-exported here) is a plain mutable object the caller may change at
+(:mod:`specchat.engine.backend`, re-exported here) is a plain mutable object the caller may change at
 any moment (a key press in the TUI); the engine snapshots it once at the start of every round,
 so a change applies to the next round and never races the current one.
 """
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from specchat.backend import Capabilities, Controls, Message
+from specchat.engine.backend import Capabilities, Controls, Message
 from specchat.engine.baseline import plain_decode
 from specchat.engine.detokenize import IncrementalDetokenizer
 from specchat.engine.drafters import Drafter
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     # Types only: importing transformers' modeling code costs seconds at every start.
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["ChatEngine", "Controls", "Message"]
+__all__ = ["ChatEngine"]
 
 LOCAL_FIGURES = frozenset({"alpha", "tau", "per_position", "tokens_per_s", "timings", "trace"})
 THINKING_SWITCH = "enable_thinking"
@@ -389,7 +389,7 @@ class ChatEngine:
 
 
 class LocalReply:
-    """A local reply stepped one round at a time (see :class:`specchat.backend.Reply`)."""
+    """A local reply stepped one round at a time (see :class:`specchat.engine.backend.Reply`)."""
 
     def __init__(self, generation: Generation, left_out: ContextEvent | None = None) -> None:
         self.generation = generation

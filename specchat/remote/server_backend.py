@@ -1,4 +1,4 @@
-"""RemoteBackend: a speculative-decoding server behind the :class:`specchat.backend.Backend` interface.
+"""RemoteBackend: a speculative-decoding server behind the :class:`specchat.engine.backend.Backend` interface.
 
 One reply is one streamed ``POST /v1/chat/completions``. What the server streams becomes the
 engine's events through a reader from :mod:`specchat.remote.rounds`, chosen by server kind;
@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from specchat.backend import Capabilities, Controls, Figure, GammaControl, Message
+from specchat.engine.backend import Capabilities, Controls, Figure, GammaControl, Message
 from specchat.engine.events import UNKNOWN_ID, Event, RoundEvent, StopReason, SummaryEvent
 from specchat.engine.metrics import StreamStats
 from specchat.engine.registry import proposes

@@ -42,7 +42,7 @@ from textual.screen import Screen
 from textual.widgets import TextArea
 
 from specchat import logs
-from specchat.backend import Capabilities
+from specchat.engine.backend import Capabilities
 from specchat.config import Settings, data_dir
 from specchat.store.conversation import Conversation, ConversationError
 from specchat.store.folder import ConversationStore
@@ -73,7 +73,7 @@ from specchat.ui.workers import bridge, messages
 from specchat.untrusted import visible
 
 if TYPE_CHECKING:
-    from specchat.engine.session import Controls
+    from specchat.engine.backend import Controls
 
 
 class SpecchatApp(PlainToasts[int]):

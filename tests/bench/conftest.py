@@ -10,7 +10,7 @@ import torch
 
 from specchat.bench.prompts import BenchPrompt
 from specchat.engine.session import ChatEngine
-from specchat.testing import TinyPair, make_model, make_tokenizer, perturbed_copy, save_tiny_pair
+from specchat.testing.tiny_models import TinyPair, make_model, make_tokenizer, perturbed_copy, save_tiny_pair
 
 
 @pytest.fixture(autouse=True)

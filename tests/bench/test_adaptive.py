@@ -9,8 +9,9 @@ import pytest
 
 from specchat.engine.events import RoundEvent, TokenEvent
 from specchat.engine.gamma import SCHEDULES, AdaptiveGamma, make_schedule, positions_tested, sure_positions
-from specchat.engine.session import ChatEngine, Controls
-from specchat.testing import TinyPair
+from specchat.engine.backend import Controls
+from specchat.engine.session import ChatEngine
+from specchat.testing.tiny_models import TinyPair
 
 
 def plain_round(n: int, ms: float = 100.0) -> RoundEvent:

@@ -15,7 +15,8 @@ from transformers import LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from specchat.engine.events import TokenEvent
 from specchat.engine.kv import CachedLM
-from specchat.engine.session import ChatEngine, Controls
+from specchat.engine.backend import Controls
+from specchat.engine.session import ChatEngine
 from specchat.errors import InvalidSettingError
 from specchat.kernels import cpu_supports
 from specchat.kernels.lm import LeanCache
@@ -28,7 +29,7 @@ from specchat.models.compute.cpu_quant import (
     prepare_cpu_pair,
 )
 from specchat.models.compute.lean import LeanCausalLM
-from specchat.testing import make_model, make_tokenizer, perturbed_copy
+from specchat.testing.tiny_models import make_model, make_tokenizer, perturbed_copy
 from tests.typed import as_model
 
 FP16_ROWS = pytest.mark.skipif(

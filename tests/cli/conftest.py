@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from specchat.testing import make_tiny_pair, save_tiny_pair
+from specchat.testing.tiny_models import make_tiny_pair, save_tiny_pair
 
 
 @pytest.fixture(scope="session")
@@ -34,6 +34,6 @@ def isolated_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="session")
 def thinking_folders(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The tiny Qwen3 thinking pair (specchat.testing.make_thinking_pair) as two folders."""
-    from specchat.testing import make_thinking_pair, save_thinking_pair
+    from specchat.testing.tiny_models import make_thinking_pair, save_thinking_pair
 
     return save_thinking_pair(make_thinking_pair(), tmp_path_factory.mktemp("thinking"))

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from specchat.cli import main
 from specchat.engine.session import ChatEngine
-from specchat.testing import make_model, make_tokenizer
+from specchat.testing.tiny_models import make_model, make_tokenizer
 
 
 def run(*args: str, input: str | None = None) -> tuple[int, str, str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specchat.testing import ANSWER_SCRIPT, REASONING_SCRIPT, make_tokenizer
+from specchat.testing.tiny_models import ANSWER_SCRIPT, REASONING_SCRIPT, make_tokenizer
 
 from .test_generate import run
 

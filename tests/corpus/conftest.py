@@ -23,8 +23,8 @@ from textual.pilot import Pilot
 
 from specchat.config import load_settings
 from specchat.engine.session import ChatEngine
-from specchat.scripted_engines import FixedTimings, PausingEngine
-from specchat.testing import TinyPair, make_tiny_pair, save_tiny_pair
+from specchat.testing.scripted_engines import FixedTimings, PausingEngine
+from specchat.testing.tiny_models import TinyPair, make_tiny_pair, save_tiny_pair
 from specchat.ui.app import SpecchatApp
 from specchat.ui.widgets.prompt import PromptInput
 

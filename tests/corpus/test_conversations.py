@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from textual.widgets import OptionList
 
-from specchat.scripted_engines import PausingEngine
+from specchat.testing.scripted_engines import PausingEngine
 from specchat.store import folder as store_module
 from specchat.store.conversation import ConversationError
 from specchat.store.folder import ConversationStore

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from specchat.scripted_engines import PausingEngine
+from specchat.testing.scripted_engines import PausingEngine
 from specchat.ui.widgets.prompt import PromptInput
 
 from .conftest import TERMINAL, AlreadySaved, make_app, record_notifications

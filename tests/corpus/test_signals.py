@@ -24,7 +24,7 @@ from specchat import opening
 from specchat.cli import main
 from specchat.engine.session import ChatEngine
 from specchat.models import LoadProgress
-from specchat.scripted_engines import PausingEngine
+from specchat.testing.scripted_engines import PausingEngine
 from specchat.ui.app import SpecchatApp
 from specchat.ui.widgets.prompt import PromptInput
 from specchat.ui.workers import bridge

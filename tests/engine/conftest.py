@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from specchat.engine.session import ChatEngine
-from specchat.testing import TinyPair, make_tiny_pair
+from specchat.testing.tiny_models import TinyPair, make_tiny_pair
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,9 @@ from specchat.engine.drafters import Draft
 from specchat.engine.events import RoundEvent, TokenEvent
 from specchat.engine.kv import CachedLM
 from specchat.engine.sampling import SamplingParams
-from specchat.engine.session import ChatEngine, Controls
-from specchat.testing import TinyPair
+from specchat.engine.backend import Controls
+from specchat.engine.session import ChatEngine
+from specchat.testing.tiny_models import TinyPair
 
 
 def greedy_continuation(model: torch.nn.Module, ids: list[int], n: int) -> list[int]:

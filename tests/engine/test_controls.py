@@ -6,7 +6,8 @@ import itertools
 import threading
 
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
-from specchat.engine.session import ChatEngine, Controls
+from specchat.engine.backend import Controls
+from specchat.engine.session import ChatEngine
 
 
 def prompt(engine: ChatEngine) -> list[int]:

@@ -13,9 +13,10 @@ import pytest
 import torch
 
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
-from specchat.engine.session import ChatEngine, Controls
+from specchat.engine.backend import Controls
+from specchat.engine.session import ChatEngine
 from specchat.engine.static import StaticLM
-from specchat.testing import make_tiny_pair
+from specchat.testing.tiny_models import make_tiny_pair
 from tests.typed import model_drafter
 
 pytestmark = [

@@ -37,8 +37,9 @@ def test_flush_returns_a_truncated_character() -> None:
 def test_a_reply_cut_inside_a_character_keeps_its_last_bytes() -> None:
     """Every stop reason flushes the detokenizer: the texts add up to the full decode."""
     from specchat.engine.events import TokenEvent
-    from specchat.engine.session import ChatEngine, Controls
-    from specchat.testing import make_model
+    from specchat.engine.backend import Controls
+    from specchat.engine.session import ChatEngine
+    from specchat.testing.tiny_models import make_model
 
     tokenizer = byte_level_tokenizer()
     tokenizer.chat_template = None

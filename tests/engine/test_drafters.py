@@ -7,7 +7,7 @@ import torch
 from specchat.engine.drafters import ModelDrafter
 from specchat.engine.kv import CachedLM
 from specchat.engine.sampling import SamplingParams, shape_probs
-from specchat.testing import make_tiny_pair
+from specchat.testing.tiny_models import make_tiny_pair
 from tests.typed import host_draft
 
 PROMPT = [1, 5, 6, 7, 5, 6]

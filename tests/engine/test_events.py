@@ -6,7 +6,8 @@ import pytest
 
 from specchat.engine.events import Event, RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.metrics import StreamStats, expected_tokens_per_round, predicted_speedup
-from specchat.engine.session import ChatEngine, Controls
+from specchat.engine.backend import Controls
+from specchat.engine.session import ChatEngine
 
 
 def split_rounds(events: list[Event]) -> list[tuple[list[TokenEvent], RoundEvent]]:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from specchat.backend import Capabilities, Controls, rendering
+from specchat.engine.backend import Capabilities, Controls, rendering
 from specchat.engine.events import ContextEvent, SummaryEvent, TokenEvent
 from specchat.engine.session import ChatEngine
 from specchat.errors import ContextTooLongError
-from specchat.testing import TinyPair
+from specchat.testing.tiny_models import TinyPair
 from tests.typed import decoded
 
 SYSTEM = {"role": "system", "content": "be kind"}

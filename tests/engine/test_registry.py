@@ -21,7 +21,7 @@ from specchat.engine.registry import (
 )
 from specchat.engine.session import ChatEngine
 from specchat.errors import InvalidSettingError
-from specchat.testing import TinyPair
+from specchat.testing.tiny_models import TinyPair
 from specchat.ui.settings import keys
 from specchat.ui.state.live import LiveStats
 from specchat.ui.state.theory_tracker import TheoryTracker

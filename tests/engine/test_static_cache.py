@@ -17,10 +17,11 @@ import torch
 from specchat.engine.drafters import DeviceDraft, ModelDrafter
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.kv import CachedLM
-from specchat.engine.session import ChatEngine, Controls
+from specchat.engine.backend import Controls
+from specchat.engine.session import ChatEngine
 from specchat.engine.static import StaticLM, make_cached_lm
 from specchat.engine.timing import counted_host_reads
-from specchat.testing import make_model, make_tiny_pair, make_tokenizer, perturbed_copy
+from specchat.testing.tiny_models import make_model, make_tiny_pair, make_tokenizer, perturbed_copy
 from tests.engine.test_exactness import (
     ALPHA_LEVEL,
     PROMPT,

@@ -15,8 +15,9 @@ import numpy as np
 import torch
 
 from specchat.engine.events import TokenEvent
-from specchat.engine.session import ChatEngine, Controls
-from specchat.testing import make_model, make_tokenizer, perturbed_copy
+from specchat.engine.backend import Controls
+from specchat.engine.session import ChatEngine
+from specchat.testing.tiny_models import make_model, make_tokenizer, perturbed_copy
 
 VOCAB_CHARS = "abcd"
 """With <unk>, <s> and </s>: a 7-token vocabulary, 49 two-token outcomes (enumerable exactly)."""

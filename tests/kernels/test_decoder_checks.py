@@ -29,7 +29,9 @@ def test_the_engine_refuses_a_prompt_id_past_the_embedding_in_one_line() -> None
     engine names the id before the decoder would refuse it mid-reply."""
     from transformers import AutoTokenizer
 
-    from specchat.engine.session import ChatEngine, Controls
+    from specchat.engine.backend import Controls
+
+    from specchat.engine.session import ChatEngine
     from specchat.errors import InvalidSettingError
     from tests.kernels.decoder_abuse import FIXTURE
 

@@ -11,11 +11,12 @@ import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig, PreTrainedModel, Qwen3Config, Qwen3ForCausalLM
 
 from specchat.engine.events import TokenEvent
-from specchat.engine.session import ChatEngine, Controls
+from specchat.engine.backend import Controls
+from specchat.engine.session import ChatEngine
 from specchat.kernels import cpu_supports
 from specchat.kernels.native import NativeCausalLM
 from specchat.models.compute.packing import from_hf
-from specchat.testing import make_tokenizer
+from specchat.testing.tiny_models import make_tokenizer
 from tests.typed import as_model
 
 pytestmark = pytest.mark.skipif(cpu_supports() is not None, reason=f"no kernels here: {cpu_supports()}")

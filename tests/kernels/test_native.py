@@ -7,11 +7,12 @@ import torch
 
 from specchat.engine.events import TokenEvent
 from specchat.engine.sampling import SamplingParams, shape_probs
-from specchat.engine.session import ChatEngine, Controls
+from specchat.engine.backend import Controls
+from specchat.engine.session import ChatEngine
 from specchat.kernels.formats import Unpacked, quantize_q8
 from specchat.kernels.native import NativeCausalLM, native_model
 from specchat.models.compute.packing import from_hf, pack_hf
-from specchat.testing import make_model, make_tiny_pair, make_tokenizer, perturbed_copy
+from specchat.testing.tiny_models import make_model, make_tiny_pair, make_tokenizer, perturbed_copy
 from tests.engine.test_exactness import (
     ALPHA_LEVEL,
     PROMPT,

@@ -11,9 +11,10 @@ import pytest
 
 from specchat.engine.events import RoundEvent, TokenEvent
 from specchat.engine.read_ahead import CHUNK, UNSETTLED
-from specchat.engine.session import ChatEngine, Controls
+from specchat.engine.backend import Controls
+from specchat.engine.session import ChatEngine
 from specchat.models.compute.packing import from_hf
-from specchat.testing import make_tiny_pair
+from specchat.testing.tiny_models import make_tiny_pair
 from tests.typed import as_model
 
 HISTORY = [

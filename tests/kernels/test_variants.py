@@ -15,7 +15,7 @@ from specchat.kernels.formats import Unpacked, quantize_q4, quantize_q8, unpack_
 from specchat.kernels.native import NativeCausalLM
 from specchat.kernels.qlinear import QLinear
 from specchat.models.compute.packing import from_hf
-from specchat.testing import make_model, make_tokenizer
+from specchat.testing.tiny_models import make_model, make_tokenizer
 from tests.kernels.conftest import use_variant
 from tests.kernels.test_formats import random_blocks
 from tests.kernels.test_qgemm import six_bit_values

@@ -12,7 +12,7 @@ from gguf import GGMLQuantizationType
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from specchat.models.names.catalog import Chunk, PackagedModel
-from specchat.testing import TinyPair, make_tiny_pair, save_tiny_pair
+from specchat.testing.tiny_models import TinyPair, make_tiny_pair, save_tiny_pair
 
 
 @pytest.fixture(autouse=True)

@@ -26,7 +26,7 @@ from specchat.models.architectures import (
 )
 from specchat.models.compute.lean import LeanCausalLM, lean_supported
 from specchat.models.compute.packing import from_hf, pack_gguf
-from specchat.testing import make_tokenizer
+from specchat.testing.tiny_models import make_tokenizer
 from tests.models.conftest import write_tiny_gguf
 
 needs_kernels = pytest.mark.skipif(cpu_supports() is not None, reason=f"no kernels here: {cpu_supports()}")

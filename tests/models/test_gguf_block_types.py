@@ -18,11 +18,12 @@ from gguf import GGMLQuantizationType, quants
 from transformers import LlamaForCausalLM
 
 from specchat.engine.events import TokenEvent
-from specchat.engine.session import ChatEngine, Controls
+from specchat.engine.backend import Controls
+from specchat.engine.session import ChatEngine
 from specchat.kernels import cpu_supports
 from specchat.kernels.native import NativeCausalLM, native_model
 from specchat.models.compute.packing import from_hf, pack_gguf
-from specchat.testing import TinyPair, make_tiny_pair
+from specchat.testing.tiny_models import TinyPair, make_tiny_pair
 from tests.models.conftest import write_tiny_gguf
 from tests.typed import as_model
 

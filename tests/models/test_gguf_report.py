@@ -10,7 +10,7 @@ from gguf import GGMLQuantizationType
 from specchat.errors import ModelLoadError
 from specchat.models.compute.packing import pack_gguf
 from specchat.models.gguf.report import describe_gguf, report_lines
-from specchat.testing import TinyPair
+from specchat.testing.tiny_models import TinyPair
 from tests.models.conftest import write_tiny_gguf
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from specchat.errors import TokenizerMismatchError
 from specchat.models.loading.compat import check_tokenizers_compatible
-from specchat.testing import CHARS, make_tokenizer
+from specchat.testing.tiny_models import CHARS, make_tokenizer
 
 
 def test_identical_tokenizers_pass() -> None:

@@ -15,7 +15,7 @@ from specchat.models.cache.paths import CONVERTED_MARKER, converted_dir
 from specchat.models.gguf import convert
 from specchat.models.gguf.check import check_gguf
 from specchat.models.records import LoadProgress
-from specchat.testing import TinyPair
+from specchat.testing.tiny_models import TinyPair
 
 IDS = torch.tensor([[1, 5, 9, 20, 7, 3]])
 

@@ -14,7 +14,7 @@ from specchat.errors import InvalidSettingError, ModelLoadError, OutOfMemoryErro
 from specchat.models import load_for_decoding, load_model, load_pair
 from specchat.models.compute import quant
 from specchat.models.records import LoadProgress
-from specchat.testing import CHARS, TinyPair, make_model, make_tokenizer
+from specchat.testing.tiny_models import CHARS, TinyPair, make_model, make_tokenizer
 
 IDS = torch.tensor([[1, 5, 9, 20, 7, 3]])
 

@@ -23,7 +23,7 @@ from specchat.models.compute.packed import (
 )
 from specchat.models.compute.packing import from_hf
 from specchat.models.records import LoadProgress
-from specchat.testing import TinyPair
+from specchat.testing.tiny_models import TinyPair
 
 pytestmark = pytest.mark.skipif(cpu_supports() is not None, reason=f"specchat's kernels: {cpu_supports()}")
 IDS = torch.tensor([[1, 5, 9, 12, 7, 30, 22, 4, 8, 3]])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specchat.models.compute.cpu_quant import prepare_cpu_pair
-from specchat.testing import make_model, make_tokenizer
+from specchat.testing.tiny_models import make_model, make_tokenizer
 from tests.quant.checks import CONTEXT, WIDTHS, row_mismatch
 
 

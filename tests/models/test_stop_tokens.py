@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specchat.models.gguf.convert import sync_eos_ids
-from specchat.testing import make_model, make_tokenizer
+from specchat.testing.tiny_models import make_model, make_tokenizer
 
 
 @pytest.mark.parametrize("turn_end", ["<end_of_turn>", "<|eot_id|>", "<|end|>", "<|im_end|>"])

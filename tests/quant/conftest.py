@@ -14,7 +14,7 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
-from specchat.testing import make_model, make_tokenizer, perturbed_copy
+from specchat.testing.tiny_models import make_model, make_tokenizer, perturbed_copy
 
 OUTLIER_DIMS = (3, 17, 40)
 

@@ -20,7 +20,8 @@ from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
 from specchat.cli import main
 from specchat.engine.events import SummaryEvent
-from specchat.engine.session import ChatEngine, Controls
+from specchat.engine.backend import Controls
+from specchat.engine.session import ChatEngine
 from specchat.errors import InvalidSettingError
 from specchat.models import load_for_decoding, load_model
 from specchat.models.compute.quant import CPU_NOTE

@@ -15,7 +15,8 @@ import torch
 from specchat.engine import sampling
 from specchat.engine.events import SummaryEvent
 from specchat.engine.exact import use_exact_kernels
-from specchat.engine.session import ChatEngine, Controls
+from specchat.engine.backend import Controls
+from specchat.engine.session import ChatEngine
 from specchat.models import load_model
 from specchat.models.records import LoadedModel
 from tests.engine.test_exactness import ALPHA_LEVEL, chi_square_p_value, sample_two_tokens

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from specchat.backend import Controls
+from specchat.engine.backend import Controls
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent, known
 from specchat.remote import ServerError, connect
 from specchat.remote.client import normalize_url

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from specchat.backend import Controls
+from specchat.engine.backend import Controls
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.remote import connect
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from specchat.backend import Controls
+from specchat.engine.backend import Controls
 from specchat.engine.events import SummaryEvent, TokenEvent
 from specchat.engine.reasoning import answer_text, reasoning_text
 from specchat.errors import InvalidSettingError

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from specchat.backend import Controls
+from specchat.engine.backend import Controls
 from specchat.cli import main
 from specchat.engine.events import Event, NoticeEvent, RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.reasoning import answer_text, reasoning_text

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from specchat.engine.session import ChatEngine
-from specchat.testing import TinyPair, make_tiny_pair
+from specchat.testing.tiny_models import TinyPair, make_tiny_pair
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -19,8 +19,9 @@ from specchat.engine.selftest import (
     total_variation,
     tv_noise,
 )
-from specchat.engine.session import ChatEngine, Controls
-from specchat.testing import TinyPair, make_tiny_pair
+from specchat.engine.backend import Controls
+from specchat.engine.session import ChatEngine
+from specchat.testing.tiny_models import TinyPair, make_tiny_pair
 
 
 def counts(**values: int) -> Counter[tuple[int, ...]]:

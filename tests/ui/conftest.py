@@ -13,11 +13,11 @@ from rich.style import Style
 from rich.text import Span
 from textual.pilot import Pilot
 
-from specchat.backend import Controls
+from specchat.engine.backend import Controls
 from specchat.config import Settings
 from specchat.engine.session import ChatEngine
-from specchat.scripted_engines import FixedTimings, PausingEngine
-from specchat.testing import TinyPair, make_tiny_pair
+from specchat.testing.scripted_engines import FixedTimings, PausingEngine
+from specchat.testing.tiny_models import TinyPair, make_tiny_pair
 from specchat.ui.app import SpecchatApp
 from specchat.ui.widgets.panels import Figures, SidePanel
 from specchat.ui.widgets.prompt import PromptInput

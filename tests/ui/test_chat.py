@@ -9,10 +9,10 @@ from typing import cast
 import pytest
 from textual.widgets import TextArea
 
-from specchat.backend import Backend
+from specchat.engine.backend import Backend
 from specchat.engine.events import SummaryEvent
 from specchat.engine.metrics import RollingAlpha, StreamStats
-from specchat.scripted_engines import PausingEngine
+from specchat.testing.scripted_engines import PausingEngine
 from specchat.store.markdown import fmt
 from specchat.ui.widgets.panels import SidePanel
 from specchat.ui.widgets.prompt import PromptInput

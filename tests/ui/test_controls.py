@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from specchat.backend import Capabilities, Controls
+from specchat.engine.backend import Capabilities, Controls
 from specchat.engine.gamma import GAMMA_MAX, SCHEDULES
 from specchat.ui.state.controls import (
     TEMPERATURE_MAX,

@@ -10,7 +10,7 @@ import pytest
 from textual.widgets import Static
 
 from specchat import logs
-from specchat.scripted_engines import PausingEngine
+from specchat.testing.scripted_engines import PausingEngine
 from specchat.ui.app import SpecchatApp
 from specchat.ui.screens.loading import LoadingScreen
 from specchat.ui.widgets.transcript import Notice

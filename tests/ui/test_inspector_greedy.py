@@ -7,7 +7,7 @@ import pytest
 from rich.console import Console
 
 from specchat.engine.events import UNKNOWN, DraftTrace, RoundEvent, TokenEvent
-from specchat.scripted_engines import PausingEngine
+from specchat.testing.scripted_engines import PausingEngine
 from specchat.ui.settings.themes import TokenPalette
 from specchat.ui.state.live import Inspected
 from specchat.ui.widgets.inspector import InspectorPanel, prob

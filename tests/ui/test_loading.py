@@ -10,7 +10,7 @@ from textual.widgets import ProgressBar, Static
 
 from specchat.errors import ModelNotFoundError
 from specchat.models import LoadProgress
-from specchat.testing import TinyPair, save_tiny_pair
+from specchat.testing.tiny_models import TinyPair, save_tiny_pair
 from specchat.ui.app import SpecchatApp
 from specchat.ui.screens.loading import LoadingScreen
 from specchat.ui.widgets.panels import SidePanel

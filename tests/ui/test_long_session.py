@@ -15,7 +15,7 @@ import pytest
 
 from specchat.engine.kv import CachedLM
 from specchat.engine.session import ChatEngine
-from specchat.testing import TinyPair, make_model, make_tokenizer, perturbed_copy
+from specchat.testing.tiny_models import TinyPair, make_model, make_tokenizer, perturbed_copy
 from specchat.ui.widgets.prompt import PromptInput
 
 from .conftest import make_app, wait_for

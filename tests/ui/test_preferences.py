@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specchat.config import config_path, load_settings
-from specchat.scripted_engines import PausingEngine
+from specchat.testing.scripted_engines import PausingEngine
 
 from .conftest import SIZE, make_app
 

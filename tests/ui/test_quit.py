@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specchat.scripted_engines import PausingEngine
+from specchat.testing.scripted_engines import PausingEngine
 
 from .conftest import SIZE, make_app, send, wait_paused
 

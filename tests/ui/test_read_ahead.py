@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from specchat import logs
-from specchat.backend import Capabilities, Reply
+from specchat.engine.backend import Capabilities, Reply
 from specchat.engine.events import Event
-from specchat.scripted_engines import PausingEngine
+from specchat.testing.scripted_engines import PausingEngine
 from specchat.ui.app import SpecchatApp
 from specchat.ui.controllers.read_ahead import DELAY as READ_AHEAD_DELAY
 from specchat.ui.workers.bridge import capabilities_of

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
-from specchat.scripted_engines import PausingEngine
+from specchat.testing.scripted_engines import PausingEngine
 
 from .conftest import SIZE, make_app, send, wait_for, wait_idle, wait_paused
 

@@ -14,7 +14,7 @@ import torch
 
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.presenters.kind_labels import KIND_LABELS
-from specchat.scripted_engines import PausingEngine
+from specchat.testing.scripted_engines import PausingEngine
 from specchat.store.folder import ConversationStore
 from specchat.ui.screens.replay import ReplayScreen
 from specchat.ui.settings.themes import REJECTED

@@ -13,12 +13,12 @@ from typing import Any, ClassVar
 import pytest
 from textual.widgets import Static
 
-from specchat.backend import Capabilities
+from specchat.engine.backend import Capabilities
 from specchat.config import data_dir
 from specchat.engine.events import Event
 from specchat.engine.race import RaceResult
 from specchat.presenters.race_text import finish_lines
-from specchat.scripted_engines import DRAFT_MS_PER_TOKEN, VERIFY_MS, PausingEngine
+from specchat.testing.scripted_engines import DRAFT_MS_PER_TOKEN, VERIFY_MS, PausingEngine
 from specchat.ui.screens.race_screen import Lane, RaceScreen
 from specchat.ui.screens.selftest_screen import SelfTestScreen
 from specchat.ui.widgets.prompt import PromptInput

@@ -17,9 +17,10 @@ from textual.pilot import Pilot
 
 from specchat.engine.race import RaceResult, run_race
 from specchat.engine.selftest import ExactnessSampler, selftest_messages
-from specchat.engine.session import ChatEngine, Controls
-from specchat.scripted_engines import PausingEngine, race_with_fixed_times
-from specchat.testing import TinyPair
+from specchat.engine.backend import Controls
+from specchat.engine.session import ChatEngine
+from specchat.testing.scripted_engines import PausingEngine, race_with_fixed_times
+from specchat.testing.tiny_models import TinyPair
 from specchat.ui.screens.race_screen import RaceScreen
 from specchat.ui.screens.selftest_screen import SelfTestScreen
 from specchat.ui.widgets.theory import TheoryPanel

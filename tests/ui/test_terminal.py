@@ -26,7 +26,7 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
-from specchat.testing import TinyPair, make_model, make_tokenizer, perturbed_copy, save_tiny_pair
+from specchat.testing.tiny_models import TinyPair, make_model, make_tokenizer, perturbed_copy, save_tiny_pair
 
 pytestmark = [
     pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal"),

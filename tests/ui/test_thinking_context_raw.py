@@ -10,13 +10,13 @@ import threading
 
 import pytest
 
-from specchat.backend import Controls
+from specchat.engine.backend import Controls
 from specchat.engine.events import SummaryEvent, TokenEvent
 from specchat.engine.session import ChatEngine, LocalReply
-from specchat.scripted_engines import FixedTimings, PausingEngine
+from specchat.testing.scripted_engines import FixedTimings, PausingEngine
 from specchat.store.folder import ConversationStore
 from specchat.store.markdown import to_markdown
-from specchat.testing import ANSWER_SCRIPT, REASONING_SCRIPT, TinyPair, make_thinking_pair
+from specchat.testing.tiny_models import ANSWER_SCRIPT, REASONING_SCRIPT, TinyPair, make_thinking_pair
 from specchat.ui.widgets.inspector import InspectorPanel
 from specchat.ui.widgets.steps import StepPanel
 from specchat.ui.widgets.transcript import Notice, ReasoningFold, SystemNote
@@ -205,7 +205,7 @@ def test_reasoning_tokens_are_what_the_engine_marked(thinking: PausingEngine) ->
 
 
 def _controls():
-    from specchat.backend import Controls
+    from specchat.engine.backend import Controls
 
     return Controls(drafter="model", gamma=3)
 

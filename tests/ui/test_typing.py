@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from textual import events
 
-from specchat.scripted_engines import PausingEngine
+from specchat.testing.scripted_engines import PausingEngine
 from specchat.ui.widgets.prompt import PromptInput
 
 from .conftest import SIZE, make_app, wait_for, wait_idle

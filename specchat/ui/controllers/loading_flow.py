@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
-from specchat.backend import rendering
+from specchat.engine.backend import rendering
 from specchat.opening import controls_for
 from specchat.ui.controllers.hosts import RunsWorkers, ShowsScreens
 from specchat.ui.screens.loading import LoadingScreen
@@ -19,7 +19,7 @@ from specchat.ui.workers.model_loading import load_models
 
 if TYPE_CHECKING:
 
-    from specchat.backend import Capabilities, Controls
+    from specchat.engine.backend import Capabilities, Controls
     from specchat.config import Settings
     from specchat.store.conversation import Conversation
     from specchat.ui.state.lease import ModelLease

@@ -1,6 +1,6 @@
 """Reading ahead: while nobody waits (the user types, or reads the last reply), the models read
 what is already known of the next prompt, so the next reply's first token comes sooner
-(:meth:`specchat.backend.Backend.read_ahead`; the local engine reads with row-exact models only,
+(:meth:`specchat.engine.backend.Backend.read_ahead`; the local engine reads with row-exact models only,
 and a server has nothing to read).
 
 When: :data:`DELAY` after the message box last changed, after the models load, after a reply
@@ -28,7 +28,7 @@ from specchat.ui.workers import bridge
 if TYPE_CHECKING:
     from textual.timer import Timer
 
-    from specchat.backend import Controls
+    from specchat.engine.backend import Controls
     from specchat.store.conversation import Conversation
     from specchat.ui.state.lease import ModelLease
 

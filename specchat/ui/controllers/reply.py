@@ -25,7 +25,7 @@ from specchat.ui.workers import bridge
 from specchat.ui.workers.messages import ReplyClosed, ReplyEvents, ReplyPaused
 
 if TYPE_CHECKING:
-    from specchat.backend import Capabilities, Controls
+    from specchat.engine.backend import Capabilities, Controls
     from specchat.ui.screens.main import MainScreen
     from specchat.ui.state.lease import ModelLease
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from specchat.ui.state.lease import ModelLease
 
 if TYPE_CHECKING:
-    from specchat.backend import Controls
+    from specchat.engine.backend import Controls
     from specchat.store.conversation import Conversation
     from specchat.ui.state.theory_tracker import TheoryTracker
 

@@ -25,7 +25,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Input, Static
 
-from specchat.backend import chat_messages
+from specchat.engine.backend import chat_messages
 from specchat.config import data_dir
 from specchat.engine.race import RACE_TOKENS, WARM_UP_TOKENS, LaneName, RaceCancelled, RaceResult, run_race
 from specchat.engine.registry import proposes
@@ -45,7 +45,7 @@ from specchat.ui.state.lease import JobEnded, ModelLease, run_job
 from specchat.untrusted import json_text
 
 if TYPE_CHECKING:
-    from specchat.backend import Controls
+    from specchat.engine.backend import Controls
     from specchat.ui.settings.themes import TokenPalette
 
 FPS = 20

@@ -53,7 +53,7 @@ from specchat.ui.state.lease import JobEnded, ModelLease, run_job
 from specchat.untrusted import json_text
 
 if TYPE_CHECKING:
-    from specchat.backend import Controls
+    from specchat.engine.backend import Controls
 
 SCREEN_SAMPLES = 100_000
 """Samples per lane before the screen stops by itself (the speaker usually stops it first)."""

@@ -17,7 +17,7 @@ from specchat.ui.controllers.talk import apply_best_gamma
 from specchat.ui.state.live import ControlsView
 
 if TYPE_CHECKING:
-    from specchat.backend import Capabilities, Controls
+    from specchat.engine.backend import Capabilities, Controls
     from specchat.ui.state.theory_tracker import TheoryTracker
 
 TEMPERATURE_STEP = 0.1

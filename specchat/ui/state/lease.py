@@ -18,12 +18,12 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.worker import get_current_worker
 
-from specchat.backend import LocalBackend, Wrapper
+from specchat.engine.backend import LocalBackend, Wrapper
 from specchat.errors import SpecchatError
 from specchat.ui.workers import bridge
 
 if TYPE_CHECKING:
-    from specchat.backend import Capabilities, Controls
+    from specchat.engine.backend import Capabilities, Controls
 
 MAX_WRAPPERS = 8
 """How many ``.engine`` wrappers :func:`local_engine` looks through. Tests wrap the engine to
@@ -35,7 +35,7 @@ def local_engine(engine: object) -> LocalBackend | None:
     """The local backend behind ``engine`` (tests wrap it), or None for a server.
 
     The race and the self-test need token ids and the plain reference decoder, which only local
-    models have (:class:`~specchat.backend.LocalBackend`); it is recognised by that interface, not
+    models have (:class:`~specchat.engine.backend.LocalBackend`); it is recognised by that interface, not
     by the engine's class, so this module loads no torch.
     """
     for _ in range(MAX_WRAPPERS + 1):

@@ -14,7 +14,7 @@ from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from specchat.backend import Capabilities
+from specchat.engine.backend import Capabilities
 from specchat.engine.events import Event, RoundEvent, SummaryEvent, TokenEvent, known
 from specchat.engine.metrics import RollingAlpha, StreamStats
 from specchat.store.conversation import Turn

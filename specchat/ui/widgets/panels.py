@@ -19,7 +19,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Digits, Label, Static
 
-from specchat.backend import FIGURE_LABELS
+from specchat.engine.backend import FIGURE_LABELS
 from specchat.engine.events import TOKEN_KINDS
 from specchat.presenters.bars import bar
 from specchat.presenters.kind_labels import KIND_LABELS

@@ -32,20 +32,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from specchat import logs
-from specchat.backend import FIGURE_LABELS, Backend, Capabilities
+from specchat.engine.backend import FIGURE_LABELS, Backend, Capabilities
 from specchat.engine.events import Event
 from specchat.errors import SpecchatError
 
 if TYPE_CHECKING:
     from specchat.config import Settings
-    from specchat.engine.session import Controls
+    from specchat.engine.backend import Controls
     from specchat.models import LoadProgress
 
 
 _log = logging.getLogger(__name__)
 
 Engine = Backend
-"""What the UI drives: the local engine or a server (:class:`specchat.backend.Backend`)."""
+"""What the UI drives: the local engine or a server (:class:`specchat.engine.backend.Backend`)."""
 
 
 @dataclass(frozen=True)
@@ -205,7 +205,7 @@ def read_ahead(
     engine: Engine, messages: Sequence[dict[str, str]], controls: Controls, cancel: threading.Event
 ) -> None:
     """Let the backend read what is known of the next prompt while nobody waits
-    (:meth:`specchat.backend.Backend.read_ahead`). Runs in a worker; returns within one chunk of
+    (:meth:`specchat.engine.backend.Backend.read_ahead`). Runs in a worker; returns within one chunk of
     ``cancel`` being set or a reply starting.
 
     Silent: nobody asked for it, so nothing reaches the screen. An error goes to the log only

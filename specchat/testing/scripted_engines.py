@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from specchat.backend import Capabilities, Reply
+from specchat.engine.backend import Capabilities, Reply
 from specchat.engine.events import Event, RoundEvent, StopReason, SummaryEvent, TokenEvent
 from specchat.engine.race import LaneToken, RaceLane, RaceResult
 from specchat.ui.workers.bridge import Engine, capabilities_of
@@ -236,9 +236,9 @@ def _lane_with_fixed_times(lane: RaceLane) -> RaceLane:
 
 
 def tiny_engine(seed: int = 0, **kwargs: Any) -> Engine:
-    """A real ChatEngine over the tiny seeded pair from :mod:`specchat.testing`."""
+    """A real ChatEngine over the tiny seeded pair from :mod:`specchat.testing.tiny_models`."""
     from specchat.engine.session import ChatEngine
-    from specchat.testing import make_tiny_pair
+    from specchat.testing.tiny_models import make_tiny_pair
 
     pair = make_tiny_pair(seed, **kwargs)
     return ChatEngine(pair.target, pair.tokenizer, pair.draft)
