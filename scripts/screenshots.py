@@ -117,7 +117,7 @@ async def shoot(
     }  # fmt: skip
     values["system_prompt"] = SYSTEM
     values.update(settings)
-    app = SpecchatApp(Settings(**values), engine=engine, target_name=names[0], draft_name=names[1])
+    app = SpecchatApp(Settings(**values), backend=engine, target_name=names[0], draft_name=names[1])
     async with app.run_test(size=size) as pilot:
         await script(app, pilot)
         app.refresh_panels(force=True)
@@ -156,8 +156,8 @@ async def wait(pilot: Any, condition: Callable[[], bool], timeout: float = 300.0
 
 def demo_race(pair: Any, prompt: str) -> Any:
     """A race on the demo pair, its arrival times from a cost model (the picture repeats)."""
-    from specchat.engine.race import run_race
     from specchat.engine.backend import Controls
+    from specchat.engine.race import run_race
     from specchat.engine.session import ChatEngine
     from specchat.testing.scripted_engines import race_with_fixed_times
 
@@ -175,8 +175,8 @@ def demo_selftest() -> Any:
     """
     from dataclasses import replace
 
-    from specchat.engine.selftest import ExactnessSampler, selftest_messages
     from specchat.engine.backend import Controls
+    from specchat.engine.selftest import ExactnessSampler, selftest_messages
     from specchat.engine.session import ChatEngine
     from specchat.testing.tiny_models import make_tiny_pair
 
@@ -199,7 +199,7 @@ async def render_all(
     (q1, _), (q2, _) = TURNS
 
     async def mid_reply(app: Any, pilot: Any) -> None:
-        eng = app.engine
+        eng = app.backend
         await send_and_wait(app, pilot, q1)
         eng.pause_after = 14
         from specchat.ui.widgets.prompt import PromptInput

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from specchat.engine.registry import DRAFTER_NAMES
 from specchat.errors import InvalidSettingError
 from specchat.files import CONFIG_LIMIT, read_user_text, write_atomic
-from specchat.params import DRAFT_WINDOW
+from specchat.params import DRAFT_WINDOW, GAMMA_MAX
 
 APP_NAME = "specchat"
 
@@ -59,7 +59,7 @@ class Settings(BaseModel):
     # hybrid + adaptive: the fastest pair of choices that keeps the draft model in play on the
     # bench (README, Performance); fixed γ=4 was slower than plain decoding on this CPU.
     drafter: str = "hybrid"
-    gamma: int = Field(default=4, ge=1, le=16)
+    gamma: int = Field(default=4, ge=1, le=GAMMA_MAX)
     """γ of the fixed schedule, and the first γ the others try."""
     schedule: Literal["fixed", "heuristic", "adaptive"] = "adaptive"
     temperature: float = Field(default=0.0, ge=0.0)

@@ -20,9 +20,8 @@ from specchat.engine.registry import drafter_spec, drafters
 from specchat.errors import InvalidSettingError
 
 if TYPE_CHECKING:
-    from specchat.engine.backend import Backend
     from specchat.config import Settings
-    from specchat.engine.backend import Controls
+    from specchat.engine.backend import Backend, Controls
     from specchat.engine.session import ChatEngine
     from specchat.models import LoadProgress
     from specchat.models.loading.loader import DecodingPair

@@ -89,8 +89,8 @@ def as_q8(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def generate_run() -> None:
     import specchat.kernels.native as native
-    from specchat.engine.backend import Controls
     from specchat.bench.prompts import load_prompts
+    from specchat.engine.backend import Controls
     from specchat.engine.events import SummaryEvent, TokenEvent
     from specchat.engine.session import ChatEngine
     from specchat.models.loading.loader import load_for_decoding

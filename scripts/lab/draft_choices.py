@@ -19,8 +19,8 @@ from collections import Counter, defaultdict
 
 import torch
 
-from specchat.engine.backend import Controls
 from specchat.bench.prompts import load_prompts
+from specchat.engine.backend import Controls
 from specchat.engine.events import TokenEvent
 from specchat.engine.kv import CachedLM
 from specchat.engine.session import ChatEngine

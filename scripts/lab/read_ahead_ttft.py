@@ -24,9 +24,9 @@ from pathlib import Path
 import torch
 
 from specchat.config import Settings
+from specchat.engine.backend import Controls
 from specchat.engine.events import RoundEvent, TokenEvent
 from specchat.engine.metrics import draft_prefill_ms
-from specchat.engine.backend import Controls
 from specchat.engine.session import ChatEngine
 from specchat.opening import open_backend
 

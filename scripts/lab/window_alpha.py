@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from specchat.config import Settings
-from specchat.engine.events import TokenEvent
 from specchat.engine.backend import Controls
+from specchat.engine.events import TokenEvent
 from specchat.engine.session import ChatEngine
 from specchat.opening import open_backend
 

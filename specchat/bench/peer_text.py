@@ -137,8 +137,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from specchat.bench.llamacpp_peer import PLAIN_ROW, parse_completion, start_peer
     from specchat.bench.prompts import load_prompts
-    from specchat.engine.events import TokenEvent
     from specchat.engine.backend import Controls
+    from specchat.engine.events import TokenEvent
     from specchat.engine.session import ChatEngine
     from specchat.kernels import variant
     from specchat.models.loading.loader import load_for_decoding

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from specchat.bench import BenchError
 from specchat.bench.prompt_record import BenchPrompt
 from specchat.bench.runner import BenchSettings, Method, build_methods
+from specchat.bench.sweep import FULL_GAMMAS, QUICK_GAMMAS, QUICK_HF_GAMMAS, comma_list, parse_gammas
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -36,9 +37,6 @@ if TYPE_CHECKING:
     from specchat.engine.session import ChatEngine
     from specchat.opening import OpenedBackend
 
-QUICK_GAMMAS = "1,2,3,4"
-FULL_GAMMAS = "1,2,3,4,5,6,8"
-QUICK_HF_GAMMAS = "2,3"
 
 
 @dataclass(frozen=True)
@@ -97,23 +95,6 @@ class BenchPlan:
         if self.only_methods is None:
             return methods
         return [m for m in methods if m.name in self.only_methods or m.kind == "plain"]
-
-
-def parse_gammas(text: str, what: str) -> tuple[int, ...]:
-    """ "1,2,4" as sorted distinct γ values from 1 to 16; a usage error names ``what``."""
-    try:
-        values = sorted({int(part) for part in text.split(",") if part.strip()})
-    except ValueError as err:
-        raise BenchError(f"{what} must be a comma-separated list of whole numbers (got {text!r}).") from err
-    if any(v < 1 or v > 16 for v in values):
-        raise BenchError(f"{what} must be between 1 and 16 (got {text!r}).")
-    return tuple(values)
-
-
-def comma_list(text: str | None) -> list[str] | None:
-    """ "code, math" as ["code", "math"]; None or nothing given: None."""
-    names = [part.strip() for part in (text or "").split(",") if part.strip()]
-    return names or None
 
 
 def make_plan(

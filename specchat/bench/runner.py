@@ -22,13 +22,13 @@ from specchat.bench.llamacpp_peer import PLAIN_ROW as LLAMA_PLAIN
 from specchat.bench.llamacpp_peer import SPECULATIVE_ROW as LLAMA_SPECULATIVE
 from specchat.bench.llamacpp_peer import LlamaCppPeer, PeerTimings
 from specchat.bench.prompts import BenchPrompt
+from specchat.engine.backend import Controls
 from specchat.engine.compare import first_difference
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.gamma import positions_tested
 from specchat.engine.metrics import draft_prefill_ms
 from specchat.engine.registry import drafters, find_drafter
 from specchat.engine.sampling import SamplingParams
-from specchat.engine.backend import Controls
 from specchat.engine.session import ChatEngine
 from specchat.params import DRAFT_WINDOW
 

@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from specchat.engine.backend import Controls
 from specchat.bench.prompts import BenchPrompt
+from specchat.engine.backend import Controls
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.remote.reply_stream import unattended
 from specchat.remote.server_backend import RemoteBackend

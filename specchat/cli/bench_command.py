@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from specchat.bench import BenchError
-from specchat.bench.plan import FULL_GAMMAS, QUICK_GAMMAS, comma_list
+from specchat.bench.sweep import FULL_GAMMAS, QUICK_GAMMAS, comma_list
 from specchat.cli.options import (
     LOADING_OPTIONS,
     draft_window_option,
@@ -19,8 +19,8 @@ from specchat.cli.options import (
     sampling_options,
     settings_from,
 )
-from specchat.engine.gamma import GAMMA_MAX
 from specchat.errors import SpecchatError
+from specchat.params import GAMMA_MAX
 from specchat.untrusted import json_text
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ def _own_args() -> list[str]:
 )
 @click.option(
     "--llama-cpp-draft-max",
-    type=click.IntRange(1, 16),
+    type=click.IntRange(1, GAMMA_MAX),
     default=4,
     show_default=True,
     help="Tokens llama.cpp drafts per round (its --spec-draft-n-max).",
@@ -166,9 +166,9 @@ def bench(**options: Any) -> None:
 
 def _bench_server(settings: Settings, baseline: str | None, options: dict[str, Any]) -> None:
     """``bench --server``: prompts and sampling from the usual options; models options do not apply."""
-    from specchat.engine.backend import Controls
     from specchat.bench.prompts import load_prompts
     from specchat.bench.server import bench_server
+    from specchat.engine.backend import Controls
 
     server = settings.server
     if not server:

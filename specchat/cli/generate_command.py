@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from specchat.engine.backend import chat_messages
 from specchat.cli.exits import reports_errors, stop_on_signals
 from specchat.cli.load_progress import controls_after_loading, open_for_command
 from specchat.cli.options import debug_option, model_options, prompt_options, settings_from
 from specchat.cli.prompt_input import read_prompt
+from specchat.engine.backend import chat_messages
 from specchat.opening import controls_from
 from specchat.presenters.kind_labels import KIND_STYLES, LEGEND_LABELS
 from specchat.untrusted import json_text, visible

@@ -10,9 +10,8 @@ from specchat import opening
 from specchat.untrusted import masked, visible
 
 if TYPE_CHECKING:
-    from specchat.engine.backend import Backend
     from specchat.config import Settings
-    from specchat.engine.backend import Controls
+    from specchat.engine.backend import Backend, Controls
     from specchat.engine.session import ChatEngine
 
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import click
 
-from specchat.engine.backend import chat_messages
 from specchat.cli.exits import reports_errors, stop_on_signals, write_output
 from specchat.cli.load_progress import open_for_talk_job
 from specchat.cli.options import debug_option, model_options, settings_from
 from specchat.cli.prompt_input import read_prompt
+from specchat.engine.backend import chat_messages
 from specchat.engine.race import WARM_UP_TOKENS
 from specchat.errors import InvalidSettingError
 from specchat.files import RACE_LIMIT, read_user_text

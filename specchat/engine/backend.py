@@ -238,6 +238,7 @@ class LocalBackend(Backend, Protocol):
 
 
 class Wrapper(Protocol):
-    """A backend that passes another one's events through (tests retime or pause the engine)."""
+    """A backend that passes another one's events through, holding it as ``backend`` (tests
+    retime or pause the engine)."""
 
-    engine: object
+    backend: object

@@ -24,7 +24,6 @@ from specchat.errors import InvalidSettingError
 from specchat.params import GAMMA_MAX
 
 __all__ = [
-    "GAMMA_MAX",
     "NO_OUTLOOK",
     "SCHEDULES",
     "AdaptiveEstimates",

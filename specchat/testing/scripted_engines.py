@@ -12,10 +12,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from specchat.engine.backend import Capabilities, Reply
+from specchat.engine.backend import Backend, Capabilities, Reply
 from specchat.engine.events import Event, RoundEvent, StopReason, SummaryEvent, TokenEvent
 from specchat.engine.race import LaneToken, RaceLane, RaceResult
-from specchat.ui.workers.bridge import Engine, capabilities_of
+from specchat.ui.workers.bridge import capabilities_of
 
 DRAFT_MS_PER_TOKEN = 1.5
 VERIFY_MS = 12.0
@@ -29,34 +29,34 @@ class FixedTimings:
     decode time is the sum of its rounds. Everything else passes through unchanged.
     """
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
 
     @property
     def available_drafters(self) -> list[str]:
-        return self.engine.available_drafters
+        return self.backend.available_drafters
 
     @property
     def capabilities(self) -> Capabilities:
-        return capabilities_of(self.engine)
+        return capabilities_of(self.backend)
 
     def stream_chat(
         self, messages: Sequence[dict[str, str]], controls: Any, cancel: threading.Event | None = None
     ) -> Iterator[Event]:
         clock = _FixedClock()
-        for event in self.engine.stream_chat(messages, controls, cancel):
+        for event in self.backend.stream_chat(messages, controls, cancel):
             yield clock.retime(event)
 
     def start_chat(
         self, messages: Sequence[dict[str, str]], controls: Any, cancel: threading.Event | None = None
     ) -> Reply:
-        return _RetimedReply(self.engine.start_chat(messages, controls, cancel))
+        return _RetimedReply(self.backend.start_chat(messages, controls, cancel))
 
     def read_ahead(self, messages: Sequence[dict[str, str]], controls: Any, cancel: threading.Event) -> None:
-        self.engine.read_ahead(messages, controls, cancel)
+        self.backend.read_ahead(messages, controls, cancel)
 
     def close(self) -> None:
-        self.engine.close()
+        self.backend.close()
 
 
 class _FixedClock:
@@ -106,8 +106,8 @@ class PausingEngine:
     applies to the very next round.
     """
 
-    def __init__(self, engine: Engine, pause_after: int | None = None) -> None:
-        self.engine = engine
+    def __init__(self, backend: Backend, pause_after: int | None = None) -> None:
+        self.backend = backend
         self.pause_after = pause_after
         self.paused = threading.Event()
         self._release = threading.Event()
@@ -116,11 +116,11 @@ class PausingEngine:
 
     @property
     def available_drafters(self) -> list[str]:
-        return self.engine.available_drafters
+        return self.backend.available_drafters
 
     @property
     def capabilities(self) -> Capabilities:
-        return capabilities_of(self.engine)
+        return capabilities_of(self.backend)
 
     def release(self) -> None:
         self._release.set()
@@ -132,7 +132,7 @@ class PausingEngine:
         self, messages: Sequence[dict[str, str]], controls: Any, cancel: threading.Event | None = None
     ) -> Iterator[Event]:
         self._begin()
-        for event in self.engine.stream_chat(messages, controls, cancel):
+        for event in self.backend.stream_chat(messages, controls, cancel):
             self.events.append(event)
             yield event
             if isinstance(event, RoundEvent):
@@ -142,13 +142,13 @@ class PausingEngine:
         self, messages: Sequence[dict[str, str]], controls: Any, cancel: threading.Event | None = None
     ) -> Reply:
         self._begin()
-        return _PausingReply(self, self.engine.start_chat(messages, controls, cancel), cancel)
+        return _PausingReply(self, self.backend.start_chat(messages, controls, cancel), cancel)
 
     def read_ahead(self, messages: Sequence[dict[str, str]], controls: Any, cancel: threading.Event) -> None:
-        self.engine.read_ahead(messages, controls, cancel)
+        self.backend.read_ahead(messages, controls, cancel)
 
     def close(self) -> None:
-        self.engine.close()
+        self.backend.close()
 
     def _begin(self) -> None:
         self.events.clear()
@@ -235,7 +235,7 @@ def _lane_with_fixed_times(lane: RaceLane) -> RaceLane:
     return RaceLane(lane.name, tuple(tokens), t, summary, lane.rounds)
 
 
-def tiny_engine(seed: int = 0, **kwargs: Any) -> Engine:
+def tiny_engine(seed: int = 0, **kwargs: Any) -> Backend:
     """A real ChatEngine over the tiny seeded pair from :mod:`specchat.testing.tiny_models`."""
     from specchat.engine.session import ChatEngine
     from specchat.testing.tiny_models import make_tiny_pair

@@ -42,8 +42,8 @@ from textual.screen import Screen
 from textual.widgets import TextArea
 
 from specchat import logs
-from specchat.engine.backend import Capabilities
 from specchat.config import Settings, data_dir
+from specchat.engine.backend import Capabilities
 from specchat.store.conversation import Conversation, ConversationError
 from specchat.store.folder import ConversationStore
 from specchat.ui.controllers import palette as commands
@@ -85,7 +85,7 @@ class SpecchatApp(PlainToasts[int]):
     def __init__(
         self,
         settings: Settings,
-        engine: bridge.Engine | None = None,
+        backend: bridge.Backend | None = None,
         *,
         target_name: str | None = None,
         draft_name: str | None = None,
@@ -104,11 +104,11 @@ class SpecchatApp(PlainToasts[int]):
         """The models and who uses them; screens and panels that run jobs get it, not the app."""
         self._given = (
             None
-            if engine is None
-            else bridge.LoadedEngine(engine, target_name or settings.target, draft_name, device)
+            if backend is None
+            else bridge.LoadedBackend(backend, target_name or settings.target, draft_name, device)
         )
         self.target_name = target_name or settings.target
-        self.draft_name = draft_name if engine is not None else settings.draft
+        self.draft_name = draft_name if backend is not None else settings.draft
         self.store = ConversationStore(data_dir())
         # The app's notify is looked up at each call: whoever wraps it (a recording test) sees
         # the saving notices too.
@@ -212,8 +212,8 @@ class SpecchatApp(PlainToasts[int]):
         self.loading.failed(message)
 
     @property
-    def engine(self) -> bridge.Engine | None:
-        return self.lease.engine
+    def backend(self) -> bridge.Backend | None:
+        return self.lease.backend
 
     @property
     def controls(self) -> Controls | None:
@@ -241,9 +241,9 @@ class SpecchatApp(PlainToasts[int]):
         self.chat.send(message)
 
     def start_reply(self) -> None:
-        assert self.engine is not None and self.controls is not None
+        assert self.backend is not None and self.controls is not None
         self.reading_ahead.cancel()  # the reply then waits one chunk at most for the models
-        self.replies.start(self.engine, self.controls)
+        self.replies.start(self.backend, self.controls)
 
     def _hold_prompt(self) -> None:
         """The models' holder changed (loaded, a reply or a talk job took them or let them go)."""

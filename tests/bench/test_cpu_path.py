@@ -13,9 +13,9 @@ import torch
 from torch import nn
 from transformers import LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+from specchat.engine.backend import Controls
 from specchat.engine.events import TokenEvent
 from specchat.engine.kv import CachedLM
-from specchat.engine.backend import Controls
 from specchat.engine.session import ChatEngine
 from specchat.errors import InvalidSettingError
 from specchat.kernels import cpu_supports

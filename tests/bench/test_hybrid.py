@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from specchat.engine.events import RoundEvent, TokenEvent
 from specchat.engine.backend import Controls
+from specchat.engine.events import RoundEvent, TokenEvent
 from specchat.engine.session import ChatEngine
 from specchat.errors import InvalidSettingError
 from tests.typed import host_draft

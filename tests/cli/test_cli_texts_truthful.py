@@ -11,13 +11,14 @@ from click.testing import CliRunner
 
 from specchat.cli import main
 from specchat.config import Settings
-from specchat.engine.gamma import GAMMA_MAX, HeuristicGamma
+from specchat.engine.gamma import HeuristicGamma
 from specchat.engine.registry import DRAFT_STOP_BELOW
 from specchat.models.cache.paths import CONVERTED_MARKER
 from specchat.models.compute.cpu_quant import FALLBACK_CPU_PATH, NATIVE_CPU_PATH
 from specchat.models.compute.packed import FORMAT_VERSION, PackRecipe, packed_folder
 from specchat.models.names import assemble
 from specchat.models.names.catalog import PACKAGED
+from specchat.params import GAMMA_MAX
 
 
 def help_text(command: str = "generate") -> str:

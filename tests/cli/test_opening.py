@@ -65,9 +65,9 @@ def test_the_tui_bridge_opens_through_open_backend(
         return opening.OpenedBackend(engine, "t", "d", device="cpu", kernels="int8/dyn8", notes=("n",))  # type: ignore[arg-type]
 
     monkeypatch.setattr(opening, "open_backend", fake_open)
-    loaded = bridge.load_engine(Settings(), lambda event: None)
+    loaded = bridge.load_backend(Settings(), lambda event: None)
     assert calls == [{"every_drafter": True}]
-    assert loaded == bridge.LoadedEngine(engine, "t", "d", "cpu · int8/dyn8", ("n",))  # type: ignore[arg-type]
+    assert loaded == bridge.LoadedBackend(engine, "t", "d", "cpu · int8/dyn8", ("n",))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("extra", [[], ["--check"]])

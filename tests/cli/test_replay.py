@@ -101,7 +101,7 @@ def test_replay_opens_the_app_with_no_engine_at_the_chosen_speed(
         seen.update(
             replay=self.replay_only,
             speed=self.talk_screens.replay_speed,
-            engine=self.engine,
+            backend=self.backend,
             given=self._given,
         )
 
@@ -110,7 +110,7 @@ def test_replay_opens_the_app_with_no_engine_at_the_chosen_speed(
     path.write_text(json.dumps(conversation([{"role": "user", "content": "hello"}, V1_REPLY])))
     code, _, err = run("replay", str(path), "--speed", "0.25")
     assert code == 0, err
-    assert seen["speed"] == 0.25 and seen["engine"] is None and seen["given"] is None
+    assert seen["speed"] == 0.25 and seen["backend"] is None and seen["given"] is None
     assert seen["replay"].turns[-1].content == "hi"
     code, _, err = run("replay", str(path), "--speed", "3")
     assert code == 2 and "--speed" in err

@@ -153,7 +153,7 @@ def make_app(engine: object, **overrides: object) -> SpecchatApp:
     values: dict[str, object] = {"max_new_tokens": 12, "seed": 1, "drafter": "model", "schedule": "fixed"}
     values.update(overrides)
     settings = load_settings(values)
-    return SpecchatApp(settings, engine=engine, target_name="tiny-target", draft_name="tiny-draft")  # type: ignore[arg-type]
+    return SpecchatApp(settings, backend=engine, target_name="tiny-target", draft_name="tiny-draft")  # type: ignore[arg-type]
 
 
 def record_notifications(app: SpecchatApp) -> list[str]:

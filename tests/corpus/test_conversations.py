@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from textual.widgets import OptionList
 
-from specchat.testing.scripted_engines import PausingEngine
 from specchat.store import folder as store_module
 from specchat.store.conversation import ConversationError
 from specchat.store.folder import ConversationStore
+from specchat.testing.scripted_engines import PausingEngine
 from specchat.ui.screens.conversations import ConversationsScreen
 from specchat.ui.widgets.prompt import PromptInput
 

@@ -142,14 +142,14 @@ async def test_chat_signal_while_loading_quits_at_once(
     status = TUI_SIGNALS[name]
     steps: list[int] = []
 
-    def slow_load(settings: Any, progress: Any) -> bridge.LoadedEngine:
+    def slow_load(settings: Any, progress: Any) -> bridge.LoadedBackend:
         for step in range(100):
             progress(LoadProgress("tiny-target", "load", step, 100, "loading"))
             time.sleep(0.1)
             steps.append(step)
         raise AssertionError("loading should have been abandoned")
 
-    monkeypatch.setattr(bridge, "load_engine", slow_load)
+    monkeypatch.setattr(bridge, "load_backend", slow_load)
     app = SpecchatApp(make_app(None).settings)
     started = time.monotonic()
     async with app.run_test(size=TERMINAL) as pilot:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from specchat.engine.backend import Controls
 from specchat.engine.drafters import Draft
 from specchat.engine.events import RoundEvent, TokenEvent
 from specchat.engine.kv import CachedLM
 from specchat.engine.sampling import SamplingParams
-from specchat.engine.backend import Controls
 from specchat.engine.session import ChatEngine
 from specchat.testing.tiny_models import TinyPair
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 import threading
 
-from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.backend import Controls
+from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.session import ChatEngine
 
 

@@ -12,8 +12,8 @@ import warnings
 import pytest
 import torch
 
-from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.backend import Controls
+from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.session import ChatEngine
 from specchat.engine.static import StaticLM
 from specchat.testing.tiny_models import make_tiny_pair

@@ -36,8 +36,8 @@ def test_flush_returns_a_truncated_character() -> None:
 
 def test_a_reply_cut_inside_a_character_keeps_its_last_bytes() -> None:
     """Every stop reason flushes the detokenizer: the texts add up to the full decode."""
-    from specchat.engine.events import TokenEvent
     from specchat.engine.backend import Controls
+    from specchat.engine.events import TokenEvent
     from specchat.engine.session import ChatEngine
     from specchat.testing.tiny_models import make_model
 

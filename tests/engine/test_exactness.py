@@ -16,10 +16,10 @@ import pytest
 import torch
 
 from specchat.engine import sampling as sampling_module
+from specchat.engine.backend import Controls
 from specchat.engine.events import Event, RoundEvent, TokenEvent
 from specchat.engine.gamma import FixedGamma
 from specchat.engine.sampling import SamplingParams, shape_probs
-from specchat.engine.backend import Controls
 from specchat.engine.session import ChatEngine
 from specchat.testing.tiny_models import make_model, make_tiny_pair, make_tokenizer, perturbed_copy
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from specchat.engine.events import SummaryEvent, TokenEvent
 from specchat.engine.backend import Controls
+from specchat.engine.events import SummaryEvent, TokenEvent
 from specchat.engine.session import ChatEngine
 
 PROMPT = [{"role": "user", "content": "Write a Python function that checks whether a number is prime."}]

@@ -6,10 +6,10 @@ import copy
 
 import pytest
 
+from specchat.engine.backend import Controls
 from specchat.engine.events import Event, RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.metrics import StreamStats
 from specchat.engine.reasoning import ReasoningMarker, answer_text, opens_reasoning, reasoning_text
-from specchat.engine.backend import Controls
 from specchat.engine.session import ChatEngine
 from specchat.testing.tiny_models import ANSWER_SCRIPT, REASONING_SCRIPT, ThinkingPair, make_thinking_pair
 from tests.typed import decoded

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 import pytest
 import torch
 
+from specchat.engine.backend import Controls
 from specchat.engine.drafters import DeviceDraft, ModelDrafter
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.kv import CachedLM
-from specchat.engine.backend import Controls
 from specchat.engine.session import ChatEngine
 from specchat.engine.static import StaticLM, make_cached_lm
 from specchat.engine.timing import counted_host_reads

@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
+from specchat.engine.backend import Controls
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.sampling import SamplingParams, residual_distribution, shape_probs
-from specchat.engine.backend import Controls
 from specchat.engine.session import ChatEngine
 
 PROMPT = [{"role": "user", "content": "hello there, how are you"}]

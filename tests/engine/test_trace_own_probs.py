@@ -11,9 +11,9 @@ import math
 import pytest
 import torch
 
+from specchat.engine.backend import Controls
 from specchat.engine.events import DraftTrace, RoundEvent, TokenEvent, known
 from specchat.engine.sampling import own_probabilities
-from specchat.engine.backend import Controls
 from specchat.engine.session import ChatEngine
 
 PROMPT = [{"role": "user", "content": "abc abc abc, what comes next? abc"}]

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from specchat.engine.events import TokenEvent
 from specchat.engine.backend import Controls
+from specchat.engine.events import TokenEvent
 from specchat.engine.session import ChatEngine
 from specchat.testing.tiny_models import make_model, make_tokenizer, perturbed_copy
 

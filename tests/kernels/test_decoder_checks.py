@@ -30,7 +30,6 @@ def test_the_engine_refuses_a_prompt_id_past_the_embedding_in_one_line() -> None
     from transformers import AutoTokenizer
 
     from specchat.engine.backend import Controls
-
     from specchat.engine.session import ChatEngine
     from specchat.errors import InvalidSettingError
     from tests.kernels.decoder_abuse import FIXTURE

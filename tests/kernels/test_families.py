@@ -10,8 +10,8 @@ import pytest
 import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig, PreTrainedModel, Qwen3Config, Qwen3ForCausalLM
 
-from specchat.engine.events import TokenEvent
 from specchat.engine.backend import Controls
+from specchat.engine.events import TokenEvent
 from specchat.engine.session import ChatEngine
 from specchat.kernels import cpu_supports
 from specchat.kernels.native import NativeCausalLM

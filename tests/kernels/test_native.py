@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from specchat.engine.backend import Controls
 from specchat.engine.events import TokenEvent
 from specchat.engine.sampling import SamplingParams, shape_probs
-from specchat.engine.backend import Controls
 from specchat.engine.session import ChatEngine
 from specchat.kernels.formats import Unpacked, quantize_q8
 from specchat.kernels.native import NativeCausalLM, native_model

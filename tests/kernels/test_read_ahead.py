@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from specchat.engine.backend import Controls
 from specchat.engine.events import RoundEvent, TokenEvent
 from specchat.engine.read_ahead import CHUNK, UNSETTLED
-from specchat.engine.backend import Controls
 from specchat.engine.session import ChatEngine
 from specchat.models.compute.packing import from_hf
 from specchat.testing.tiny_models import make_tiny_pair

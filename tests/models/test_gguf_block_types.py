@@ -17,8 +17,8 @@ import torch
 from gguf import GGMLQuantizationType, quants
 from transformers import LlamaForCausalLM
 
-from specchat.engine.events import TokenEvent
 from specchat.engine.backend import Controls
+from specchat.engine.events import TokenEvent
 from specchat.engine.session import ChatEngine
 from specchat.kernels import cpu_supports
 from specchat.kernels.native import NativeCausalLM, native_model

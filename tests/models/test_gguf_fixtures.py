@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 import torch
 
-from specchat.engine.events import TokenEvent
 from specchat.engine.backend import Controls
+from specchat.engine.events import TokenEvent
 from specchat.engine.session import ChatEngine
 from specchat.kernels import cpu_supports
 from specchat.models.architectures import BY_NAME

@@ -19,8 +19,8 @@ from click.testing import CliRunner
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
 from specchat.cli import main
-from specchat.engine.events import SummaryEvent
 from specchat.engine.backend import Controls
+from specchat.engine.events import SummaryEvent
 from specchat.engine.session import ChatEngine
 from specchat.errors import InvalidSettingError
 from specchat.models import load_for_decoding, load_model

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from specchat.engine import sampling
+from specchat.engine.backend import Controls
 from specchat.engine.events import SummaryEvent
 from specchat.engine.exact import use_exact_kernels
-from specchat.engine.backend import Controls
 from specchat.engine.session import ChatEngine
 from specchat.models import load_model
 from specchat.models.records import LoadedModel

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from specchat.engine.backend import Controls
 from specchat.cli import main
+from specchat.engine.backend import Controls
 from specchat.engine.events import Event, NoticeEvent, RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.reasoning import answer_text, reasoning_text
 from specchat.remote import ServerError, connect

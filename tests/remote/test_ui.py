@@ -40,7 +40,7 @@ async def wait_for(pilot: Pilot[Any], condition: Callable[[], bool], timeout: fl
 
 
 async def attached(pilot: Pilot[Any], app: SpecchatApp) -> None:
-    await wait_for(pilot, lambda: app.engine is not None)
+    await wait_for(pilot, lambda: app.backend is not None)
     await pilot.pause()
 
 

@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
+from specchat.engine.backend import Controls
 from specchat.engine.events import SummaryEvent
 from specchat.engine.race import LaneToken, RaceCancelled, RaceLane, RaceResult, run_race
-from specchat.engine.backend import Controls
 from specchat.engine.session import ChatEngine
 
 MESSAGES = [{"role": "user", "content": "the cat sat on the mat. the cat sat on"}]

@@ -7,6 +7,7 @@ from collections import Counter
 import pytest
 
 from specchat.engine import sampling as sampling_module
+from specchat.engine.backend import Controls
 from specchat.engine.selftest import (
     END,
     ExactnessSampler,
@@ -19,7 +20,6 @@ from specchat.engine.selftest import (
     total_variation,
     tv_noise,
 )
-from specchat.engine.backend import Controls
 from specchat.engine.session import ChatEngine
 from specchat.testing.tiny_models import TinyPair, make_tiny_pair
 

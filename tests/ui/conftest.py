@@ -13,8 +13,8 @@ from rich.style import Style
 from rich.text import Span
 from textual.pilot import Pilot
 
-from specchat.engine.backend import Controls
 from specchat.config import Settings
+from specchat.engine.backend import Controls
 from specchat.engine.session import ChatEngine
 from specchat.testing.scripted_engines import FixedTimings, PausingEngine
 from specchat.testing.tiny_models import TinyPair, make_tiny_pair
@@ -74,7 +74,7 @@ def settings(**overrides: Any) -> Settings:
 
 def make_app(engine: Any, **overrides: Any) -> SpecchatApp:
     return SpecchatApp(
-        settings(**overrides), engine=engine, target_name="tiny-target", draft_name="tiny-draft"
+        settings(**overrides), backend=engine, target_name="tiny-target", draft_name="tiny-draft"
     )
 
 

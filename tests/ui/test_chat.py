@@ -12,8 +12,8 @@ from textual.widgets import TextArea
 from specchat.engine.backend import Backend
 from specchat.engine.events import SummaryEvent
 from specchat.engine.metrics import RollingAlpha, StreamStats
-from specchat.testing.scripted_engines import PausingEngine
 from specchat.store.markdown import fmt
+from specchat.testing.scripted_engines import PausingEngine
 from specchat.ui.widgets.panels import SidePanel
 from specchat.ui.widgets.prompt import PromptInput
 from specchat.ui.widgets.transcript import AssistantMessage, Notice, ReplyText
@@ -353,7 +353,7 @@ async def test_system_prompt_edited_in_the_app_reaches_the_engine(engine: Pausin
     from specchat.ui.screens.system_prompt import SystemPromptScreen
 
     seen: list[list[dict[str, str]]] = []
-    inner = engine.engine
+    inner = engine.backend
 
     class Recording:
         available_drafters = inner.available_drafters
@@ -365,7 +365,7 @@ async def test_system_prompt_edited_in_the_app_reaches_the_engine(engine: Pausin
         def read_ahead(self, messages, controls, cancel):
             inner.read_ahead(messages, controls, cancel)
 
-    engine.engine = cast(Backend, Recording())  # the chat calls only these three
+    engine.backend = cast(Backend, Recording())  # the chat calls only these three
     app = make_app(engine, system_prompt="Be terse.")
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f9")

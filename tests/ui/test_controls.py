@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from specchat.engine.backend import Capabilities, Controls
-from specchat.engine.gamma import GAMMA_MAX, SCHEDULES
+from specchat.engine.gamma import SCHEDULES
+from specchat.params import GAMMA_MAX
 from specchat.ui.state.controls import (
     TEMPERATURE_MAX,
     TEMPERATURE_STEP,
@@ -68,7 +69,7 @@ def test_a_server_that_fixed_its_controls_says_so() -> None:
 
 @dataclass
 class _Lease:
-    engine: Any | None = None
+    backend: Any | None = None
     controls: Controls | None = None
     capabilities: Capabilities | None = None
 
@@ -88,7 +89,7 @@ def test_the_keys_apply_the_rules_to_the_leased_controls() -> None:
     assert keys.view() is None and not changes, "nothing to change while the models load"
 
     local = Capabilities(kind="local", provenance="exact", measured=frozenset())
-    lease.engine, lease.controls, lease.capabilities = _Engine(), Controls(gamma=4), local
+    lease.backend, lease.controls, lease.capabilities = _Engine(), Controls(gamma=4), local
     keys.step_gamma(+1)
     keys.cycle_drafter()
     keys.step_temperature(+TEMPERATURE_STEP)

@@ -48,10 +48,10 @@ async def test_a_reply_that_fails_unexpectedly(tiny_pair: Any) -> None:
 
 
 async def test_loading_that_fails_unexpectedly(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(s: Any, progress: Any) -> bridge.LoadedEngine:
+    def broken(s: Any, progress: Any) -> bridge.LoadedBackend:
         raise KeyError("lm_head.weight")
 
-    monkeypatch.setattr(bridge, "load_engine", broken)
+    monkeypatch.setattr(bridge, "load_backend", broken)
     app = SpecchatApp(settings())
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, LoadingScreen) and app.screen.failed is not None)

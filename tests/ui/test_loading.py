@@ -27,19 +27,19 @@ async def test_models_load_behind_a_loading_screen_then_chat(
     """The real loader (specchat.models.load_pair) on tiny model folders, as `specchat` does it."""
     target, draft = save_tiny_pair(tiny_pair, tmp_path)
     seen: list[LoadProgress] = []
-    real = bridge.load_engine
+    real = bridge.load_backend
 
-    def recording(s: Any, progress: Any) -> bridge.LoadedEngine:
+    def recording(s: Any, progress: Any) -> bridge.LoadedBackend:
         def record(p: LoadProgress) -> None:
             seen.append(p)
             progress(p)
 
         return real(s, record)
 
-    monkeypatch.setattr(bridge, "load_engine", recording)
+    monkeypatch.setattr(bridge, "load_backend", recording)
     app = SpecchatApp(settings(target=str(target), draft=str(draft), device="cpu", dtype="float32"))
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: app.engine is not None, timeout=60)
+        await wait_for(pilot, lambda: app.backend is not None, timeout=60)
         await pilot.pause()
         assert not isinstance(app.screen, LoadingScreen)
         assert "tiny-target" in app.sub_title and "tiny-draft" in app.sub_title
@@ -55,12 +55,12 @@ async def test_progress_is_shown_while_loading(monkeypatch: pytest.MonkeyPatch, 
 
     go = threading.Event()
 
-    def slow_load(s: Any, progress: Any) -> bridge.LoadedEngine:
+    def slow_load(s: Any, progress: Any) -> bridge.LoadedBackend:
         progress(LoadProgress("tiny-target", "assemble", 3, 10, "assembling tiny-target chunk 3/10"))
         go.wait(10)
-        return bridge.LoadedEngine(engine, "tiny-target", "tiny-draft", "cpu")
+        return bridge.LoadedBackend(engine, "tiny-target", "tiny-draft", "cpu")
 
-    monkeypatch.setattr(bridge, "load_engine", slow_load)
+    monkeypatch.setattr(bridge, "load_backend", slow_load)
     app = SpecchatApp(settings())
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(
@@ -71,7 +71,7 @@ async def test_progress_is_shown_while_loading(monkeypatch: pytest.MonkeyPatch, 
         assert screen.query_one(ProgressBar).percentage == pytest.approx(0.3)
         await pilot.press("f3")  # the UI stays responsive; keys do no harm before the engine exists
         go.set()
-        await wait_for(pilot, lambda: app.engine is not None)
+        await wait_for(pilot, lambda: app.backend is not None)
         await pilot.pause()
         assert not isinstance(app.screen, LoadingScreen)
 
@@ -82,25 +82,25 @@ async def test_a_loading_notice_stays_readable_after_the_chat_opens(
     """A repacked cache says so while loading; the chat opening must not swallow the line."""
     line = "removed the copy of tiny-target packed by an earlier specchat (1.3 GB)"
 
-    def load(s: Any, progress: Any) -> bridge.LoadedEngine:
+    def load(s: Any, progress: Any) -> bridge.LoadedBackend:
         progress(LoadProgress("tiny-target", "notice", 0, None, line))
         progress(LoadProgress("tiny-target", "load", 1, 1, "loading tiny-target: done"))
-        return bridge.LoadedEngine(engine, "tiny-target", "tiny-draft", "cpu")
+        return bridge.LoadedBackend(engine, "tiny-target", "tiny-draft", "cpu")
 
-    monkeypatch.setattr(bridge, "load_engine", load)
+    monkeypatch.setattr(bridge, "load_backend", load)
     app = SpecchatApp(settings())
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: app.engine is not None)
+        await wait_for(pilot, lambda: app.backend is not None)
         await pilot.pause()
         assert not isinstance(app.screen, LoadingScreen)
         assert [n.message for n in app._notifications] == [line]
 
 
 async def test_a_load_failure_is_a_readable_message_and_a_clean_exit(monkeypatch: pytest.MonkeyPatch) -> None:
-    def missing(s: Any, progress: Any) -> bridge.LoadedEngine:
+    def missing(s: Any, progress: Any) -> bridge.LoadedBackend:
         raise ModelNotFoundError("unknown model 'nope': run `specchat models` to see what is installed.")
 
-    monkeypatch.setattr(bridge, "load_engine", missing)
+    monkeypatch.setattr(bridge, "load_backend", missing)
     app = SpecchatApp(settings(target="nope"))
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, LoadingScreen) and app.screen.failed is not None)
@@ -142,7 +142,7 @@ async def test_quitting_while_loading_is_prompt(monkeypatch: pytest.MonkeyPatch)
     jobs_done: list[int] = []
     stop = threading.Event()
 
-    def slow_packing(s: Any, progress: Any) -> bridge.LoadedEngine:
+    def slow_packing(s: Any, progress: Any) -> bridge.LoadedBackend:
         for job in range(200):  # 20 s of packing unless the progress callback gives up
             progress(LoadProgress("CPU kernels", "kernels", job, 200, "packing CPU kernels"))
             time.sleep(0.1)
@@ -150,7 +150,7 @@ async def test_quitting_while_loading_is_prompt(monkeypatch: pytest.MonkeyPatch)
         stop.set()
         raise AssertionError("loading should have been abandoned")
 
-    monkeypatch.setattr(bridge, "load_engine", slow_packing)
+    monkeypatch.setattr(bridge, "load_backend", slow_packing)
     app = SpecchatApp(settings())
     started = time.monotonic()
     async with app.run_test(size=SIZE) as pilot:
@@ -177,11 +177,11 @@ async def test_a_message_typed_while_loading_waits_in_the_box(
 
     go = threading.Event()
 
-    def slow_load(s: Any, progress: Any) -> bridge.LoadedEngine:
+    def slow_load(s: Any, progress: Any) -> bridge.LoadedBackend:
         go.wait(10)
-        return bridge.LoadedEngine(engine, "tiny-target", "tiny-draft", "cpu")
+        return bridge.LoadedBackend(engine, "tiny-target", "tiny-draft", "cpu")
 
-    monkeypatch.setattr(bridge, "load_engine", slow_load)
+    monkeypatch.setattr(bridge, "load_backend", slow_load)
     app = SpecchatApp(settings())
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, LoadingScreen))
@@ -189,7 +189,7 @@ async def test_a_message_typed_while_loading_waits_in_the_box(
         await pilot.pause()
         assert "waits in the box" in str(app.screen.query_one("#loading-note", Static).content)
         go.set()
-        await wait_for(pilot, lambda: app.engine is not None)
+        await wait_for(pilot, lambda: app.backend is not None)
         await pilot.pause()
         assert app.prompt.text == "quick question"  # waiting, not sent and not lost
         assert app.conversation.turns == [] and app.reply is None

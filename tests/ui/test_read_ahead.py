@@ -40,7 +40,7 @@ class Recording:
     """The engine, with every read-ahead recorded (and held until cancelled if ``hold``)."""
 
     def __init__(self, engine: PausingEngine, hold: bool = False) -> None:
-        self.engine = engine
+        self.backend = engine
         self.hold = hold
         self.calls: list[ReadAheadCall] = []
         self.replies: list[list[dict[str, str]]] = []
@@ -49,11 +49,11 @@ class Recording:
 
     @property
     def available_drafters(self) -> list[str]:
-        return self.engine.available_drafters
+        return self.backend.available_drafters
 
     @property
     def capabilities(self) -> Capabilities:
-        return capabilities_of(self.engine)
+        return capabilities_of(self.backend)
 
     def _reply_starts(self, messages: Sequence[dict[str, str]]) -> None:
         self.cancelled_at_reply.append([call.cancel.is_set() for call in self.calls])
@@ -61,21 +61,21 @@ class Recording:
 
     def stream_chat(self, messages: Any, controls: Any, cancel: Any = None) -> Iterator[Event]:
         self._reply_starts(messages)
-        return self.engine.stream_chat(messages, controls, cancel)
+        return self.backend.stream_chat(messages, controls, cancel)
 
     def start_chat(self, messages: Any, controls: Any, cancel: Any = None) -> Reply:
         self._reply_starts(messages)
-        return self.engine.start_chat(messages, controls, cancel)
+        return self.backend.start_chat(messages, controls, cancel)
 
     def read_ahead(self, messages: Any, controls: Any, cancel: threading.Event) -> None:
         self.calls.append(ReadAheadCall(list(messages), cancel))
         if self.hold:
             cancel.wait(10)
         else:
-            self.engine.read_ahead(messages, controls, cancel)
+            self.backend.read_ahead(messages, controls, cancel)
 
     def close(self) -> None:
-        self.engine.close()
+        self.backend.close()
 
 
 def chat(recording: Recording, delay: float = DELAY, **overrides: Any) -> SpecchatApp:

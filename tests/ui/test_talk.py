@@ -14,11 +14,11 @@ import torch
 
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.presenters.kind_labels import KIND_LABELS
-from specchat.testing.scripted_engines import PausingEngine
 from specchat.store.folder import ConversationStore
+from specchat.testing.scripted_engines import PausingEngine
 from specchat.ui.screens.replay import ReplayScreen
 from specchat.ui.settings.themes import REJECTED
-from specchat.ui.state.lease import local_engine
+from specchat.ui.state.lease import local_backend
 from specchat.ui.widgets.inspector import InspectorPanel, prob
 from specchat.ui.widgets.steps import StepPanel
 
@@ -194,7 +194,7 @@ async def test_trace_matches_the_models_own_probabilities(engine: PausingEngine,
         await send(pilot, "hello there")
         await wait_idle(pilot, app)
         messages = app.conversation.chat_messages()[:-1]
-    local = local_engine(engine)
+    local = local_backend(engine)
     assert local is not None
     prompt = local.prompt_ids(messages)
     ids = list(prompt)
@@ -329,7 +329,7 @@ async def test_replay_shows_the_saved_rounds_at_their_pace_and_steps(engine: Pau
         await wait_for(pilot, lambda: isinstance(app.screen, ReplayScreen))
         screen = app.screen
         assert isinstance(screen, ReplayScreen)
-        assert app.engine is None, "no model is loaded"
+        assert app.backend is None, "no model is loaded"
         # Pacing: the replay is not instantaneous (each round waits its recorded time / 4).
         await pilot.pause(0.05)
         assert not screen.finished

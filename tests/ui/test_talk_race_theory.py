@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 import pytest
 from textual.widgets import Static
 
-from specchat.engine.backend import Capabilities
 from specchat.config import data_dir
+from specchat.engine.backend import Capabilities
 from specchat.engine.events import Event
 from specchat.engine.race import RaceResult
 from specchat.presenters.race_text import finish_lines

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
+from specchat.engine.backend import Controls
 from specchat.engine.race import RaceResult, run_race
 from specchat.engine.selftest import ExactnessSampler, selftest_messages
-from specchat.engine.backend import Controls
 from specchat.engine.session import ChatEngine
 from specchat.testing.scripted_engines import PausingEngine, race_with_fixed_times
 from specchat.testing.tiny_models import TinyPair

@@ -13,9 +13,9 @@ import pytest
 from specchat.engine.backend import Controls
 from specchat.engine.events import SummaryEvent, TokenEvent
 from specchat.engine.session import ChatEngine, LocalReply
-from specchat.testing.scripted_engines import FixedTimings, PausingEngine
 from specchat.store.folder import ConversationStore
 from specchat.store.markdown import to_markdown
+from specchat.testing.scripted_engines import FixedTimings, PausingEngine
 from specchat.testing.tiny_models import ANSWER_SCRIPT, REASONING_SCRIPT, TinyPair, make_thinking_pair
 from specchat.ui.widgets.inspector import InspectorPanel
 from specchat.ui.widgets.steps import StepPanel
@@ -243,7 +243,7 @@ async def test_a_model_without_a_template_says_how_turns_are_joined(tiny_pair: T
     bare = tiny_pair.tokenizer.__class__(tokenizer_object=tiny_pair.tokenizer.backend_tokenizer)
     app = make_app(ChatEngine(tiny_pair.target, bare, tiny_pair.draft))
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: app.engine is not None)
+        await wait_for(pilot, lambda: app.backend is not None)
         await pilot.pause()
         note = str(app.transcript.query_one(SystemNote).render())
         assert "prompt  no chat template in this model: the turns are joined by blank lines" in note
@@ -264,7 +264,7 @@ async def test_raw_mode_sends_the_text_exactly_and_says_so(tiny_pair: TinyPair) 
     engine.start_ids = record  # type: ignore[method-assign,assignment]
     app = make_app(engine, raw=True, max_new_tokens=4)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: app.engine is not None)
+        await wait_for(pilot, lambda: app.backend is not None)
         assert "prompt  raw: your text exactly" in str(app.transcript.query_one(SystemNote).render())
         await send(pilot, "abc abc")
         await wait_idle(pilot, app)

@@ -18,14 +18,13 @@ from specchat.ui.screens.loading import LoadingScreen
 from specchat.ui.workers.model_loading import load_models
 
 if TYPE_CHECKING:
-
-    from specchat.engine.backend import Capabilities, Controls
     from specchat.config import Settings
+    from specchat.engine.backend import Capabilities, Controls
     from specchat.store.conversation import Conversation
     from specchat.ui.state.lease import ModelLease
     from specchat.ui.state.live import LiveStats
     from specchat.ui.widgets.prompt import PromptInput
-    from specchat.ui.workers.bridge import LoadedEngine
+    from specchat.ui.workers.bridge import LoadedBackend
     from specchat.ui.workers.messages import LoadFailed, LoadProgressed
 
 
@@ -50,9 +49,7 @@ class LoadHost(ShowsScreens, RunsWorkers, Protocol):
 
 
 class LoadingFlow:
-    def __init__(
-        self, host: LoadHost, settings: Settings, lease: ModelLease, live: LiveStats
-    ) -> None:
+    def __init__(self, host: LoadHost, settings: Settings, lease: ModelLease, live: LiveStats) -> None:
         self.host = host
         self.settings = settings
         self.lease = lease
@@ -80,7 +77,7 @@ class LoadingFlow:
         if message.progress.stage == "notice":  # worth reading after the loading screen has closed
             self.host.notify(message.progress.message, timeout=12, markup=False)  # a file's name is no markup
 
-    def loaded(self, loaded: LoadedEngine) -> None:
+    def loaded(self, loaded: LoadedBackend) -> None:
         """Close the loading screen and anything opened over it meanwhile (help, say), chat with
         the models, and give back what was typed meanwhile."""
         screen, self.screen = self.screen, None
@@ -94,13 +91,13 @@ class LoadingFlow:
             self.host.prompt.give_back(typed)
         self.host.prompt.focus()
 
-    def use(self, loaded: LoadedEngine) -> None:
+    def use(self, loaded: LoadedBackend) -> None:
         """The chat runs on ``loaded`` from now on (loaded here, or given to the app)."""
         host = app = self.host
         host.target_name, host.draft_name = loaded.target_name, loaded.draft_name
         host.conversation.target, host.conversation.draft = loaded.target_name, loaded.draft_name
-        chosen, note = controls_for(self.settings, loaded.engine.available_drafters)
-        self.lease.use(loaded.engine, chosen, loaded.target_name, loaded.draft_name)
+        chosen, note = controls_for(self.settings, loaded.backend.available_drafters)
+        self.lease.use(loaded.backend, chosen, loaded.target_name, loaded.draft_name)
         if note:
             app.notify(note, severity="warning")
         app.sub_title = attached(loaded, host.capabilities, self.live)
@@ -143,7 +140,7 @@ LEGEND_NOTES = {
 }
 
 
-def attached(loaded: LoadedEngine, caps: Capabilities, live: LiveStats) -> str:
+def attached(loaded: LoadedBackend, caps: Capabilities, live: LiveStats) -> str:
     """The app's subtitle once the models are in: the pair and the device, or the server (whose
     tokens are then measured as they arrive, the legend saying what its colours are worth)."""
     if caps.kind != "local":

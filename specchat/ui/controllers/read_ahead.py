@@ -106,11 +106,11 @@ class ReadingAhead:
         typed = self.typed()
         if typed is None:  # the app is closing (a test's app, which quits without the quit key)
             return
-        engine, controls = self.lease.engine, self.lease.controls
-        assert engine is not None and controls is not None  # busy_reason says they are loaded
+        backend, controls = self.lease.backend, self.lease.controls
+        assert backend is not None and controls is not None  # busy_reason says they are loaded
         messages = next_prompt(self.host.conversation, typed)
         self.worker = self.host.run_worker(
-            lambda: self._read(engine, messages, controls),
+            lambda: self._read(backend, messages, controls),
             name="read ahead",
             group="read ahead",
             thread=True,
@@ -118,10 +118,10 @@ class ReadingAhead:
         )
 
     @staticmethod
-    def _read(engine: bridge.Engine, messages: list[dict[str, str]], controls: Controls) -> None:
+    def _read(backend: bridge.Backend, messages: list[dict[str, str]], controls: Controls) -> None:
         # The worker's cancelled event is the engine's stop flag: cancel() sets it, and
         # Textual sets it for every worker when the app exits.
-        bridge.read_ahead(engine, messages, controls, get_current_worker().cancelled_event)
+        bridge.read_ahead(backend, messages, controls, get_current_worker().cancelled_event)
 
     def cancel(self) -> None:
         """Stop the read-ahead running (the engine stops within one chunk) and the one waiting."""

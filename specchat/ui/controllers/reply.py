@@ -97,7 +97,7 @@ class Replies:
 
     # ------------------------------------------------------------------ start
 
-    def start(self, engine: bridge.Engine, controls: Controls) -> None:
+    def start(self, backend: bridge.Backend, controls: Controls) -> None:
         """Stream a reply to the conversation as it stands (its last turn is the user's)."""
         self._seq += 1
         settings = {
@@ -115,7 +115,7 @@ class Replies:
         reply.drain_timer = self.host.set_interval(bridge.WAKE_INTERVAL, lambda: self.drain(reply))
         messages = self.host.conversation.chat_messages()
         reply.worker = self.host.run_worker(
-            lambda: self._stream(reply.id, engine, messages, controls, reply.buffer),
+            lambda: self._stream(reply.id, backend, messages, controls, reply.buffer),
             name="reply",
             group="engine",
             thread=True,
@@ -128,7 +128,7 @@ class Replies:
     def _stream(
         self,
         reply_id: int,
-        engine: bridge.Engine,
+        backend: bridge.Backend,
         messages: list[dict[str, str]],
         controls: Controls,
         buffer: bridge.EventBuffer,
@@ -138,7 +138,7 @@ class Replies:
         cancel = get_current_worker().cancelled_event
         post = self.host.post_message
         error = bridge.run_reply(
-            engine,
+            backend,
             messages,
             controls,
             cancel,

@@ -33,7 +33,7 @@ def default_prompt(conversation: Conversation) -> str:
 
 def why_not_open(lease: ModelLease, what: str) -> str | None:
     """Why ``what`` ("the race", …) cannot open now (None: it can): a server, or busy models."""
-    if lease.engine is not None and lease.local is None:
+    if lease.backend is not None and lease.local is None:
         return (
             f"{what[0].upper()}{what[1:]} needs local models (it counts token ids and times every "
             "token itself); a server does not report them."

@@ -25,8 +25,8 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Input, Static
 
-from specchat.engine.backend import chat_messages
 from specchat.config import data_dir
+from specchat.engine.backend import chat_messages
 from specchat.engine.race import RACE_TOKENS, WARM_UP_TOKENS, LaneName, RaceCancelled, RaceResult, run_race
 from specchat.engine.registry import proposes
 from specchat.errors import SpecchatError
@@ -211,8 +211,8 @@ class RaceScreen(ControlKeyActions, Screen[None]):
             return
         lease = self.lease
         controls = self.controls
-        engine = lease.local if lease is not None else None
-        if lease is None or controls is None or engine is None:
+        backend = lease.local if lease is not None else None
+        if lease is None or controls is None or backend is None:
             self.notify("The race needs the local models, loaded.", severity="warning")
             return
         if not proposes(controls.drafter):
@@ -224,7 +224,7 @@ class RaceScreen(ControlKeyActions, Screen[None]):
         race_controls = replace(controls, max_new_tokens=min(controls.max_new_tokens, RACE_TOKENS))
         messages = chat_messages(self.system_prompt(), prompt)
         models = {"target": lease.target_name, "draft": lease.draft_name}
-        job = self.race_job(engine, messages, race_controls, models)
+        job = self.race_job(backend, messages, race_controls, models)
         if not run_job(self, lease, "the race", job, name="race"):
             self.notify(lease.busy_reason() or "The models are busy.", severity="warning")
             return
@@ -238,7 +238,7 @@ class RaceScreen(ControlKeyActions, Screen[None]):
 
     def race_job(
         self,
-        engine: Any,
+        backend: Any,
         messages: list[dict[str, str]],
         controls: Controls,
         models: dict[str, Any],
@@ -255,7 +255,7 @@ class RaceScreen(ControlKeyActions, Screen[None]):
         def job(cancel: threading.Event) -> None:
             try:
                 self.measured = run_race(
-                    engine,
+                    backend,
                     messages,
                     controls,
                     progress=progress,
@@ -345,9 +345,7 @@ class RaceScreen(ControlKeyActions, Screen[None]):
         try:
             folder.mkdir(parents=True, exist_ok=True)
             json_path = folder / f"{stem}.json"
-            json_path.write_text(
-                json_text(self.result.to_json(), indent=1) + "\n", encoding="utf-8"
-            )
+            json_path.write_text(json_text(self.result.to_json(), indent=1) + "\n", encoding="utf-8")
         except OSError as err:
             self.notify(f"cannot export the race: {err.strerror or err} ({folder})", severity="error")
             return

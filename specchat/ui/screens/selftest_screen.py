@@ -168,11 +168,11 @@ class SelfTestScreen(ControlKeyActions, Screen[None]):
     def action_restart(self) -> None:
         lease = self.lease
         controls = self.controls
-        engine = lease.local if lease is not None else None
+        backend = lease.local if lease is not None else None
         if self.running:
             self.notify("Still stopping the last run: press R again in a moment.")
             return
-        if lease is None or controls is None or engine is None:
+        if lease is None or controls is None or backend is None:
             self.notify("The self-test needs the local models, loaded.", severity="warning")
             return
         if not proposes(controls.drafter):
@@ -182,9 +182,9 @@ class SelfTestScreen(ControlKeyActions, Screen[None]):
         tested = replace(controls, temperature=self.temperature or 0.0)
         system = self.system_prompt()
         if self.greedy:
-            job = self.greedy_job(engine, replace(tested, max_new_tokens=GREEDY_TOKENS), system)
+            job = self.greedy_job(backend, replace(tested, max_new_tokens=GREEDY_TOKENS), system)
         else:
-            job = self.sampling_job(engine, tested, system)
+            job = self.sampling_job(backend, tested, system)
         if not run_job(self, lease, "the self-test", job, name="self-test"):
             self.notify(lease.busy_reason() or "The models are busy.", severity="warning")
             return
@@ -193,7 +193,7 @@ class SelfTestScreen(ControlKeyActions, Screen[None]):
         self.draw()
 
     def sampling_job(
-        self, engine: Any, controls: Controls, system: str | None
+        self, backend: Any, controls: Controls, system: str | None
     ) -> Callable[[threading.Event], None]:
         """T > 0: sample both ways in the worker thread, reporting twice a second."""
 
@@ -202,7 +202,7 @@ class SelfTestScreen(ControlKeyActions, Screen[None]):
 
         def job(cancel: threading.Event) -> None:
             sampler = ExactnessSampler(
-                engine,
+                backend,
                 selftest_messages(SELFTEST_PROMPT, system),
                 controls,
                 tokens=SCREEN_TOKENS,
@@ -213,12 +213,12 @@ class SelfTestScreen(ControlKeyActions, Screen[None]):
         return job
 
     def greedy_job(
-        self, engine: Any, controls: Controls, system: str | None
+        self, backend: Any, controls: Controls, system: str | None
     ) -> Callable[[threading.Event], None]:
         """T = 0: decode a few prompts both ways in the worker thread, one message per prompt."""
 
         def job(cancel: threading.Event) -> None:
-            checks = greedy_equality(engine, controls, system_prompt=system, cancel=cancel)
+            checks = greedy_equality(backend, controls, system_prompt=system, cancel=cancel)
             for check in checks:
                 self.post_message(GreedyChecked(check))
 

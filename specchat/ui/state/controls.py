@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from specchat.engine.gamma import GAMMA_MAX, SCHEDULES, ScheduleName
+from specchat.engine.gamma import SCHEDULES, ScheduleName
+from specchat.params import GAMMA_MAX
 from specchat.ui.controllers.talk import apply_best_gamma
 from specchat.ui.state.live import ControlsView
 
@@ -64,7 +65,7 @@ class Leased(Protocol):
     """What the keys need of the model lease: the backend and its controls (None while loading)."""
 
     @property
-    def engine(self) -> Any | None: ...
+    def backend(self) -> Any | None: ...
 
     @property
     def controls(self) -> Controls | None: ...
@@ -137,5 +138,5 @@ class ControlKeys:
         return ControlsView(c.gamma, c.schedule, c.drafter, c.temperature, self._drafters(), server)
 
     def _drafters(self) -> tuple[str, ...]:
-        engine = self.lease.engine
-        return tuple(engine.available_drafters) if engine is not None else ()
+        backend = self.lease.backend
+        return tuple(backend.available_drafters) if backend is not None else ()

@@ -26,24 +26,24 @@ if TYPE_CHECKING:
     from specchat.engine.backend import Capabilities, Controls
 
 MAX_WRAPPERS = 8
-"""How many ``.engine`` wrappers :func:`local_engine` looks through. Tests wrap the engine to
+"""How many ``.backend`` wrappers :func:`local_backend` looks through. Tests wrap the engine to
 slow it down or retime it, and a server client may wrap a transport: one or two levels in
 practice. The bound only stops a wrapper that points at itself from looping for ever."""
 
 
-def local_engine(engine: object) -> LocalBackend | None:
-    """The local backend behind ``engine`` (tests wrap it), or None for a server.
+def local_backend(backend: object) -> LocalBackend | None:
+    """The local backend behind ``backend`` (tests wrap it), or None for a server.
 
     The race and the self-test need token ids and the plain reference decoder, which only local
     models have (:class:`~specchat.engine.backend.LocalBackend`); it is recognised by that interface, not
     by the engine's class, so this module loads no torch.
     """
     for _ in range(MAX_WRAPPERS + 1):
-        if isinstance(engine, LocalBackend):
-            return engine
-        if not hasattr(engine, "engine"):
+        if isinstance(backend, LocalBackend):
+            return backend
+        if not hasattr(backend, "backend"):
             return None
-        engine = cast(Wrapper, engine).engine
+        backend = cast(Wrapper, backend).backend
     return None
 
 
@@ -61,7 +61,7 @@ class ModelLease:
     ) -> None:
         self._on_change = on_change
         self._call_from_thread = call_from_thread
-        self.engine: Any | None = None
+        self.backend: Any | None = None
         """The backend the chat streams from (the local engine or a server client)."""
         self.controls: Controls | None = None
         self.target_name: str | None = None
@@ -71,24 +71,24 @@ class ModelLease:
         self.streaming = False
         """A chat reply is streaming (set by the reply's owner)."""
 
-    def use(self, engine: Any, controls: Controls, target_name: str | None, draft_name: str | None) -> None:
+    def use(self, backend: Any, controls: Controls, target_name: str | None, draft_name: str | None) -> None:
         """The models have loaded (or the server answered)."""
-        self.engine, self.controls = engine, controls
+        self.backend, self.controls = backend, controls
         self.target_name, self.draft_name = target_name, draft_name
 
     @property
     def loaded(self) -> bool:
-        return self.engine is not None and self.controls is not None
+        return self.backend is not None and self.controls is not None
 
     @property
     def capabilities(self) -> Capabilities | None:
         """What the backend reports, measures and lets the user control; None while loading."""
-        return bridge.capabilities_of(self.engine) if self.engine is not None else None
+        return bridge.capabilities_of(self.backend) if self.backend is not None else None
 
     @property
     def local(self) -> LocalBackend | None:
         """The local engine, or None while loading and for a server."""
-        return local_engine(self.engine)
+        return local_backend(self.backend)
 
     def busy_reason(self) -> str | None:
         """Why the models cannot take another job right now (None: they are free)."""

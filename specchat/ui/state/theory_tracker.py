@@ -18,7 +18,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from specchat.engine.events import Event, RoundEvent, SummaryEvent, known
-from specchat.engine.gamma import GAMMA_MAX
 from specchat.engine.metrics import (
     CostEstimator,
     CostModel,
@@ -27,6 +26,7 @@ from specchat.engine.metrics import (
     positions_tested,
 )
 from specchat.engine.registry import find_drafter
+from specchat.params import GAMMA_MAX
 from specchat.ui.state.live import LiveStats
 from specchat.untrusted import clipped, visible
 

@@ -194,21 +194,21 @@ class TheoryPanel(Horizontal):
         if self.probing or self.probe_error or not self.tracker.needs_probe:
             return
         controls = self.lease.controls
-        engine = self.lease.engine
-        if engine is None or controls is None or self.lease.local is None:
+        backend = self.lease.backend
+        if backend is None or controls is None or self.lease.local is None:
             return
         plain = replace(controls, drafter=plain_drafter(), schedule="fixed", max_new_tokens=PROBE_TOKENS)
         # False while a reply or a race uses the models: the next tick tries again.
         self.probing = run_job(
-            self, self.lease, "the plain probe", self._probe_job(engine, plain), name="plain probe"
+            self, self.lease, "the plain probe", self._probe_job(backend, plain), name="plain probe"
         )
 
-    def _probe_job(self, engine: Any, controls: Any) -> Callable[[threading.Event], None]:
+    def _probe_job(self, backend: Any, controls: Any) -> Callable[[threading.Event], None]:
         """A short reply with drafting off, in the worker thread: the plain decoding rate."""
 
         def job(cancel: threading.Event) -> None:
             self.probe_events = []
-            for event in engine.stream_chat([{"role": "user", "content": PROBE_PROMPT}], controls, cancel):
+            for event in backend.stream_chat([{"role": "user", "content": PROBE_PROMPT}], controls, cancel):
                 self.probe_events.append(event)
 
         return job

@@ -44,13 +44,10 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 
-Engine = Backend
-"""What the UI drives: the local engine or a server (:class:`specchat.engine.backend.Backend`)."""
-
 
 @dataclass(frozen=True)
-class LoadedEngine:
-    engine: Engine
+class LoadedBackend:
+    backend: Backend
     target_name: str
     draft_name: str | None
     device: str
@@ -62,9 +59,9 @@ LOCAL = Capabilities(kind="local", provenance="exact", measured=frozenset(FIGURE
 """What the local engine reports (everything, measured)."""
 
 
-def capabilities_of(engine: Engine) -> Capabilities:
+def capabilities_of(backend: Backend) -> Capabilities:
     """The backend's capabilities; wrappers without them (tests) count as the local engine."""
-    found = getattr(engine, "capabilities", None)
+    found = getattr(backend, "capabilities", None)
     return found if isinstance(found, Capabilities) else LOCAL
 
 
@@ -108,13 +105,13 @@ class EventBuffer:
             return events
 
 
-def load_engine(settings: Settings, progress: Callable[[LoadProgress], None]) -> LoadedEngine:
+def load_backend(settings: Settings, progress: Callable[[LoadProgress], None]) -> LoadedBackend:
     """Load target and draft (every drafter stays available), or attach to the server, as the
     settings say (:func:`specchat.opening.open_backend`). Runs in a worker."""
     from specchat.opening import open_backend
 
     opened = open_backend(settings, progress, every_drafter=True)
-    return LoadedEngine(opened.backend, opened.target_name, opened.draft_name, opened.label, opened.notes)
+    return LoadedBackend(opened.backend, opened.target_name, opened.draft_name, opened.label, opened.notes)
 
 
 class StepGate:
@@ -164,7 +161,7 @@ class StepGate:
 
 
 def run_reply(
-    engine: Engine,
+    backend: Backend,
     messages: Sequence[dict[str, str]],
     controls: Controls,
     cancel: threading.Event,
@@ -186,14 +183,14 @@ def run_reply(
                 wake()
 
     try:
-        if gate is not None and capabilities_of(engine).stepping:
-            reply = engine.start_chat(messages, controls, cancel)
+        if gate is not None and capabilities_of(backend).stepping:
+            reply = backend.start_chat(messages, controls, cancel)
             while not reply.done:
                 put_all(reply.step())
                 if not reply.done:
                     gate.wait_turn(cancel, paused)
         else:
-            put_all(engine.stream_chat(messages, controls, cancel))
+            put_all(backend.stream_chat(messages, controls, cancel))
     except SpecchatError as err:
         return str(err)
     except Exception as err:  # the UI shows a line; the traceback goes to the log file
@@ -202,7 +199,7 @@ def run_reply(
 
 
 def read_ahead(
-    engine: Engine, messages: Sequence[dict[str, str]], controls: Controls, cancel: threading.Event
+    backend: Backend, messages: Sequence[dict[str, str]], controls: Controls, cancel: threading.Event
 ) -> None:
     """Let the backend read what is known of the next prompt while nobody waits
     (:meth:`specchat.engine.backend.Backend.read_ahead`). Runs in a worker; returns within one chunk of
@@ -212,7 +209,7 @@ def read_ahead(
     (the reply that follows meets it again and says what is wrong)."""
     began = time.perf_counter()
     try:
-        engine.read_ahead(messages, controls, cancel)
+        backend.read_ahead(messages, controls, cancel)
     except SpecchatError as err:
         _log.debug("reading ahead stopped: %s", err)
         return

@@ -8,7 +8,7 @@ from textual.message import Message
 
 if TYPE_CHECKING:
     from specchat.models import LoadProgress
-    from specchat.ui.workers.bridge import LoadedEngine
+    from specchat.ui.workers.bridge import LoadedBackend
 
 
 class LoadProgressed(Message):
@@ -20,7 +20,7 @@ class LoadProgressed(Message):
 
 
 class EngineLoaded(Message):
-    def __init__(self, loaded: LoadedEngine) -> None:
+    def __init__(self, loaded: LoadedBackend) -> None:
         super().__init__()
         self.loaded = loaded
 

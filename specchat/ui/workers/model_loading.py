@@ -40,7 +40,7 @@ def load_models(settings: Settings, post: Callable[[Message], object]) -> None:
         post(LoadProgressed(event))
 
     try:
-        loaded = bridge.load_engine(settings, progress)
+        loaded = bridge.load_backend(settings, progress)
     except LoadCancelled:
         return
     except SpecchatError as err:
