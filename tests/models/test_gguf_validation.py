@@ -14,7 +14,8 @@ from specchat.errors import ModelLoadError
 from specchat.models.cache.manifest import record_files
 from specchat.models.cache.paths import safe_entry_name
 from specchat.models.compute.packed import WEIGHTS, PackRecipe, load_native, packed_dir
-from specchat.models.gguf.check import lazy_gguf_reading, read_gguf
+from specchat.models.gguf.check import read_gguf
+from specchat.models.gguf.lazy_reading import lazy_gguf_reading
 from specchat.models.gguf.shape import decoder_dims
 from specchat.models.names.resolve import resolve_spec
 from specchat.models.records import LoadProgress

@@ -419,7 +419,7 @@ def _gguf_companions(gguf: Path) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoTokenizer
 
     from specchat.models.errors_util import as_load_error
-    from specchat.models.gguf.check import lazy_gguf_reading
+    from specchat.models.gguf.lazy_reading import lazy_gguf_reading
 
     with as_load_error(f"cannot read the config and tokenizer of {gguf}"), lazy_gguf_reading():
         config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)

@@ -33,7 +33,8 @@ from specchat.models.cache.paths import (
 )
 from specchat.models.cache.writes import staged
 from specchat.models.errors_util import as_load_error, memory_guard, one_line, quiet_library_bars
-from specchat.models.gguf.check import lazy_gguf_reading, read_gguf
+from specchat.models.gguf.check import read_gguf
+from specchat.models.gguf.lazy_reading import lazy_gguf_reading
 from specchat.models.gguf.shape import check_metadata, decoder_dims
 from specchat.models.records import LoadProgress, ProgressCallback, emit
 
