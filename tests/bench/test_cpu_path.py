@@ -20,15 +20,9 @@ from specchat.engine.session import ChatEngine
 from specchat.errors import InvalidSettingError
 from specchat.kernels import cpu_supports
 from specchat.kernels.lm import LeanCache
-from specchat.models.compute.cpu_quant import (
-    CpuPath,
-    PackedLinear,
-    convert_linears,
-    fbgemm_fp16_rows_exact,
-    parse_cpu_path,
-    prepare_cpu_pair,
-)
+from specchat.models.compute.cpu_quant import CpuPath, convert_linears, parse_cpu_path, prepare_cpu_pair
 from specchat.models.compute.lean import LeanCausalLM
+from specchat.models.compute.packed_linear import PackedLinear, fbgemm_fp16_rows_exact
 from specchat.testing.tiny_models import make_model, make_tokenizer, perturbed_copy
 from tests.typed import as_model
 
