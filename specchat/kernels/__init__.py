@@ -118,7 +118,8 @@ AVX2 = Variant("avx2", ("avx2", "fma", "f16c"), ("-mavx2", "-mfma", "-mf16c"), X
 I8MM = Variant("i8mm", ("asimddp", "i8mm"), ("-march=armv8.6-a+i8mm",), ARM64)
 # ARM64 with the dot-product instructions (Linux lists them as asimddp; every Apple arm64 CPU has them).
 NEON = Variant("neon", ("asimddp",), ("-march=armv8.2-a+dotprod",), ARM64)
-# Portable and exact, about 10× slower than avx2: the last resort, never picked silently.
+# Portable and exact, and many times slower than avx2 (docs/lab/2026-12-03-avx2-and-scalar.md): the
+# last resort, never picked silently.
 SCALAR = Variant("scalar", (), (), fast=False)
 VARIANTS = (AVX512, AVXVNNI, AVXVNNI_EVEX, AVX2, I8MM, NEON, SCALAR)
 """Fastest first."""
@@ -258,7 +259,8 @@ _loading = threading.Lock()
 
 
 def load(report: Report | None = None) -> ModuleType:
-    """The compiled extension of :func:`choose_variant` (built on first use: about a minute on 2 cores).
+    """The compiled extension of :func:`choose_variant` (compiled on first use: the times of a build
+    are in docs/lab/2026-12-05-kernel-widths.md).
 
     ``report`` hears the one line worth reading on the way (a damaged library being rebuilt, a
     variant the compiler could not build). Each variant is loaded once per process (tests load

@@ -65,9 +65,13 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+# The Triton programs are defined on first use, each group by its own function: Triton reads
+# TRITON_INTERPRET when they are.
+
+
 @functools.cache
-def _kernels() -> Any:
-    """The Triton programs, defined on first use (Triton reads TRITON_INTERPRET when they are)."""
+def _matmul_programs() -> tuple[Any, Any]:
+    """:func:`linear`'s programs: the partial products of each K-slice, then their sum in order."""
     import triton
     import triton.language as tl
 
@@ -116,6 +120,15 @@ def _kernels() -> Any:
             total += tl.load(bias_ptr + cols, mask=ok, other=0.0).to(tl.float32)
         tl.store(out_ptr + row * N + cols, total.to(out_ptr.dtype.element_ty), mask=ok)
 
+    return matmul_partial, sum_splits
+
+
+@functools.cache
+def _row_programs() -> tuple[Any, Any]:
+    """:func:`rms_inverse`'s and :func:`softmax`'s programs: one program per row."""
+    import triton
+    import triton.language as tl
+
     @triton.jit
     def rms_inverse(x_ptr, out_ptr, stride, eps, H: tl.constexpr, BLOCK: tl.constexpr):
         row = tl.program_id(0)
@@ -145,6 +158,15 @@ def _kernels() -> Any:
             cols = start + tl.arange(0, BLOCK)
             x = tl.load(x_ptr + row * stride + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
             tl.store(out_ptr + row * stride + cols, tl.exp(x - top) / total, mask=cols < V)
+
+    return rms_inverse, softmax_rows
+
+
+@functools.cache
+def _attention_program() -> Any:
+    """:func:`attention`'s program: one per (head, query row)."""
+    import triton
+    import triton.language as tl
 
     @triton.jit
     def attention_rows(
@@ -188,7 +210,7 @@ def _kernels() -> Any:
         out = acc / run_sum
         tl.store(out_ptr + head * stride_oh + row * stride_om + dims, out.to(out_ptr.dtype.element_ty))
 
-    return matmul_partial, sum_splits, rms_inverse, softmax_rows, attention_rows
+    return attention_rows
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -207,7 +229,7 @@ def splits_for(n: int, k: int) -> int:
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x [..., K] @ weight[N, K]ᵀ (+ bias), each row reduced in an order fixed by the weight's shape."""
-    matmul_partial, sum_splits, _, _, _ = _kernels()
+    matmul_partial, sum_splits = _matmul_programs()
     shape = x.shape
     rows = x.reshape(-1, shape[-1]).contiguous()
     weight = weight.contiguous()
@@ -232,7 +254,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 def rms_inverse(x: torch.Tensor, eps: float) -> torch.Tensor:
     """1 / sqrt(mean(x²) + eps) per row of x [..., H], in float32: the reduction RMSNorm needs."""
-    _, _, kernel, _, _ = _kernels()
+    kernel, _ = _row_programs()
     rows = x.reshape(-1, x.shape[-1]).contiguous()
     out = torch.empty(rows.shape[0], dtype=torch.float32, device=x.device)
     kernel[(rows.shape[0],)](rows, out, rows.stride(0), eps, H=rows.shape[1], BLOCK=NORM_BLOCK)
@@ -241,7 +263,7 @@ def rms_inverse(x: torch.Tensor, eps: float) -> torch.Tensor:
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
     """Softmax over the last dimension, in float32, row by row in a fixed order."""
-    _, _, _, kernel, _ = _kernels()
+    _, kernel = _row_programs()
     rows = x.reshape(-1, x.shape[-1]).contiguous()
     out = torch.empty(rows.shape, dtype=torch.float32, device=x.device)
     kernel[(rows.shape[0],)](rows, out, rows.stride(0), V=rows.shape[1], BLOCK=SOFTMAX_BLOCK)
@@ -264,7 +286,7 @@ def attention(
 
     The mask must let each row see one contiguous span of keys (causal, with or without a window).
     """
-    _, _, _, _, kernel = _kernels()
+    kernel = _attention_program()
     _, heads, m, dim = query.shape
     kv_heads = key.shape[1]
     first, last = visible_span(mask)

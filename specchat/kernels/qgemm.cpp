@@ -4,7 +4,7 @@
 // F32, repacked), so the target computes with exactly the weights llama.cpp reads. Activations
 // are quantized to int8 per row and per block of S inputs; each super-block's dot products, group
 // scales included, are summed exactly in int32 and scaled in floats in a fixed order
-// (core/kernels.h). Each output row depends only on its own input row, through the same float
+// (core/blocks.h). Each output row depends only on its own input row, through the same float
 // operations whatever the number of rows, so a verify pass over several positions reproduces
 // single-token passes bit for bit, and speculative decoding stays exact.
 //

@@ -3,7 +3,8 @@ bytes as :func:`specchat.kernels.formats.pack` of the ``unpack_*`` functions, wh
 reference (and the path for tensors this does not take: any requantized type, rows taken out of
 order through :meth:`~specchat.kernels.formats.Unpacked.take_rows` of a fused matrix).
 
-numpy packed a 7B Q4_K_M file at about 80 MB/s on one core; this is a pass over the bytes.
+This is one pass over the bytes, where numpy's reference is far slower (the rates of both:
+docs/lab/2026-12-05-big-targets.md).
 """
 
 from __future__ import annotations

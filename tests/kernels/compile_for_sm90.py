@@ -19,7 +19,9 @@ from specchat.kernels import invariant
 
 def cases(dt: str) -> list[tuple[Any, dict[str, str], dict[str, Any]]]:
     """(kernel, signature, constants) for each program at one activation dtype, at the 1.5B's shapes."""
-    matmul, sum_splits, rms, softmax, attention = invariant._kernels()
+    matmul, sum_splits = invariant._matmul_programs()
+    rms, softmax = invariant._row_programs()
+    attention = invariant._attention_program()
     i32 = "i32"
     return [
         (

@@ -16,6 +16,37 @@
 
 namespace {
 
+// The vector helpers of the norms, the attention and the activations below.
+
+// exp(x) for 16 floats: 2^(x·log2 e), with a degree-6 polynomial for the fraction (about 2 ulp).
+inline F32x16 exp16(F32x16 x) {
+  x = f_max(f_min(x, f_set1(88.3762626647949f)), f_set1(-87.3365478515625f));
+  const F32x16 t = f_mul(x, f_set1(1.44269504088896341f));
+  const F32x16 n = f_round(t);
+  const F32x16 f = f_sub(t, n);  // in [-0.5, 0.5]
+  F32x16 p = f_set1(1.535336188319500e-4f);
+  p = f_fmadd(p, f, f_set1(1.339887440266574e-3f));
+  p = f_fmadd(p, f, f_set1(9.618437357674640e-3f));
+  p = f_fmadd(p, f, f_set1(5.550332471162809e-2f));
+  p = f_fmadd(p, f, f_set1(2.402264791363012e-1f));
+  p = f_fmadd(p, f, f_set1(6.931472028550421e-1f));
+  p = f_fmadd(p, f, f_set1(1.0f));
+  return f_scale2(p, n);
+}
+
+// Σ a[i]·b[i] over n (a multiple of 16) in a fixed order.
+inline float dot(const float* a, const float* b, int64_t n) {
+  F32x16 acc = f_zero();
+  for (int64_t i = 0; i < n; i += 16) acc = f_fmadd(f_load(a + i), f_load(b + i), acc);
+  return f_sum(acc);
+}
+
+// y += w·x over n (a multiple of 16).
+inline void axpy(float w, const float* x, float* y, int64_t n) {
+  const F32x16 vw = f_set1(w);
+  for (int64_t i = 0; i < n; i += 16) f_store(y + i, f_fmadd(vw, f_load(x + i), f_load(y + i)));
+}
+
 // A size the decoder was handed that it cannot compute with. Thrown before a pass touches any
 // buffer, so no caller (a hostile model file's numbers included) can make it read or write past
 // one; the torch binding turns it into a Python ValueError.

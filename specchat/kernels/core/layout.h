@@ -1,6 +1,6 @@
 // The packed layout: the kinds of weight matrix the kernels compute with, and the arrays each
 // kind is packed into. specchat/kernels/formats.py (`pack`) writes these arrays, qgemm.cpp checks
-// their sizes and hands them to the core as a Matrix (core/kernels.h), whose kernels read them.
+// their sizes and hands them to the core as a Matrix (core/matrix.h), whose kernels read them.
 //
 // Channels come in blocks of 16 (one float or int32 lane per channel); N rows are padded to whole
 // blocks, K inputs are whole super-blocks of S inputs (S a multiple of the group).

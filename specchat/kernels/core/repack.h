@@ -1,7 +1,7 @@
 // A GGUF tensor's blocks laid out for the kernels (the packed layout of core/layout.h), in one pass
 // over the blocks on every core. It writes the same bytes as specchat/kernels/formats.py's
 // unpack_*() followed by pack(), which stays the reference (tests/kernels/test_repack.py compares
-// them byte for byte): numpy took a minute on one core for a 7B model, this takes seconds.
+// them byte for byte) but is far slower: the rates, docs/lab/2026-12-05-big-targets.md.
 //
 // Torch-free like the rest of core/: threads come through the `parallel_for` its includer defines.
 #pragma once

@@ -2,6 +2,13 @@
 // 256-bit halves (channels 0-7, then 8-15), so the packed layout is the same as AVX-512's.
 // Each lane goes through the same IEEE operations as isa/scalar.h describes, so the results are
 // AVX-512's bit for bit.
+//
+// Re-include contract: another instruction set's header may build on this one (isa/avxvnni.h
+// does) by defining, before it includes this header,
+//   SPECCHAT_AVX2_NAME      the variant's NAME (else "avx2");
+//   SPECCHAT_AVX2_OWN_DOTS  this header then leaves out its integer phase (ROWS_IN_REGISTERS,
+//                           RowDot and Dot<R>, below), which the includer defines itself.
+// Everything else (the float, byte and factor operations, Pairs and p_dot) is the same for both.
 #pragma once
 #include <immintrin.h>
 
@@ -158,13 +165,13 @@ constexpr int ROWS_IN_REGISTERS = 4;  // each row's sums in one register, half o
 struct RowDot {
   static constexpr int ROWS = 1;
   static constexpr int PARTS = 2;  // channels 0-7, then 8-15
-  struct Pair { __m256i a_lo, a_hi, b_lo, b_hi, a4_lo, a4_hi, b4_lo, b4_hi; };  // *4: high nibbles (wide)
+  struct Octet { __m256i a_lo, a_hi, b_lo, b_hi, a4_lo, a4_hi, b4_lo, b4_hi; };  // *4: high nibbles (wide)
   struct Dots { __m256i lo, hi, lo4, hi4; };
   struct Scale { __m256i lo, hi; };  // (s, s) in each channel's 32-bit lane
   using Acc = I32x16;
 
   template <int MAXW>
-  static Pair pair(const Bytes& a, const Bytes& b) {
+  static Octet octet(const Bytes& a, const Bytes& b) {
     if constexpr (MAXW <= 63) {
       const __m256i none = _mm256_setzero_si256();
       return {a.lo, a.hi, b.lo, b.hi, none, none, none, none};
@@ -175,17 +182,18 @@ struct RowDot {
               _mm256_and_si256(b.hi, low), high(a.lo),  high(a.hi),  high(b.lo),  high(b.hi)};
     }
   }
-  // Each pair of quads is flushed at once: its two maddubs add two pair sums of at most
-  // 2·w·128 each to a 16-bit lane, which 32767 holds for weights (or nibbles) up to 63. Adding
-  // up to four pairs in 16 bits first (as room for q4 allows) measured 10-20 % slower: the
-  // longer-lived sums take registers that 16 do not have to spare.
+  // Each octet is flushed at once: its two maddubs add two pair sums of at most 2·w·128 each
+  // to a 16-bit lane, which 32767 holds for weights (or nibbles) up to 63. Adding up to four
+  // octets in 16 bits first (as room for q4 allows) was slower with the parts interleaved: the
+  // longer-lived sums take registers that 16 do not have to spare (the levers tried in
+  // docs/lab/2026-12-05-kernel-widths.md).
   template <int MAXW>
   static constexpr int room() {
     static_assert(2 * 2 * (MAXW > 63 ? 15 : MAXW) * 128 <= 32767);
     return 1;
   }
-  // One part at a time (passes of 2 rows or more, core/kernels.h) leaves the registers for as
-  // many pairs as a 16-bit lane holds (q4's whole group): fewer madds and 32-bit adds a row.
+  // One part at a time (passes of 2 rows or more, core/blocks.h) leaves the registers for as
+  // many octets as a 16-bit lane holds (q4's whole group): fewer madds and 32-bit adds a row.
   static constexpr bool PART_AT_A_TIME = true;
   template <int MAXW>
   static constexpr int room_one_part() { return 32767 / (2 * 2 * (MAXW > 63 ? 15 : MAXW) * 128); }
@@ -199,7 +207,7 @@ struct RowDot {
   }
   static Dots zero() { return {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()}; }
   template <int MAXW, int PART>
-  static Dots add(Dots d, const Pair& w, const int8_t* const* rows, int64_t at) {
+  static Dots add(Dots d, const Octet& w, const int8_t* const* rows, int64_t at) {
     // Broadcast for this part alone: shared by both parts, the broadcasts of a tile would not fit
     // in registers and would go through memory (hiding the pointer keeps GCC from sharing them).
     const int8_t* x = rows[0] + at;

@@ -11,7 +11,7 @@ namespace isa {
 constexpr const char* NAME = "avx512";
 constexpr int ROWS_IN_REGISTERS = 8;  // 2 registers a row (the group's sums, the super-block's)
 constexpr int FLOAT_ROW_TILE = 8;
-#define SPECCHAT_SUPER_BLOCK SPECCHAT_STEP  // a super-block inlined: see core/kernels.h
+#define SPECCHAT_SUPER_BLOCK SPECCHAT_STEP  // a super-block inlined: see core/blocks.h
 
 struct F32x16 { __m512 v; };
 struct I32x16 { __m512i v; };
@@ -84,18 +84,18 @@ inline int32_t load32(const void* p) {
 struct RowDot {
   static constexpr int ROWS = 1;
   static constexpr int PARTS = 1;
-  struct Pair { __m512i a, b; };
+  struct Octet { __m512i a, b; };
   struct Dots { __m512i v; };
   struct Scale { __m512i v; };
   using Acc = I32x16;
 
   template <int MAXW>
-  static Pair pair(const Bytes& a, const Bytes& b) { return {a.v, b.v}; }
+  static Octet octet(const Bytes& a, const Bytes& b) { return {a.v, b.v}; }
   template <int MAXW>
   static constexpr int room() { return 1 << 20; }
   static Dots zero() { return {_mm512_setzero_si512()}; }
   template <int MAXW, int PART>
-  static Dots add(Dots d, const Pair& w, const int8_t* const* rows, int64_t at) {
+  static Dots add(Dots d, const Octet& w, const int8_t* const* rows, int64_t at) {
     const int8_t* x = rows[0] + at;
     d.v = _mm512_dpbusd_epi32(d.v, w.a, _mm512_set1_epi32(load32(x)));
     return {_mm512_dpbusd_epi32(d.v, w.b, _mm512_set1_epi32(load32(x + 4)))};
@@ -114,7 +114,7 @@ struct RowDot {
 template <int R>
 using Dot = RowDot;
 
-// Two groups' factors as 16-bit pairs, one pair per channel's 32-bit lane.
+// Two groups' factors as 16-bit pairs, one pair per channel's 32-bit lane (dpwssd's operand).
 struct Pairs { __m512i v; };
 inline Pairs pairs_of(__m128i a, __m128i b, bool is_signed) {
   const __m256i both = _mm256_set_m128i(_mm_unpackhi_epi8(a, b), _mm_unpacklo_epi8(a, b));

@@ -10,6 +10,8 @@
 // machine with AVX-512 but without AVX-VNNI can check its bits and time it.
 #pragma once
 
+// isa/avx2.h's operations under this variant's name, without its dot unit (its re-include
+// contract): this header defines ROWS_IN_REGISTERS, RowDot and Dot<R> below.
 #if defined(SPECCHAT_AVXVNNI_EVEX)
 #define SPECCHAT_AVX2_NAME "avxvnni-evex"
 #else
@@ -36,21 +38,21 @@ constexpr int ROWS_IN_REGISTERS = 8;  // one register a row, in each half of the
 struct RowDot {
   static constexpr int ROWS = 1;
   static constexpr int PARTS = 2;  // channels 0-7, then 8-15
-  struct Pair { __m256i a_lo, a_hi, b_lo, b_hi; };
+  struct Octet { __m256i a_lo, a_hi, b_lo, b_hi; };
   struct Dots { __m256i lo, hi; };
   struct Scale { __m256i lo, hi; };
   using Acc = I32x16;
 
   template <int MAXW>
-  static Pair pair(const Bytes& a, const Bytes& b) { return {a.lo, a.hi, b.lo, b.hi}; }
+  static Octet octet(const Bytes& a, const Bytes& b) { return {a.lo, a.hi, b.lo, b.hi}; }
   template <int MAXW>
   static constexpr int room() { return 1 << 20; }
-  static constexpr bool PART_AT_A_TIME = true;  // in passes of 2 rows or more: see core/kernels.h
+  static constexpr bool PART_AT_A_TIME = true;  // in passes of 2 rows or more: see core/blocks.h
   template <int MAXW>
   static constexpr int room_one_part() { return room<MAXW>(); }
   static Dots zero() { return {_mm256_setzero_si256(), _mm256_setzero_si256()}; }
   template <int MAXW, int PART>
-  static Dots add(Dots d, const Pair& w, const int8_t* const* rows, int64_t at) {
+  static Dots add(Dots d, const Octet& w, const int8_t* const* rows, int64_t at) {
     const int8_t* x = rows[0] + at;
     asm("" : "+r"(x));  // a broadcast per part (see isa/avx2.h)
     const __m256i xa = _mm256_set1_epi32(load32(x)), xb = _mm256_set1_epi32(load32(x + 4));

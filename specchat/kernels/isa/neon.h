@@ -4,6 +4,14 @@
 // isa/scalar.h describes, so the results are the scalar build's bit for bit; where a NEON
 // instruction differs from x86 at the edges (min/max of NaN or signed zeros, out-of-range
 // conversions) the x86 meaning is spelled out with compares and selects.
+//
+// Re-include contract: another instruction set's header may build on this one (isa/i8mm.h does)
+// by defining, before it includes this header,
+//   SPECCHAT_NEON_NAME      the variant's NAME (else "neon");
+//   SPECCHAT_NEON_OWN_DOTS  this header then leaves out ROWS_IN_REGISTERS and Dot<R> (which dot
+//                           unit a pass of R rows takes), which the includer defines itself;
+//                           RowDot and PartDot stay, for it to build on and to take where it will.
+// Everything else (the float, byte and factor operations, Pairs and p_dot) is the same for both.
 #pragma once
 #include <arm_neon.h>
 
@@ -155,20 +163,20 @@ inline Bytes b_bits(Bytes a, uint8_t mask) {
 struct RowDot {
   static constexpr int ROWS = 1;
   static constexpr int PARTS = 4;  // channels 0-3, 4-7, 8-11, 12-15
-  struct Pair { int8x16_t a[4], b[4]; };
-  struct Dots { int32x4_t v[4]; int32x4_t inputs; };  // inputs: Σx of the pairs (wide weights only)
+  struct Octet { int8x16_t a[4], b[4]; };
+  struct Dots { int32x4_t v[4]; int32x4_t inputs; };  // inputs: Σx of the octets (wide weights only)
   struct Scale { int32x4_t v[4]; };
   using Acc = I32x16;
 
   template <int MAXW>
-  static Pair pair(const Bytes& a, const Bytes& b) {
-    Pair p;
+  static Octet octet(const Bytes& a, const Bytes& b) {
+    Octet out;
     const uint8x16_t flip = vdupq_n_u8(MAXW > 127 ? 0x80 : 0);
     for (int k = 0; k < 4; ++k) {
-      p.a[k] = vreinterpretq_s8_u8(veorq_u8(a.v[k], flip));
-      p.b[k] = vreinterpretq_s8_u8(veorq_u8(b.v[k], flip));
+      out.a[k] = vreinterpretq_s8_u8(veorq_u8(a.v[k], flip));
+      out.b[k] = vreinterpretq_s8_u8(veorq_u8(b.v[k], flip));
     }
-    return p;
+    return out;
   }
   template <int MAXW>
   static constexpr int room() { return 1 << 20; }
@@ -181,14 +189,14 @@ struct RowDot {
   // EVERY_PART: each part's adds sum the inputs (PartDot's parts start from zero one at a time),
   // not only part 0's.
   template <int MAXW, int PART, bool EVERY_PART = false>
-  static void add_to(Dots& d, const Pair& w, const int8_t* const* rows, int64_t at) {
+  static void add_to(Dots& d, const Octet& w, const int8_t* const* rows, int64_t at) {
     const int8x8_t x = vld1_s8(rows[0] + at);
     d.v[PART] = vdotq_lane_s32(vdotq_lane_s32(d.v[PART], w.a[PART], x, 0), w.b[PART], x, 1);
     if constexpr (MAXW > 127 && (PART == 0 || EVERY_PART))
       d.inputs = vdotq_s32(d.inputs, vdupq_n_s8(1), vcombine_s8(x, vdup_n_s8(0)));
   }
   template <int MAXW, int PART>
-  static Dots add(Dots d, const Pair& w, const int8_t* const* rows, int64_t at) {
+  static Dots add(Dots d, const Octet& w, const int8_t* const* rows, int64_t at) {
     add_to<MAXW, PART>(d, w, rows, at);
     return d;
   }
@@ -221,7 +229,7 @@ struct RowDot {
 };
 
 // Passes of 4 rows or more: RowDot a part (4 channels) at a time through a super-block, its sums
-// changed in place (core/kernels.h). Eight rows' sums of all 16 channels would fill all 32
+// changed in place (core/blocks.h). Eight rows' sums of all 16 channels would fill all 32
 // registers; a part's take 8. Each part's adds start from zero, so each sums the inputs itself.
 struct PartDot : RowDot {
   static constexpr bool PART_AT_A_TIME = true;
@@ -230,7 +238,7 @@ struct PartDot : RowDot {
   static constexpr int room_one_part() { return room<MAXW>(); }
   static constexpr bool IN_PLACE = true;
   template <int MAXW, int PART>
-  static void add_in_place(Dots& d, const Pair& w, const int8_t* const* rows, int64_t at) {
+  static void add_in_place(Dots& d, const Octet& w, const int8_t* const* rows, int64_t at) {
     add_to<MAXW, PART, true>(d, w, rows, at);
   }
   template <int MAXW, int PART>
@@ -239,7 +247,7 @@ struct PartDot : RowDot {
   }
 };
 
-#ifndef SPECCHAT_NEON_PAIR_DOTS
+#ifndef SPECCHAT_NEON_OWN_DOTS
 constexpr int ROWS_IN_REGISTERS = 8;  // one register a row, in each quarter of the block in turn
 template <int R>
 using Dot = std::conditional_t<(R >= 4), PartDot, RowDot>;

@@ -118,7 +118,7 @@ inline Bytes b_bits(Bytes a, uint8_t mask) {
 }
 
 // ---------------------------------------------------------------- the integer phase
-// (core/kernels.h: the exact sums A and B of each super-block.) Integer sums wrap modulo 2^32
+// (core/blocks.h: the exact sums A and B of each super-block.) Integer sums wrap modulo 2^32
 // here as in every SIMD build; the sums of valid weights never come near that.
 inline int32_t wrap(int64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(v)); }
 
@@ -126,23 +126,23 @@ inline int32_t wrap(int64_t v) { return static_cast<int32_t>(static_cast<uint32_
 struct RowDot {
   static constexpr int ROWS = 1;
   static constexpr int PARTS = 1;  // register-sized parts of a channel block (see core/kernels.h)
-  // The weights of two quads: a for inputs 0-3 of eight consecutive ones, b for inputs 4-7.
-  struct Pair { Bytes a, b; };
-  // One row's products over some pairs, per channel.
+  // The weights of an octet (two quads): a for inputs 0-3 of eight consecutive ones, b for 4-7.
+  struct Octet { Bytes a, b; };
+  // One row's products over some octets, per channel.
   struct Dots { int32_t v[16]; };
   // Each channel's multiplier for a group (its scale).
   struct Scale { int32_t v[16]; };
   using Acc = I32x16;
 
   template <int MAXW>  // the largest weight (15, 31, 63 or 255)
-  static Pair pair(const Bytes& a, const Bytes& b) { return {a, b}; }
-  // How many pairs a Dots holds before flush (AVX2's are 16-bit).
+  static Octet octet(const Bytes& a, const Bytes& b) { return {a, b}; }
+  // How many octets a Dots holds before flush (AVX2's are 16-bit).
   template <int MAXW>
   static constexpr int room() { return 1 << 20; }
   static Dots zero() { return Dots{}; }
   // d[c] += Σ_t a[4c + t]·x[t] + b[4c + t]·x[4 + t], x = rows[0] + at.
   template <int MAXW, int PART>
-  static Dots add(Dots d, const Pair& w, const int8_t* const* rows, int64_t at) {
+  static Dots add(Dots d, const Octet& w, const int8_t* const* rows, int64_t at) {
     const int8_t* x = rows[0] + at;
     for (int c = 0; c < 16; ++c)
       for (int t = 0; t < 4; ++t) d.v[c] = wrap(int64_t{d.v[c]} + w.a.v[4 * c + t] * x[t] + w.b.v[4 * c + t] * x[4 + t]);
@@ -171,7 +171,7 @@ struct RowDot {
 template <int R>
 using Dot = RowDot;
 
-// Two groups' per-channel factors (the second all zero where there is no second group).
+// Two groups' per-channel factors, paired for p_dot (the second all zero without a second group).
 struct Pairs { int32_t a[16], b[16]; };
 inline Pairs p_u8(const uint8_t* a, const uint8_t* b) {
   Pairs p;

@@ -216,7 +216,7 @@ std::vector<int32_t> edge_sums() {
   QuantRows x{std::vector<int8_t>(R * 64), {}, {}, {}, 64, 64};
   for (int r = 0; r < R; ++r)
     for (int i = 0; i < 64; ++i) x.q[r * 64 + i] = static_cast<int8_t>(r == 0 ? -128 : r == 1 ? 127 : (i % 3 ? -128 : 127));
-  if (PairedRows<D>::value) pair_rows(x, R);  // as quantize_rows does
+  if (ReadsInterleaved<D>::value) interleave_rows(x, R);  // as quantize_rows does
   uint8_t top[64], mixed[64], sc[16];
   int8_t ssc[16];
   int16_t sums[4] = {-4096, 4064, -32768, 32767};
@@ -226,10 +226,10 @@ std::vector<int32_t> edge_sums() {
     constexpr int MAXW = decltype(maxw)::value;
     const uint8_t mask = MAXW == 255 ? 0xFF : static_cast<uint8_t>(MAXW);
     const Bytes a = b_bits<0>(b_load(w), mask), b = b_bits<0>(b_load(w == top ? top : mixed), mask);
-    const typename D::Pair pairs[4] = {D::template pair<MAXW>(a, b), D::template pair<MAXW>(b, a),
-                                       D::template pair<MAXW>(a, a), D::template pair<MAXW>(b, b)};
+    const typename D::Octet octets[4] = {D::template octet<MAXW>(a, b), D::template octet<MAXW>(b, a),
+                                         D::template octet<MAXW>(a, a), D::template octet<MAXW>(b, b)};
     for_outer_parts<D, R>([&](auto outer) {  // as the kernels go through the parts
-      add_group<D, MAXW, decltype(outer)::value>(acc, pairs, units.row, at, scale);
+      add_group<D, MAXW, decltype(outer)::value>(acc, octets, units.row, at, scale);
     });
   };
   const Units<D, R> units(x, 0);
