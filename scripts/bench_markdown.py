@@ -1,8 +1,8 @@
-"""Print the README's Performance tables from a `specchat bench --json` file.
+"""Print docs/performance.md's tables of a full run from a `specchat bench --json` file.
 
     python scripts/bench_markdown.py out.json
 
-Every figure in the README's tables comes from the file this reads, so they can be checked
+Every figure in those tables comes from the file this reads, so they can be checked
 and regenerated rather than copied by hand.
 """
 

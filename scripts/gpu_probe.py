@@ -19,8 +19,8 @@ and in exact mode (batch-invariant kernels); the same on the 7B shape; bitsandby
 (batched verify against today's row-by-row verify); the tiny GPU tests.
 
 Needs only torch, transformers ≥ the floor pyproject names and what ``specchat.engine`` imports
-(README's GPU section has the command that carries missing wheels to a machine without a
-network). Exit status: 0 when every section ran, 1 when one failed, 2 when the gate refused.
+(docs/testing.md's GPU section has the command that carries missing wheels to a machine without
+a network). Exit status: 0 when every section ran, 1 when one failed, 2 when the gate refused.
 """
 
 # ruff: noqa: E501 (shape tables and one-line summaries)
@@ -150,7 +150,7 @@ def gate_problems() -> list[str]:
     if version_tuple(found) < version_tuple(floor):
         problems.append(
             f"transformers {found} is older than the {floor} pyproject names: carry the wheels "
-            "(README, GPU section) and put them first on PYTHONPATH"
+            "(docs/testing.md, GPU section) and put them first on PYTHONPATH"
         )
     sys.path.insert(0, str(ROOT))
     for module in ("specchat.engine.session", "specchat.engine.static", "specchat.engine.exact"):
@@ -751,7 +751,7 @@ def quantize_4bit(model: Any) -> int:
 def section_bnb4(probe: Probe) -> dict[str, Any]:
     """bitsandbytes 4-bit: batched verify (the new default) against today's one-row passes."""
     if importlib.util.find_spec("bitsandbytes") is None:
-        return {"status": "skip", "summary": ["bitsandbytes is not installed: carry its wheel (README)"]}
+        return {"status": "skip", "summary": ["bitsandbytes is not installed: carry its wheel (docs/testing.md)"]}
     from specchat.bench.costs import measure_costs
     from specchat.models.compute.rows import compute_rows_alone
 

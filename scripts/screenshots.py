@@ -283,7 +283,7 @@ TALK_SETTINGS = {"tiny": {"temperature": 1.0, "seed": 2}, "real": {"temperature"
 async def shoot_talk(
     engine: Callable[..., Any], out: Path, size: tuple[int, int], pair: str = "tiny"
 ) -> None:
-    """The pictures of README's "Giving a talk": one round, seen four ways."""
+    """The pictures of docs/talk-mode.md's "One round, up close": one round, seen four ways."""
     question = TALK_QUESTION[pair]
     talk = {**TALK_SETTINGS[pair], "max_new_tokens": 160}
 

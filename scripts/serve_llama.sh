@@ -3,8 +3,8 @@
 #
 #   scripts/serve_llama.sh [PORT]          # default 8080; then: specchat --server http://127.0.0.1:PORT
 #
-# LLAMA_BIN: the folder holding llama-server (default ~/.cache/specchat-peers/llamacpp/bin; README,
-# "Attach to a server", says how to build it). GGUF_DIR: where `specchat` assembled the pair
+# LLAMA_BIN: the folder holding llama-server (default ~/.cache/specchat-peers/llamacpp/bin;
+# docs/servers.md, "llama.cpp's llama-server", says how to build it). GGUF_DIR: where `specchat` assembled the pair
 # (default ~/.cache/specchat/gguf). The server takes both models' memory and every core it is
 # given: on a shared machine it holds /tmp/specchat-heavy.lock for as long as it runs.
 # Extra arguments after the port go to llama-server (e.g. --spec-draft-n-max 6).
@@ -15,7 +15,7 @@ shift || true
 bin=${LLAMA_BIN:-$HOME/.cache/specchat-peers/llamacpp/bin}
 gguf=${GGUF_DIR:-$HOME/.cache/specchat/gguf}
 for file in "$bin/llama-server" "$gguf/qwen.gguf" "$gguf/qwen05.gguf"; do
-  [[ -e $file ]] || { echo "serve_llama.sh: $file is missing (README: Attach to a server)" >&2; exit 2; }
+  [[ -e $file ]] || { echo "serve_llama.sh: $file is missing (docs/servers.md: llama.cpp's llama-server)" >&2; exit 2; }
 done
 
 exec 9>/tmp/specchat-heavy.lock

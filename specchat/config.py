@@ -57,7 +57,7 @@ class Settings(BaseModel):
     target: str = "qwen-coder-1.5b"
     draft: str | None = "qwen-coder-0.5b"
     # hybrid + adaptive: the fastest pair of choices that keeps the draft model in play on the
-    # bench (README, Performance); fixed γ=4 was slower than plain decoding on this CPU.
+    # bench (docs/performance.md); fixed γ=4 was slower than plain decoding on this CPU.
     drafter: str = "hybrid"
     gamma: int = Field(default=4, ge=1, le=GAMMA_MAX)
     """γ of the fixed schedule, and the first γ the others try."""

@@ -5,7 +5,7 @@
 BIN is the folder holding the `specchat` to run (a virtual environment's bin/, so two checkouts
 can be compared), FLAGS the extra `generate` flags, split on spaces. Every configuration runs
 REPS times, in ABC order then CBA, so that a machine slowing down or speeding up during the
-series weighs on all of them alike. The README's lever table was made with it.
+series weighs on all of them alike. The lab notebook's lever tables (docs/lab/) were made with it.
 """
 
 from __future__ import annotations

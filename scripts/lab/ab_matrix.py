@@ -7,8 +7,8 @@ product of the matrix named by MATRIX (default ``gate``) with M random rows (M f
 default 1,2,4,8): "hot" repeats layer 0's matrix, so it stays in cache and the figure is the
 kernel's arithmetic; "cold" cycles through every layer's matrix, so the weights stream from
 memory as in decoding. Builds alternate rep by rep; each figure is the median of 6 reps of 56
-products, with the bytes of layer 0's matrix per second. The README's kernel lever notes were
-made with it.
+products, with the bytes of layer 0's matrix per second. The lab notebook's kernel lever notes
+(docs/lab/2026-12-01-kernel-levers.md) were made with it.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Both sources are built side by side (as scripts/lab/ab_kernels.py builds them), 
 model in PACKED_FOLDER and prefill the same 100 tokens; then passes of width 1–9 and 17 over the
 same random ids are compared with torch.equal. A kernel change that only reorders exact integer
 sums, or how weights are fetched, must print "all identical": then greedy decoding, and the
-greedy-equality counts in README, are unchanged by it. Exit status 1 when any width differs.
+greedy-equality counts in docs/performance.md, are unchanged by it. Exit status 1 when any width differs.
 """
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ def selftest(
 
 
 def report_gpu_rows(engine: Any) -> None:
-    """On CUDA, say how this GPU's verify rows compare with one-token rows (README, GPU section):
+    """On CUDA, say how this GPU's verify rows compare with one-token rows (docs/performance.md, GPUs):
     exactness there is measured, not promised, unless exact mode's kernels run."""
     target = getattr(engine, "target", None)
     if target is None or target.device.type != "cuda":

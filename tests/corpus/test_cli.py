@@ -1,7 +1,7 @@
 """Bad input to `specchat generate` / `chat`: one line, a documented exit status, nothing lost.
 
-Exit statuses (README, "Exit status"): 2 for anything the user can fix (a flag, a setting, a
-variable, the prompt), 1 for an unexpected error, 130 after Ctrl+C, 143 after SIGTERM.
+Exit statuses (docs/what-happens-when.md, "Exit status"): 2 for anything the user can fix (a flag, a
+setting, a variable, the prompt), 1 for an unexpected error, 130 after Ctrl+C, 143 after SIGTERM.
 
 Cases marked ``before_loading`` must be refused before any model is loaded: the loader is
 replaced by one that fails the test if it is reached.

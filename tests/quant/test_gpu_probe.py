@@ -1,6 +1,6 @@
 """scripts/gpu_probe.py on a CPU with tiny models: every section runs, so the probe cannot rot.
 
-The same sections run on a GPU machine on 0.5/1.5/7B shapes (README, GPU section). Here the
+The same sections run on a GPU machine on 0.5/1.5/7B shapes (docs/performance.md, GPUs). Here the
 run takes about 3 minutes on 2 cores (exact mode's section runs Triton's interpreter when
 Triton is installed, and is skipped with its reason when it is not).
 """

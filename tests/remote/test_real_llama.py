@@ -1,6 +1,6 @@
 """Against a real llama-server with the packaged GGUF pair (skipped without a build).
 
-Build: see README, "Attach to a server" (scripts/build_llamacpp.sh). The server loads both
+Build: see docs/servers.md, "llama.cpp's llama-server" (scripts/build_llamacpp.sh). The server loads both
 models (GBs of memory, both cores): run this under the shared lock, like the other slow tests.
 """
 
@@ -37,7 +37,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
         not (SERVER.exists() and TARGET.exists() and DRAFT.exists()),
-        reason="no llama-server build or packaged GGUF pair (README: Attach to a server)",
+        reason="no llama-server build or packaged GGUF pair (docs/servers.md: llama.cpp's llama-server)",
     ),
 ]
 

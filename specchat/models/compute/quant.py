@@ -39,7 +39,7 @@ from specchat.errors import InvalidSettingError
 QUANT_CHOICES = ("4bit", "8bit")
 INSTALL_HINT = "pip install 'specchat[gpu]' (it runs on a CPU too)"
 CPU_NOTE = "bitsandbytes on a CPU: an order of magnitude slower than the default CPU path, see README"
-"""Said while a quantized target loads on a CPU (README's Performance section has the figures)."""
+"""Said while a quantized target loads on a CPU (docs/performance.md, "--quant on a CPU", has the figures)."""
 
 # bitsandbytes logs on every call of an 8-bit layer that it casts its input to fp16 (that is
 # how LLM.int8 works), and on import that a faster CPU 4-bit kernel could be fetched from a
