@@ -240,7 +240,8 @@ def _print_outcome(outcome: BenchOutcome, *, detail: bool) -> None:
     """The tables (every (method, category) row with ``detail``), the headline, the run's load."""
     from rich.console import Console
 
-    from specchat.bench.report import headline, render_detail, render_tables, summarize
+    from specchat.bench.report import headline, render_detail, render_tables
+    from specchat.bench.summary import summarize
 
     records, methods, costs = outcome.records, outcome.methods, outcome.costs
     out = Console()

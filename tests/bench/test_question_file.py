@@ -207,7 +207,7 @@ def test_a_category_and_id_that_look_like_markup_are_printed_as_they_are(
 
 
 def test_mt_benchs_categories_also_make_spec_benchs_mt_bench_task() -> None:
-    from specchat.bench.report import in_category, report_categories
+    from specchat.bench.figures import in_category, report_categories
     from specchat.bench.runner import RunRecord
 
     def record(category: str) -> RunRecord:

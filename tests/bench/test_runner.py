@@ -10,9 +10,10 @@ import pytest
 
 from specchat.bench import BenchError
 from specchat.bench.costs import Costs, measure_costs
+from specchat.bench.figures import predict
 from specchat.bench.plot import write_plot
 from specchat.bench.prompts import BenchPrompt, categories, load_prompts
-from specchat.bench.report import predict, render_tables, summarize, to_json
+from specchat.bench.report import render_tables, to_json
 from specchat.bench.runner import (
     BenchSettings,
     Method,
@@ -23,6 +24,7 @@ from specchat.bench.runner import (
     run_bench,
     warm_up,
 )
+from specchat.bench.summary import summarize
 from specchat.engine.compare import first_difference
 from specchat.engine.events import RoundEvent
 from specchat.engine.gamma import AdaptiveGamma
