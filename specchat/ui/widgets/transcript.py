@@ -28,11 +28,12 @@ from textual.visual import visualize
 from textual.widget import Widget
 from textual.widgets import Markdown, Static
 
-from specchat.engine.events import Event, RoundEvent, SummaryEvent, TokenEvent
+from specchat.engine.display import REJECTED, Shown, ShownKind, display_order
+from specchat.engine.events import Event, RoundEvent, SummaryEvent, TokenEvent, TokenKind
 from specchat.engine.metrics import SectionStats
 from specchat.engine.reasoning import answer_text
 from specchat.store.markdown import fmt, left_out_words, reply_figures
-from specchat.ui.settings.themes import REJECTED, TokenPalette
+from specchat.ui.settings.themes import TokenPalette
 from specchat.untrusted import visible
 
 CURSOR = "▌"
@@ -47,7 +48,7 @@ SHOWN_BREAKS = str.maketrans({"\n": "↵", "\t": "→"})
 class Piece:
     """A stretch of one token's text (a token split by a block boundary has two pieces)."""
 
-    kind: str
+    kind: ShownKind
     """A token kind, or REJECTED for a draft the round threw away."""
     text: str
     token: int | None
@@ -89,22 +90,22 @@ class TokenText(Widget):
         self._cache: tuple[tuple[object, ...], Text] | None = None
 
     @property
-    def runs(self) -> list[tuple[str, str]]:
+    def runs(self) -> list[tuple[ShownKind, str]]:
         """(kind, text) of the reply's own text, consecutive pieces of one kind merged."""
-        runs: list[list[str]] = []
+        runs: list[tuple[ShownKind, str]] = []
         for piece in self.pieces:
             if piece.kind == REJECTED:
                 continue
             if runs and runs[-1][0] == piece.kind:
-                runs[-1][1] += piece.text
+                runs[-1] = (piece.kind, runs[-1][1] + piece.text)
             else:
-                runs.append([piece.kind, piece.text])
-        return [(kind, text) for kind, text in runs]
+                runs.append((piece.kind, piece.text))
+        return runs
 
     def tokens_shown(self) -> set[int]:
         return {piece.token for piece in self.pieces if piece.token is not None and piece.kind != REJECTED}
 
-    def add(self, kind: str, text: str, token: int | None = None) -> None:
+    def add(self, kind: ShownKind, text: str, token: int | None = None) -> None:
         if not text:
             return
         # A model's or a server's text: its control characters are shown (ESC as ^[), never
@@ -206,7 +207,7 @@ class BlockRun:
     def last(self) -> TokenText:
         return self.blocks[-1]
 
-    def add(self, kind: str, text: str, index: int, block_chars: int) -> TokenText:
+    def add(self, kind: ShownKind, text: str, index: int, block_chars: int) -> TokenText:
         """Add one token's text; the block where it starts."""
         first, *rest = text.split("\n")
         start = self.last
@@ -294,9 +295,9 @@ class ReplyText(Vertical):
     own run of blocks inside a :class:`ReasoningFold`, mounted above the answer's when the
     first arrives; token indices count both, in stream order.
 
-    It takes the reply's events in stream order (each round's tokens, then its RoundEvent).
-    A correction waits for its RoundEvent, which follows it at once, so that the drafts it
-    replaced can be shown before it.
+    It takes the reply's events in stream order (each round's tokens, then its RoundEvent) and
+    shows them in display order (:func:`~specchat.engine.display.display_order`: a correction
+    waits for its RoundEvent, so that the drafts it replaced can be shown before it).
     """
 
     BLOCK_CHARS = 400
@@ -350,17 +351,17 @@ class ReplyText(Vertical):
         return answer_text(self.tokens)
 
     @property
-    def runs(self) -> list[tuple[str, str]]:
+    def runs(self) -> list[tuple[TokenKind, str]]:
         """(kind, text) runs over the whole reply: consecutive tokens of one kind merged."""
-        runs: list[list[str]] = []
+        runs: list[tuple[TokenKind, str]] = []
         for token in self.tokens:
             if not token.text:
                 continue
             if runs and runs[-1][0] == token.kind:
-                runs[-1][1] += token.text
+                runs[-1] = (token.kind, runs[-1][1] + token.text)
             else:
-                runs.append([token.kind, token.text])
-        return [(kind, text) for kind, text in runs]
+                runs.append((token.kind, token.text))
+        return runs
 
     @property
     def blocks(self) -> list[TokenText]:
@@ -409,10 +410,10 @@ class ReplyText(Vertical):
 
     def set_streaming(self, streaming: bool) -> None:
         self.streaming = streaming
-        if not streaming and self._held is not None:
-            # The round never closed (an error): the correction still belongs to the reply.
-            self._add_token(self._held)
-            self._held = None
+        if not streaming:
+            # A round that never closed (an error): its correction still belongs to the reply.
+            shown, self._held = display_order((), self._held, final=True)
+            self._show(shown)
         last = self._answer.last
         last.empty_note = not self.answer and not streaming
         last.set_streaming(streaming)
@@ -447,36 +448,28 @@ class ReplyText(Vertical):
         return self._reasoning
 
     def _add(self, events: Iterable[Event]) -> None:
+        events = list(events)
         for event in events:
             if isinstance(event, TokenEvent | RoundEvent):
                 self.sections.add(event)
-            if isinstance(event, TokenEvent):
-                if event.kind == "correction":
-                    self._flush_held()
-                    self._held = event  # its RoundEvent comes next
-                else:
-                    self._flush_held()
-                    self._add_token(event)
-            elif isinstance(event, RoundEvent):
-                self.rounds[event.round] = event
-                held = self._held if self._held is not None and self._held.round == event.round else None
-                self._flush_held(unless=held)
-                replaced_by = len(self.tokens) if held is not None else None
-                section = (
-                    held.reasoning if held is not None else bool(self.tokens and self.tokens[-1].reasoning)
-                )
-                run = self._run_for(section)
-                for draft in event.rejected:
-                    run.last.add(REJECTED, draft.text.translate(SHOWN_BREAKS), replaced_by)
-                if held is not None:
-                    self._held = None
-                    self._add_token(held)
+        shown, self._held = display_order(events, self._held)
+        self._show(shown)
 
-    def _flush_held(self, unless: TokenEvent | None = None) -> None:
-        """A correction whose round never reported (an old reply, or a stream cut short)."""
-        if self._held is not None and self._held is not unless:
-            held, self._held = self._held, None
-            self._add_token(held)
+    def _show(self, shown: Iterable[Shown]) -> None:
+        """Draw the reply's next tokens and closed rounds, in display order (see display_order)."""
+        for item in shown:
+            if isinstance(item, TokenEvent):
+                self._add_token(item)
+                continue
+            self.rounds[item.round.round] = item.round
+            correction = item.correction
+            replaced_by = len(self.tokens) if correction is not None else None
+            last_reasoning = bool(self.tokens and self.tokens[-1].reasoning)
+            run = self._run_for(correction.reasoning if correction is not None else last_reasoning)
+            for draft in item.round.rejected:
+                run.last.add(REJECTED, draft.text.translate(SHOWN_BREAKS), replaced_by)
+            if correction is not None:
+                self._add_token(correction)
 
     def _add_token(self, token: TokenEvent) -> None:
         index = len(self.tokens)
