@@ -435,7 +435,8 @@ def _run_hf(
     Its prefill is not separable from its first step, so the tokens that came with the first
     streamed chunk are left out of the count along with the time it took to produce them.
     """
-    hf_target, hf_draft = peer or (engine.target.model, engine.draft.model if engine.draft else None)
+    models: Peer = peer or (engine.target.model, engine.draft.model if engine.draft else None)
+    hf_target, hf_draft = models
     result = hf_generate(
         hf_target,
         prompt_ids,
