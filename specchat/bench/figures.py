@@ -25,8 +25,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 from specchat.bench.costs import Costs
+from specchat.bench.methods import Method
 from specchat.bench.question_file import TASKS
-from specchat.bench.runner import Method, RunRecord, fastest
+from specchat.bench.run_record import RunRecord, fastest
 from specchat.engine.events import RoundEvent
 from specchat.engine.gamma import positions_tested
 from specchat.engine.metrics import StreamStats, expected_tokens_per_round

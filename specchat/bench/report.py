@@ -9,7 +9,8 @@ from collections.abc import Callable, Sequence
 
 from specchat.bench.costs import Costs
 from specchat.bench.figures import ALL, Group, all_groups, event_costs, report_categories
-from specchat.bench.runner import Method, RunRecord
+from specchat.bench.methods import Method
+from specchat.bench.run_record import RunRecord
 from specchat.bench.summary import DEFAULTS, GUARD_RATIO, GUARDED_KINDS, floored, summarize
 
 

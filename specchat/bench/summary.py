@@ -23,7 +23,8 @@ from specchat.bench.figures import (
 )
 from specchat.bench.llamacpp_peer import PLAIN_ROW as LLAMA_PLAIN
 from specchat.bench.llamacpp_peer import SPECULATIVE_ROW as LLAMA_SPECULATIVE
-from specchat.bench.runner import Method, RunRecord, fastest
+from specchat.bench.methods import Method
+from specchat.bench.run_record import RunRecord, fastest
 
 TARGETS = {
     "measured_over_predicted": 0.9,

@@ -222,8 +222,8 @@ def _bench(
     """The timing run: its plan (checked before any model loads), run, then printed and written."""
     from rich.console import Console
 
+    from specchat.bench.methods import BenchSettings
     from specchat.bench.plan import make_plan, run_plan
-    from specchat.bench.runner import BenchSettings
 
     quick = options["quick"]
     budget = _budget(max_new_tokens, 64 if quick else 128)

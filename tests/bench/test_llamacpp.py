@@ -29,10 +29,12 @@ from specchat.bench.llamacpp_peer import (
     parse_completion,
     parse_version,
 )
+from specchat.bench.methods import BenchSettings, Method, build_methods
 from specchat.bench.plot import write_plot
 from specchat.bench.prompts import BenchPrompt
 from specchat.bench.report import headline, render_tables, to_json
-from specchat.bench.runner import BenchSettings, Method, RunRecord, build_methods, run_bench
+from specchat.bench.run_record import RunRecord
+from specchat.bench.runner import run_bench
 from specchat.bench.summary import summarize
 from specchat.cli.bench_command import bench
 from specchat.engine.session import ChatEngine
