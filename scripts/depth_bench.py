@@ -34,7 +34,8 @@ def main() -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from specchat.models.compute.packed import PackRecipe, load_native
+    from specchat.models.compute.packed import load_native
+    from specchat.models.compute.packed_cache import PackRecipe
 
     model = load_native(args.model, PackRecipe("gguf")).model
     vocab = int(model.input_rows)

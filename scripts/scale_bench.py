@@ -34,7 +34,7 @@ PROMPT = "Write a haiku about the sea."
 V_GAMMA = r"""
 import statistics, sys, time, torch
 from pathlib import Path
-from specchat.models.compute.packed import load_packed
+from specchat.models.compute.packed_cache import load_packed
 torch.set_num_threads(int(sys.argv[2]))
 model, _ = load_packed(Path(sys.argv[1]), "scale")
 widths = [int(w) for w in sys.argv[3].split(",")]

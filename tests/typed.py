@@ -6,21 +6,14 @@ draft model's drafter), so mypy checks the attribute the test then reads.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from specchat.engine.drafters import DeviceDraft, Draft, ModelDrafter
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import PreTrainedTokenizerBase
 
     from specchat.engine.session import ChatEngine
-
-
-def as_model(model: object) -> PreTrainedModel:
-    """A model for ChatEngine and CachedLM, which annotate transformers' class but call only its
-    forward, device and config: specchat's NativeCausalLM and LeanCausalLM, and bare torch
-    modules, decode there too (opening.py passes them the same way)."""
-    return cast("PreTrainedModel", model)
 
 
 def host_draft(draft: Draft | DeviceDraft) -> Draft:

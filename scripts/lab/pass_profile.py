@@ -67,7 +67,7 @@ def main(argv: list[str]) -> None:
     passes = int(argv[3]) if len(argv) > 3 else 20
     os.environ[ISA_ENV] = variant
     torch.set_num_threads(1)
-    from specchat.models.compute.packed import load_packed
+    from specchat.models.compute.packed_cache import load_packed
 
     model, _ = load_packed(folder, folder.name)
     ids = (torch.arange(PREFILL + width) % 32 + 1)[None]  # any ids: a small model's vocabulary too

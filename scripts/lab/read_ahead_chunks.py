@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from specchat.engine.kv import CachedLM
-from specchat.models.compute.packed import load_packed
+from specchat.models.compute.packed_cache import load_packed
 
 
 def read(lm: CachedLM, ids: list[int], chunk: int | None) -> tuple[float, float]:

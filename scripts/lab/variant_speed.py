@@ -2,7 +2,7 @@
 
     python scripts/lab/variant_speed.py PACKED_FOLDER [STEPS] [WIDTHS] [THREADS] [VARIANTS]
 
-PACKED_FOLDER is a folder of the packed cache (see specchat.models.compute.packed). Every variant runs
+PACKED_FOLDER is a folder of the packed cache (see specchat.models.compute.packed_cache). Every variant runs
 the same memory-mapped weights: each prefills the same 32 tokens, then the variants take turns,
 one pass of WIDTH new tokens (1: a plain decoding step) each, STEPS times per width, rolled back
 after each pass so every pass sees the same position. WIDTHS is one width or a comma-separated
@@ -37,7 +37,7 @@ def runnable_variants() -> list[str]:
 
 
 def load_on(name: str, folder: Path) -> Any:
-    from specchat.models.compute.packed import load_packed
+    from specchat.models.compute.packed_cache import load_packed
 
     os.environ[ISA_ENV] = name
     model, _ = load_packed(folder, folder.name)

@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from specchat.bench.methods import PLAIN, BenchSettings, Method
 from specchat.bench.prompts import BenchPrompt
-from specchat.bench.runner import PLAIN, BenchSettings, Method, RunRecord, check_greedy, run_turns
+from specchat.bench.run_record import RunRecord, check_greedy
+from specchat.bench.runner import run_turns
 from specchat.engine.gamma import SCHEDULES
 from specchat.engine.session import ChatEngine
 

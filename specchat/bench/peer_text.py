@@ -25,9 +25,14 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specchat.engine.compare import first_difference
+
+if TYPE_CHECKING:
+    from specchat.bench.llamacpp_peer import LlamaCppPeer
+    from specchat.bench.prompt_record import BenchPrompt
+    from specchat.engine.session import ChatEngine
 
 TOP = 8
 """Candidates per token whose log-probabilities llama.cpp reports (its margin needs ours among them)."""
@@ -117,28 +122,12 @@ def compare(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m specchat.bench.peer_text", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("gguf", type=Path)
-    parser.add_argument("--llama-cpp", type=Path, required=True, help="the folder holding llama-server")
-    parser.add_argument("--prompts", type=int, default=5)
-    parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument(
-        "--float-reference",
-        action="store_true",
-        help="also load the file into transformers (float32, dequantized; memory: 4 bytes a weight) "
-        "and say which program's token the float model prefers where they part",
-    )
-    args = parser.parse_args(argv)
+    args = _arguments(argv)
 
     import torch
 
-    from specchat.bench.llamacpp_peer import PLAIN_ROW, parse_completion, start_peer
+    from specchat.bench.llamacpp_peer import start_peer
     from specchat.bench.prompts import load_prompts
-    from specchat.engine.backend import Controls
-    from specchat.engine.events import TokenEvent
     from specchat.engine.session import ChatEngine
     from specchat.kernels import variant
     from specchat.models.loading.loader import load_for_decoding
@@ -160,32 +149,64 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
         try:
             for prompt in prompts:
-                ids = engine.prompt_ids(list(prompt.messages))
-                times, ours = [], []
-                for event in engine.stream_plain(ids, Controls(max_new_tokens=args.tokens, drafter="none")):
-                    if isinstance(event, TokenEvent):
-                        ours.append(event.token_id)
-                        times.append(time.perf_counter())
-                data = peer.servers[PLAIN_ROW].complete(ids, args.tokens, n_probs=TOP)
-                completion = parse_completion(data, engine.stop_ids)
-                theirs = completion.token_ids
-                our_rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
-                timing = completion.timings
-                their_rate = (
-                    timing.decode_steps / (timing.predicted_ms / 1000)
-                    if timing and timing.predicted_ms
-                    else 0.0
-                )
-                mine = our_log_probs(pair.target, ids, ours) if ours else None
-                result = compare(prompt.id, ours, theirs, mine, their_log_probs(data), (our_rate, their_rate))
-                if reference is not None and result.our_margin is not None:
-                    at = result.diverge_at or 0
-                    floats = our_log_probs(reference, ids, ours[: at + 1])[at]
-                    result = replace(result, float_margin=float(floats[ours[at]] - floats[theirs[at]]))
-                results.append(result)
+                results.append(_compare_prompt(engine, pair.target, peer, prompt, args.tokens, reference))
                 print(describe(results[-1]), flush=True)
         finally:
             peer.close()
+    return _verdict(results)
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m specchat.bench.peer_text", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("gguf", type=Path)
+    parser.add_argument("--llama-cpp", type=Path, required=True, help="the folder holding llama-server")
+    parser.add_argument("--prompts", type=int, default=5)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--float-reference",
+        action="store_true",
+        help="also load the file into transformers (float32, dequantized; memory: 4 bytes a weight) "
+        "and say which program's token the float model prefers where they part",
+    )
+    return parser.parse_args(argv)
+
+
+def _compare_prompt(
+    engine: ChatEngine, model: Any, peer: LlamaCppPeer, prompt: BenchPrompt, tokens: int, reference: Any
+) -> Comparison:
+    """One prompt decoded plainly by both programs, compared token by token (and, with a float
+    ``reference``, where they part, which token the float model prefers)."""
+    from specchat.bench.llamacpp_peer import PLAIN_ROW, parse_completion
+    from specchat.engine.backend import Controls
+    from specchat.engine.events import TokenEvent
+
+    ids = engine.prompt_ids(list(prompt.messages))
+    times, ours = [], []
+    for event in engine.stream_plain(ids, Controls(max_new_tokens=tokens, drafter="none")):
+        if isinstance(event, TokenEvent):
+            ours.append(event.token_id)
+            times.append(time.perf_counter())
+    data = peer.servers[PLAIN_ROW].complete(ids, tokens, n_probs=TOP)
+    completion = parse_completion(data, engine.stop_ids)
+    theirs = completion.token_ids
+    our_rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
+    timing = completion.timings
+    their_rate = timing.decode_steps / (timing.predicted_ms / 1000) if timing and timing.predicted_ms else 0.0
+    mine = our_log_probs(model, ids, ours) if ours else None
+    result = compare(prompt.id, ours, theirs, mine, their_log_probs(data), (our_rate, their_rate))
+    if reference is not None and result.our_margin is not None:
+        at = result.diverge_at or 0
+        floats = our_log_probs(reference, ids, ours[: at + 1])[at]
+        result = replace(result, float_margin=float(floats[ours[at]] - floats[theirs[at]]))
+    return result
+
+
+def _verdict(results: list[Comparison]) -> int:
+    """The closing lines: how many prompts agreed, both speeds, and whether every parting is a
+    near tie within the programs' own disagreement (exit 0) or not (1)."""
     equal = sum(r.diverge_at is None for r in results)
     ours_mean = sum(r.our_tok_s for r in results) / len(results)
     theirs_mean = sum(r.their_tok_s for r in results) / len(results)

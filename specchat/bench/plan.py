@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specchat.bench import BenchError
+from specchat.bench.methods import BenchSettings, Method, build_methods
 from specchat.bench.prompt_record import BenchPrompt
-from specchat.bench.runner import BenchSettings, Method, build_methods
 from specchat.bench.sweep import FULL_GAMMAS, QUICK_GAMMAS, QUICK_HF_GAMMAS, comma_list, parse_gammas
 
 if TYPE_CHECKING:
@@ -32,11 +32,10 @@ if TYPE_CHECKING:
     from specchat.bench.check import CheckResult
     from specchat.bench.costs import Costs
     from specchat.bench.llamacpp_peer import LlamaCppPeer
-    from specchat.bench.runner import RunRecord
+    from specchat.bench.run_record import RunRecord
     from specchat.config import Settings
     from specchat.engine.session import ChatEngine
     from specchat.opening import OpenedBackend
-
 
 
 @dataclass(frozen=True)

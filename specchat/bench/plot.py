@@ -7,10 +7,11 @@ from pathlib import Path
 
 from specchat.bench import BenchError
 from specchat.bench.costs import Costs
+from specchat.bench.figures import ALL, all_groups, predicted_curve
 from specchat.bench.llamacpp_peer import PLAIN_ROW as LLAMA_PLAIN
 from specchat.bench.llamacpp_peer import SPECULATIVE_ROW as LLAMA_SPECULATIVE
-from specchat.bench.report import ALL, all_groups, predicted_curve
-from specchat.bench.runner import Method, RunRecord
+from specchat.bench.methods import Method
+from specchat.bench.run_record import RunRecord
 from specchat.engine.registry import DRAFTERS
 
 _ROW_COLOURS = ("tab:purple", "tab:brown", "tab:pink", "tab:gray")

@@ -222,8 +222,8 @@ def _bench(
     """The timing run: its plan (checked before any model loads), run, then printed and written."""
     from rich.console import Console
 
+    from specchat.bench.methods import BenchSettings
     from specchat.bench.plan import make_plan, run_plan
-    from specchat.bench.runner import BenchSettings
 
     quick = options["quick"]
     budget = _budget(max_new_tokens, 64 if quick else 128)
@@ -240,7 +240,8 @@ def _print_outcome(outcome: BenchOutcome, *, detail: bool) -> None:
     """The tables (every (method, category) row with ``detail``), the headline, the run's load."""
     from rich.console import Console
 
-    from specchat.bench.report import headline, render_detail, render_tables, summarize
+    from specchat.bench.report import headline, render_detail, render_tables
+    from specchat.bench.summary import summarize
 
     records, methods, costs = outcome.records, outcome.methods, outcome.costs
     out = Console()

@@ -17,7 +17,15 @@ import torch
 from transformers import DynamicCache
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     from transformers import PreTrainedModel
+
+    from specchat.kernels.lm import DecodingLM, LeanCache
+
+    EngineModel: TypeAlias = PreTrainedModel | DecodingLM
+    """What the engine decodes with: a transformers model, or one of specchat's fast forwards
+    (the native kernels, the lean forward), of which it calls only what DecodingLM names."""
 
 
 PREFILL_CHUNK = 64
@@ -43,9 +51,9 @@ def device_sync(device: torch.device) -> None:
 
 @dataclass
 class CachedLM:
-    model: PreTrainedModel
+    model: EngineModel
     cached_ids: list[int] = field(default_factory=list)
-    cache: DynamicCache | None = None
+    cache: DynamicCache | LeanCache | None = None
     forward_calls: int = 0
     """How many forward passes ran (tests use it to check that rounds batch their work)."""
 

@@ -35,7 +35,9 @@ from specchat.errors import ContextTooLongError, InvalidSettingError, OutOfMemor
 
 if TYPE_CHECKING:
     # Types only: importing transformers' modeling code costs seconds at every start.
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import PreTrainedTokenizerBase
+
+    from specchat.engine.kv import EngineModel
 
 __all__ = ["ChatEngine"]
 
@@ -71,9 +73,9 @@ class ChatEngine:
 
     def __init__(
         self,
-        target: PreTrainedModel,
+        target: EngineModel,
         tokenizer: PreTrainedTokenizerBase,
-        draft: PreTrainedModel | None = None,
+        draft: EngineModel | None = None,
         *,
         kv: str = "auto",
     ) -> None:
@@ -437,7 +439,7 @@ class _Running:
     done: bool = False
 
 
-def _stop_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
+def _stop_ids(model: EngineModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
     ids: set[int] = set()
     config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     for value in (config_eos, tokenizer.eos_token_id):

@@ -24,7 +24,7 @@ import inspect
 import os
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
 
@@ -34,6 +34,8 @@ from specchat.params import GAMMA_MAX
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
+
+    from specchat.engine.kv import EngineModel
 
 KV_CHOICES = ("auto", "static", "dynamic")
 COMPILE_ENV = "SPECCHAT_COMPILE"
@@ -185,6 +187,8 @@ class StaticLM(CachedLM):
     ``graphs``: None means on CUDA, off elsewhere. ``capacity``: positions allocated at first.
     """
 
+    model: PreTrainedModel
+    """Always a transformers model (make_cached_lm gives specchat's own forwards a CachedLM)."""
     graphs: bool | None = None
     capacity: int = DEFAULT_CAPACITY
     graph_widths: int = GRAPH_WIDTHS
@@ -419,7 +423,7 @@ def _to_device(ids: list[int], device: torch.device) -> torch.Tensor:
     return host.pin_memory().to(device, non_blocking=True)
 
 
-def make_cached_lm(model: PreTrainedModel, kv: str = "auto") -> CachedLM:
+def make_cached_lm(model: EngineModel, kv: str = "auto") -> CachedLM:
     """The cache a model decodes with: static (graphs on CUDA) or transformers' dynamic cache.
 
     ``auto``: static for transformers models on CUDA, where launches bound decoding, and for models
@@ -446,7 +450,7 @@ def has_sliding_layers(model: PreTrainedModel) -> bool:
     return "sliding_attention" in (getattr(text, "layer_types", None) or ())
 
 
-def is_transformers_model(model: object) -> bool:
+def is_transformers_model(model: object) -> TypeGuard[PreTrainedModel]:
     from transformers import PreTrainedModel
 
     return isinstance(model, PreTrainedModel)

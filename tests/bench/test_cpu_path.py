@@ -6,7 +6,7 @@ single-token pass would; what matters for speed is measured by the bench, not he
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
@@ -24,7 +24,9 @@ from specchat.models.compute.cpu_quant import CpuPath, convert_linears, parse_cp
 from specchat.models.compute.lean import LeanCausalLM
 from specchat.models.compute.packed_linear import PackedLinear, fbgemm_fp16_rows_exact
 from specchat.testing.tiny_models import make_model, make_tokenizer, perturbed_copy
-from tests.typed import as_model
+
+if TYPE_CHECKING:
+    from specchat.engine.kv import EngineModel
 
 FP16_ROWS = pytest.mark.skipif(
     not fbgemm_fp16_rows_exact(), reason="fbgemm's fp16 kernels are not row-exact on this CPU (AVX2)"
@@ -41,8 +43,8 @@ def tiny_qwen(seed: int = 0) -> Qwen2ForCausalLM:
     return Qwen2ForCausalLM(config).eval()
 
 
-def verify_rows_vs_single_steps(model: nn.Module, ids: list[int], width: int = 6) -> float:
-    lm = CachedLM(as_model(model))
+def verify_rows_vs_single_steps(model: EngineModel, ids: list[int], width: int = 6) -> float:
+    lm = CachedLM(model)
     context, tail = ids[:-width], ids[-width:]
     lm.logits_after(context, 1)
     together = lm.logits_after(context + tail, width).clone()
@@ -96,7 +98,7 @@ def test_lean_forward_matches_transformers_and_verifies_exactly(mode: str) -> No
     lean = LeanCausalLM(hf)
     ids = list(range(3, 90))
     expected = CachedLM(hf).logits_after(ids, 4)
-    assert torch.allclose(CachedLM(as_model(lean)).logits_after(ids, 4), expected, atol=1e-4)
+    assert torch.allclose(CachedLM(lean).logits_after(ids, 4), expected, atol=1e-4)
     assert verify_rows_vs_single_steps(lean, ids) == 0.0
 
 
@@ -173,7 +175,7 @@ def test_prepared_pair_decodes_exactly(path: CpuPath) -> None:
         assert head == len(tokenizer) and getattr(pair.draft, "narrow_head", None) == path.draft_head
     else:
         assert head == (path.draft_head or len(tokenizer))
-    engine = ChatEngine(as_model(pair.target), tokenizer, as_model(pair.draft))
+    engine = ChatEngine(pair.target, tokenizer, pair.draft)
     prompt = engine.prompt_ids([{"role": "user", "content": "the cat sat on the mat. the cat"}])
     for drafter in ("model", "ngram", "hybrid"):
         controls = Controls(gamma=3, drafter=drafter, max_new_tokens=40)

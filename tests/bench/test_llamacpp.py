@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from specchat.bench import BenchError
 from specchat.bench.costs import Costs
+from specchat.bench.figures import all_groups
 from specchat.bench.llamacpp_peer import (
     PLAIN_ROW,
     SPECULATIVE_ROW,
@@ -28,10 +29,13 @@ from specchat.bench.llamacpp_peer import (
     parse_completion,
     parse_version,
 )
+from specchat.bench.methods import BenchSettings, Method, build_methods
 from specchat.bench.plot import write_plot
 from specchat.bench.prompts import BenchPrompt
-from specchat.bench.report import all_groups, headline, render_tables, summarize, to_json
-from specchat.bench.runner import BenchSettings, Method, RunRecord, build_methods, run_bench
+from specchat.bench.report import headline, render_tables, to_json
+from specchat.bench.run_record import RunRecord
+from specchat.bench.runner import run_bench
+from specchat.bench.summary import summarize
 from specchat.cli.bench_command import bench
 from specchat.engine.session import ChatEngine
 

@@ -10,9 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from specchat.bench import BenchError
+from specchat.bench.methods import BenchSettings, Method
 from specchat.bench.prompts import load_prompts
 from specchat.bench.question_file import MAX_LINE_BYTES, read_questions
-from specchat.bench.runner import BenchSettings, Method, run_bench
+from specchat.bench.runner import run_bench
 from specchat.cli.bench_command import bench
 from specchat.engine.session import ChatEngine
 
@@ -207,8 +208,8 @@ def test_a_category_and_id_that_look_like_markup_are_printed_as_they_are(
 
 
 def test_mt_benchs_categories_also_make_spec_benchs_mt_bench_task() -> None:
-    from specchat.bench.report import in_category, report_categories
-    from specchat.bench.runner import RunRecord
+    from specchat.bench.figures import in_category, report_categories
+    from specchat.bench.run_record import RunRecord
 
     def record(category: str) -> RunRecord:
         return RunRecord("1", category, "plain", "plain", "none", "fixed", 0, 5)

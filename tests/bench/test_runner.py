@@ -10,19 +10,14 @@ import pytest
 
 from specchat.bench import BenchError
 from specchat.bench.costs import Costs, measure_costs
+from specchat.bench.figures import predict
+from specchat.bench.methods import BenchSettings, Method, build_methods
 from specchat.bench.plot import write_plot
 from specchat.bench.prompts import BenchPrompt, categories, load_prompts
-from specchat.bench.report import predict, render_tables, summarize, to_json
-from specchat.bench.runner import (
-    BenchSettings,
-    Method,
-    RunRecord,
-    build_methods,
-    check_greedy,
-    fastest,
-    run_bench,
-    warm_up,
-)
+from specchat.bench.report import render_tables, to_json
+from specchat.bench.run_record import RunRecord, check_greedy, fastest
+from specchat.bench.runner import run_bench, warm_up
+from specchat.bench.summary import summarize
 from specchat.engine.compare import first_difference
 from specchat.engine.events import RoundEvent
 from specchat.engine.gamma import AdaptiveGamma
@@ -54,12 +49,12 @@ def test_methods_cover_the_issue() -> None:
 
 
 def test_a_drafter_added_to_the_registry_gets_a_bench_row() -> None:
-    from specchat.bench import runner
+    from specchat.bench import methods
     from specchat.engine.registry import DrafterSpec, registered
 
     extra = DrafterSpec("echo", "echo", "repeats", needs_draft_model=False, build=lambda kit: None)
     with registered(extra):
-        added = [m for m in runner.build_methods([1]) if m.drafter == "echo"]
+        added = [m for m in methods.build_methods([1]) if m.drafter == "echo"]
     assert [(m.name, m.schedule, m.gamma) for m in added] == [("echo", "fixed", 4)]
 
 

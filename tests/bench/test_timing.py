@@ -9,10 +9,14 @@ from pathlib import Path
 import pytest
 
 from specchat.bench.costs import Costs
+from specchat.bench.figures import all_groups, refusals
+from specchat.bench.methods import PLAIN, BenchSettings, Method
 from specchat.bench.plot import write_plot
 from specchat.bench.prompts import BenchPrompt
-from specchat.bench.report import all_groups, headline, refusals, render_tables, summarize
-from specchat.bench.runner import PLAIN, BenchSettings, Method, RunRecord, fastest, run_bench
+from specchat.bench.report import headline, render_tables
+from specchat.bench.run_record import RunRecord, fastest
+from specchat.bench.runner import run_bench
+from specchat.bench.summary import summarize
 from specchat.engine.session import ChatEngine
 
 METHODS = [

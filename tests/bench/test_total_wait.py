@@ -13,22 +13,16 @@ import pytest
 from rich.console import Console
 
 from specchat.bench.costs import Costs
+from specchat.bench.figures import all_groups, wait_ratio
 from specchat.bench.hf_peer import PeerResult
 from specchat.bench.llamacpp_peer import PLAIN_ROW as LLAMA_PLAIN
 from specchat.bench.llamacpp_peer import PeerCompletion, PeerTimings
+from specchat.bench.methods import PLAIN, BenchSettings, Method
 from specchat.bench.prompts import BenchPrompt
-from specchat.bench.report import (
-    GUARD_RATIO,
-    all_groups,
-    guard,
-    headline,
-    render_detail,
-    render_tables,
-    summarize,
-    to_json,
-    wait_ratio,
-)
-from specchat.bench.runner import PLAIN, BenchSettings, Method, RunRecord, run_method
+from specchat.bench.report import headline, render_detail, render_tables, to_json
+from specchat.bench.run_record import RunRecord
+from specchat.bench.runner import run_method
+from specchat.bench.summary import GUARD_RATIO, guard, summarize
 from specchat.engine.events import UNKNOWN, Event, RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.metrics import ROUTINE_CATCH_UP, draft_prefill_ms
 

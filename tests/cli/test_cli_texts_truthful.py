@@ -15,7 +15,7 @@ from specchat.engine.gamma import HeuristicGamma
 from specchat.engine.registry import DRAFT_STOP_BELOW
 from specchat.models.cache.paths import CONVERTED_MARKER
 from specchat.models.compute.cpu_quant import FALLBACK_CPU_PATH, NATIVE_CPU_PATH
-from specchat.models.compute.packed import FORMAT_VERSION, PackRecipe, packed_folder
+from specchat.models.compute.packed_cache import FORMAT_VERSION, PackRecipe, packed_folder
 from specchat.models.names import assemble
 from specchat.models.names.catalog import PACKAGED
 from specchat.params import GAMMA_MAX

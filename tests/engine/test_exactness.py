@@ -11,6 +11,7 @@ import math
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
@@ -22,6 +23,9 @@ from specchat.engine.gamma import FixedGamma
 from specchat.engine.sampling import SamplingParams, shape_probs
 from specchat.engine.session import ChatEngine
 from specchat.testing.tiny_models import make_model, make_tiny_pair, make_tokenizer, perturbed_copy
+
+if TYPE_CHECKING:
+    from specchat.engine.kv import EngineModel
 
 
 def token_ids(events: object) -> list[int]:
@@ -59,7 +63,7 @@ ALPHA_LEVEL = 1e-3
 
 
 def exact_two_token_distribution(
-    target: torch.nn.Module, prompt: list[int], params: SamplingParams
+    target: EngineModel, prompt: list[int], params: SamplingParams
 ) -> torch.Tensor:
     with torch.inference_mode():
         first = shape_probs(target(torch.tensor([prompt])).logits[0, -1:], params)[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from specchat.bench.runner import build_methods
+from specchat.bench.methods import build_methods
 from specchat.cli import main
 from specchat.config import Settings
 from specchat.engine.events import DraftTrace, RoundEvent

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
@@ -12,6 +13,9 @@ from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.engine.sampling import SamplingParams, residual_distribution, shape_probs
 from specchat.engine.session import ChatEngine
 
+if TYPE_CHECKING:
+    from specchat.engine.kv import EngineModel
+
 PROMPT = [{"role": "user", "content": "hello there, how are you"}]
 
 
@@ -19,7 +23,7 @@ def _events(engine: ChatEngine, controls: Controls) -> list:
     return list(engine.stream_chat(PROMPT, controls))
 
 
-def _probs(model: torch.nn.Module, ids: list[int], params: SamplingParams) -> torch.Tensor:
+def _probs(model: EngineModel, ids: list[int], params: SamplingParams) -> torch.Tensor:
     """The model's shaped distribution after ``ids``, computed from scratch (no cache)."""
     with torch.inference_mode():
         logits = model(input_ids=torch.tensor([ids])).logits[0, -1]

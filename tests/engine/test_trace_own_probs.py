@@ -7,6 +7,7 @@ itself thought of the drafted token is what the inspector shows there.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
@@ -16,10 +17,13 @@ from specchat.engine.events import DraftTrace, RoundEvent, TokenEvent, known
 from specchat.engine.sampling import own_probabilities
 from specchat.engine.session import ChatEngine
 
+if TYPE_CHECKING:
+    from specchat.engine.kv import EngineModel
+
 PROMPT = [{"role": "user", "content": "abc abc abc, what comes next? abc"}]
 
 
-def _own(model: torch.nn.Module, ids: list[int], token: int) -> float:
+def _own(model: EngineModel, ids: list[int], token: int) -> float:
     """softmax at temperature 1 of the model's logits after ``ids``, from scratch (no cache)."""
     with torch.inference_mode():
         logits = model(input_ids=torch.tensor([ids])).logits[0, -1]

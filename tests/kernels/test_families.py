@@ -17,7 +17,6 @@ from specchat.kernels import cpu_supports
 from specchat.kernels.native import NativeCausalLM
 from specchat.models.compute.packing import from_hf
 from specchat.testing.tiny_models import make_tokenizer
-from tests.typed import as_model
 
 pytestmark = pytest.mark.skipif(cpu_supports() is not None, reason=f"no kernels here: {cpu_supports()}")
 
@@ -110,7 +109,7 @@ def test_gemma3_windowed_layers_see_only_their_window() -> None:
 def test_greedy_speculation_equals_plain_decoding(make: Callable[..., PreTrainedModel]) -> None:
     model = make()
     target, draft = from_hf(model, bits=4), from_hf(make(seed=99), bits=4)
-    engine = ChatEngine(as_model(target), make_tokenizer(), as_model(draft))
+    engine = ChatEngine(target, make_tokenizer(), draft)
     prompt = engine.prompt_ids([{"role": "user", "content": "the cat sat on the mat. the cat sat on"}])
     controls = Controls(gamma=4, drafter="model", max_new_tokens=40)
     plain = [e.token_id for e in engine.stream_plain(prompt, controls) if isinstance(e, TokenEvent)]

@@ -20,7 +20,7 @@ from tests.engine.test_exactness import (
     chi_square_p_value,
     sample_two_tokens,
 )
-from tests.typed import as_model, host_draft
+from tests.typed import host_draft
 
 IDS = torch.tensor([[1, 5, 9, 12, 7, 30, 22, 4] * 6])
 
@@ -107,7 +107,7 @@ def test_greedy_speculation_equals_plain_decoding(drafter: str, gamma: int) -> N
     pair = make_tiny_pair(seed=2, draft_noise=0.5, logit_scale=2.5)
     draft = from_hf(pair.draft, bits=4)
     draft.narrow_head = 24  # the drafter widens it for text past its ids
-    engine = ChatEngine(as_model(from_hf(pair.target, bits=4)), pair.tokenizer, as_model(draft))
+    engine = ChatEngine(from_hf(pair.target, bits=4), pair.tokenizer, draft)
     prompt = engine.prompt_ids([{"role": "user", "content": "the cat sat on the mat. the cat sat on"}])
     controls = Controls(gamma=gamma, drafter=drafter, max_new_tokens=48)
     plain = [e.token_id for e in engine.stream_plain(prompt, controls) if isinstance(e, TokenEvent)]
@@ -131,7 +131,7 @@ def test_the_drafter_computes_the_whole_head_only_for_text_past_the_narrow_one()
     from specchat.engine.kv import CachedLM
 
     native = from_hf(make_tiny_pair(seed=1).draft, bits=4)
-    draft = CachedLM(as_model(native))
+    draft = CachedLM(native)
     drafter = ModelDrafter(draft, draft.vocab_width)
     assert drafter.head_rows([5, 9, 30, 31] * 8) is None  # no narrow head: the model's default
     native.narrow_head = 16
@@ -155,7 +155,7 @@ def test_a_row_exact_draft_reads_its_catch_up_in_the_pass_it_drafts_from() -> No
         draft = host_draft(drafter.propose(prompt, 3, SamplingParams(), None))
         return draft.ids, draft.p_draft, lm.forward_calls - calls
 
-    native = CachedLM(as_model(from_hf(pair.draft, bits=4)))
+    native = CachedLM(from_hf(pair.draft, bits=4))
     assert native.rows_exact and not CachedLM(pair.draft).rows_exact
     ids, rows, passes = drafted(native)
     assert passes == 3  # 60 tokens and the first draft in one pass, then one a draft
@@ -175,7 +175,7 @@ def test_sampled_distribution_matches_the_native_target(narrow_head: int | None)
     target = from_hf(float_target, bits=4)
     draft = from_hf(perturbed_copy(float_target, noise=1.5, seed=4), bits=4)
     draft.narrow_head = narrow_head
-    engine = ChatEngine(as_model(target), tokenizer, as_model(draft))
+    engine = ChatEngine(target, tokenizer, draft)
     engine.stop_ids = frozenset()
     engine._decoder.stop_ids = frozenset()
     controls = Controls(drafter="model", gamma=3, temperature=1.0, max_new_tokens=8)

@@ -15,7 +15,6 @@ from specchat.engine.read_ahead import CHUNK, UNSETTLED
 from specchat.engine.session import ChatEngine
 from specchat.models.compute.packing import from_hf
 from specchat.testing.tiny_models import make_tiny_pair
-from tests.typed import as_model
 
 HISTORY = [
     {"role": "user", "content": "the cat sat on the mat. " * 2},
@@ -27,7 +26,7 @@ TYPED = "the dog sat on the mat and the cat sat on the dog. "
 def native_engine() -> ChatEngine:
     pair = make_tiny_pair(seed=2, draft_noise=0.5, logit_scale=2.5)
     target, draft = from_hf(pair.target, bits=4), from_hf(pair.draft, bits=4)
-    return ChatEngine(as_model(target), pair.tokenizer, as_model(draft))
+    return ChatEngine(target, pair.tokenizer, draft)
 
 
 def reply(engine: ChatEngine, messages: list[dict[str, str]]) -> tuple[list[int], list[RoundEvent]]:

@@ -25,7 +25,6 @@ from specchat.kernels.native import NativeCausalLM, native_model
 from specchat.models.compute.packing import from_hf, pack_gguf
 from specchat.testing.tiny_models import TinyPair, make_tiny_pair
 from tests.models.conftest import write_tiny_gguf
-from tests.typed import as_model
 
 pytestmark = pytest.mark.skipif(cpu_supports() is not None, reason=f"no kernels here: {cpu_supports()}")
 
@@ -104,7 +103,7 @@ def test_greedy_speculation_on_the_file_equals_plain_decoding(
     pair: TinyPair, qtype: GGMLQuantizationType, tmp_path: Path
 ) -> None:
     target, _ = packed_target(pair, qtype, tmp_path)
-    engine = ChatEngine(as_model(target), pair.tokenizer, as_model(from_hf(pair.draft, bits=4)))
+    engine = ChatEngine(target, pair.tokenizer, from_hf(pair.draft, bits=4))
     prompt = engine.prompt_ids([{"role": "user", "content": "the cat sat on the mat. the cat sat on"}])
     controls = Controls(gamma=4, drafter="model", max_new_tokens=40)
     plain = [e.token_id for e in engine.stream_plain(prompt, controls) if isinstance(e, TokenEvent)]

@@ -13,7 +13,8 @@ import pytest
 from specchat.errors import ModelLoadError
 from specchat.models.cache.manifest import record_files
 from specchat.models.cache.paths import safe_entry_name
-from specchat.models.compute.packed import WEIGHTS, PackRecipe, load_native, packed_dir
+from specchat.models.compute.packed import load_native
+from specchat.models.compute.packed_cache import WEIGHTS, PackRecipe, packed_dir
 from specchat.models.gguf.check import read_gguf
 from specchat.models.gguf.lazy_reading import lazy_gguf_reading
 from specchat.models.gguf.shape import decoder_dims

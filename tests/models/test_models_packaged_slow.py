@@ -50,7 +50,7 @@ def test_the_real_packed_tokenizers_read_straight_from_their_files_are_autotoken
     from transformers import AutoTokenizer
 
     from specchat.bench.prompts import load_prompts
-    from specchat.models.compute.packed import load_tokenizer, packed_dir
+    from specchat.models.compute.packed_cache import load_tokenizer, packed_dir
     from tests.models.test_packed import assert_same_tokenizer
 
     folders = [f for f in packed_dir().glob("qwen*") if (f / "tokenizer.json").is_file()]

@@ -12,12 +12,12 @@ import torch
 
 from specchat.kernels import cpu_supports
 from specchat.models.cache.paths import CONVERTED_MARKER
-from specchat.models.compute.packed import (
+from specchat.models.compute.packed import load_native
+from specchat.models.compute.packed_cache import (
     FORMAT_VERSION,
     WEIGHTS,
     PackRecipe,
     is_packed,
-    load_native,
     load_tokenizer,
     packed_dir,
 )
@@ -197,12 +197,12 @@ def test_a_gguf_streamed_into_the_cache_holds_what_packing_in_memory_gives(
     """Packing a range of rows at a time, written straight into the file (64-byte aligned, the
     gaps held by pad tensors), gives every array a whole-model packing in memory gives."""
     import specchat.models.compute.packing as packing
-    from specchat.models.compute.packed import _mapped_weights
+    from specchat.models.compute.packed_cache import mapped_weights
     from specchat.models.compute.packed_stream import ALIGN
 
     monkeypatch.setattr(packing, "PACK_ROWS", rows_at_a_time)  # the tiny vocabulary is 3+ ranges of 16
     folder = load_native(str(tiny_gguf), PackRecipe("gguf")).folder
-    streamed = _mapped_weights(folder / WEIGHTS)
+    streamed = mapped_weights(folder / WEIGHTS)
     whole = packing.pack_gguf(str(tiny_gguf), mode="gguf")
     assert streamed.meta() == whole.meta()
     assert streamed.tensors.keys() == whole.tensors.keys()

@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from specchat.engine.events import TokenEvent
 from specchat.engine.kv import CachedLM
 from specchat.engine.sampling import SamplingParams, shape_probs
-from tests.typed import as_model
+
+if TYPE_CHECKING:
+    from specchat.engine.kv import EngineModel
 
 WIDTHS = range(1, 10)  # a verify pass scores γ+1 positions; γ up to 8 here
 CONTEXT = [1, *[3 + (i * 7) % 40 for i in range(40)]]
 
 
-def row_mismatch(model: object, ids: list[int], width: int) -> float:
+def row_mismatch(model: EngineModel, ids: list[int], width: int) -> float:
     """Largest difference between a verify pass over ``width`` positions and one-token passes."""
-    lm = CachedLM(as_model(model))
+    lm = CachedLM(model)
     context, tail = ids[:-width], ids[-width:]
     lm.logits_after(context, 1)
     together = lm.logits_after(ids, width).clone()
@@ -27,11 +31,9 @@ def token_ids(events: object) -> list[int]:
     return [e.token_id for e in events if isinstance(e, TokenEvent)]  # type: ignore[attr-defined]
 
 
-def exact_by_one_token_passes(
-    model: torch.nn.Module, prompt: list[int], params: SamplingParams
-) -> torch.Tensor:
+def exact_by_one_token_passes(model: EngineModel, prompt: list[int], params: SamplingParams) -> torch.Tensor:
     """The target's exact two-token distribution, computed as plain decoding computes it."""
-    lm = CachedLM(as_model(model))
+    lm = CachedLM(model)
     lm.prefill(prompt)
     first = shape_probs(lm.logits_after(prompt, 1), params)[0]
     second = torch.stack(

@@ -16,7 +16,8 @@ from specchat.store.markdown import fmt
 from specchat.testing.scripted_engines import PausingEngine
 from specchat.ui.widgets.panels import SidePanel
 from specchat.ui.widgets.prompt import PromptInput
-from specchat.ui.widgets.transcript import AssistantMessage, Notice, ReplyText
+from specchat.ui.widgets.reply_text import ReplyText
+from specchat.ui.widgets.transcript import AssistantMessage, Notice
 
 from .conftest import SIZE, controls_of, make_app, send, shown, span_style, wait_idle, wait_paused
 

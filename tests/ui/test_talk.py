@@ -7,17 +7,18 @@ against the models' own probabilities computed here, independently of the engine
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 import torch
 
+from specchat.engine.display import REJECTED
 from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.presenters.kind_labels import KIND_LABELS
 from specchat.store.folder import ConversationStore
 from specchat.testing.scripted_engines import PausingEngine
 from specchat.ui.screens.replay import ReplayScreen
-from specchat.ui.settings.themes import REJECTED
 from specchat.ui.state.lease import local_backend
 from specchat.ui.widgets.inspector import InspectorPanel, prob
 from specchat.ui.widgets.steps import StepPanel
@@ -81,7 +82,7 @@ async def test_rejected_drafts_show_struck_through_before_their_correction(engin
         assert "rejected drafts hidden" in str(app.main_screen.query_one("#legend").render())
 
 
-def _merge(pieces: list[tuple[str, str]]) -> list[tuple[str, str]]:
+def _merge(pieces: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
     merged: list[list[str]] = []
     for kind, text in pieces:
         if merged and merged[-1][0] == kind:

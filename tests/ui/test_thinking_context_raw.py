@@ -18,8 +18,9 @@ from specchat.store.markdown import to_markdown
 from specchat.testing.scripted_engines import FixedTimings, PausingEngine
 from specchat.testing.tiny_models import ANSWER_SCRIPT, REASONING_SCRIPT, TinyPair, make_thinking_pair
 from specchat.ui.widgets.inspector import InspectorPanel
+from specchat.ui.widgets.reply_text import ReasoningFold
 from specchat.ui.widgets.steps import StepPanel
-from specchat.ui.widgets.transcript import Notice, ReasoningFold, SystemNote
+from specchat.ui.widgets.transcript import Notice, SystemNote
 
 from .conftest import SIZE, make_app, send, span_style, wait_for, wait_idle, wait_paused
 from .test_inspector_greedy import plain

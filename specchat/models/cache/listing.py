@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from specchat.models.cache.paths import CONVERTED_MARKER, converted_dir, is_converted
-from specchat.models.compute.packed import FORMAT_VERSION, is_packed, packed_dir
+from specchat.models.compute.packed_cache import FORMAT_VERSION, is_packed, packed_dir
 from specchat.models.names.assemble import is_installed
 from specchat.models.names.catalog import PACKAGED, PackagedModel
 from specchat.models.records import ModelInfo
@@ -33,7 +33,8 @@ def _packaged_info(model: PackagedModel) -> ModelInfo:
 
 def _has_packed_copy(name: str) -> bool:
     """Whether the packed cache holds a finished copy of ``name`` that this specchat reads: the
-    copy the default CPU path (``auto``) loads, named ``NAME-RECIPE-KEY`` (specchat.models.compute.packed).
+    copy the default CPU path (``auto``) loads, named ``NAME-RECIPE-KEY``
+    (specchat.models.compute.packed_cache).
     A copy packed by an earlier format is replaced at the next start, so it does not count."""
     pattern = re.compile(re.escape(name) + r"-[a-z0-9]+(\+head\d+)?-[0-9a-f]{12}")
     try:

@@ -43,7 +43,9 @@ from specchat.models.compute.packed_linear import PackedLinear, fbgemm_fp16_rows
 from specchat.models.compute.rows import use_row_attention
 
 if TYPE_CHECKING:
-    from specchat.kernels.native import NativeCausalLM
+    from transformers import PreTrainedModel
+
+    from specchat.kernels.lm import DecodingLM
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -188,17 +190,18 @@ def _in_parallel(
 class CpuPair:
     """The models the engine decodes with, and the Hugging Face models they share weights with."""
 
-    target: nn.Module | NativeCausalLM
-    draft: nn.Module | NativeCausalLM | None
-    hf_target: nn.Module
-    hf_draft: nn.Module | None
+    target: PreTrainedModel | DecodingLM
+    """The Hugging Face model itself, or its lean forward, or its copy on specchat's kernels."""
+    draft: PreTrainedModel | DecodingLM | None
+    hf_target: PreTrainedModel
+    hf_draft: PreTrainedModel | None
     path: str
     lean: bool
 
 
 def prepare_cpu_pair(
-    target: nn.Module,
-    draft: nn.Module | None,
+    target: PreTrainedModel,
+    draft: PreTrainedModel | None,
     path: str | CpuPath = "auto",
     *,
     lean: bool = True,
@@ -246,7 +249,7 @@ def prepare_cpu_pair(
     return CpuPair(LeanCausalLM(target), lean_draft, target, draft, str(chosen), True)
 
 
-def _native_pair(target: nn.Module, draft: nn.Module | None, path: CpuPath) -> CpuPair:
+def _native_pair(target: PreTrainedModel, draft: PreTrainedModel | None, path: CpuPath) -> CpuPair:
     """Loaded float models quantized for specchat's kernels ("gguf" means q8 here: no GGUF blocks)."""
     from specchat.models.compute.packing import from_hf
 

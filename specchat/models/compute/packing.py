@@ -315,135 +315,182 @@ def pack_gguf(
     """
     if mode not in KEPT_TYPES:
         raise ValueError(f"unknown packing mode {mode!r}")
-    import gguf
-
     from specchat.models.gguf.check import read_gguf
     from specchat.models.gguf.shape import decoder_dims, gguf_problem
 
     if source is None:
         source = read_gguf(Path(path))
-    arch = source.architecture or "?"
     problem = gguf_problem(source)
     if problem is None:
         dims = decoder_dims(source)
         problem = gguf_problem(source, dims)
     if problem is not None:
         raise ValueError(f"{problem}: use --cpu-path int8/dyn8+head32768 or none")
-    tensors = source.tensors
-    hidden = dims.hidden
-    head_name = "token_embd.weight" if dims.tied else "output.weight"
-    vocab = dims.head_rows
-    shape = Shape(
-        layers=dims.layers,
-        hidden=hidden,
-        heads=dims.heads,
-        kv_heads=dims.kv_heads,
-        head_dim=dims.head_dim,
-        vocab=min(vocab, head_rows) if head_rows else vocab,
-        eps=dims.eps,
-        rope_theta=dims.rope_theta,
-    )
-    factors = (
-        np.asarray(source.tensor_data("rope_freqs.weight"), np.float32).reshape(-1)
-        if "rope_freqs.weight" in tensors
-        else None
-    )
-    inv_freq = _gguf_rotary_frequencies(shape, dims.rope_scaling, dims.rope_factor, factors)
+    packer = GgufPacker(source, dims, mode=mode, head_rows=head_rows, sink=sink, native=native)
+    return packer.pack(on_layer)
 
-    step = PACK_ROWS if sink is not None else None
 
-    def parts(
-        name: str, rows: int | None = None, step: int | None = step, laid_out: bool = True
+class GgufPacker:
+    """Packs one validated GGUF file (``source`` as :func:`read_gguf` returned it, ``dims`` as
+    :func:`decoder_dims` read them) for the kernels: see :func:`pack_gguf` for the arguments.
+
+    A matrix comes out of the file either streamed (a range of rows at a time, into the sink) or
+    whole, where a layer's rows must be split (fused q/k/v, gate/up) or reordered (llama.cpp's
+    q/k permutation); norms and biases are dequantized to float vectors.
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        dims: Any,
+        *,
+        mode: str,
+        head_rows: int | None,
+        sink: MatrixSink | None,
+        native: bool,
+    ) -> None:
+        self.source = source
+        self.tensors = source.tensors
+        self.dims = dims
+        self.mode = mode
+        self.head_rows = head_rows
+        self.native = native
+        self.architecture = BY_NAME[source.architecture or "?"]
+        self.shape = Shape(
+            layers=dims.layers,
+            hidden=dims.hidden,
+            heads=dims.heads,
+            kv_heads=dims.kv_heads,
+            head_dim=dims.head_dim,
+            vocab=min(dims.head_rows, head_rows) if head_rows else dims.head_rows,
+            eps=dims.eps,
+            rope_theta=dims.rope_theta,
+        )
+        self.step = PACK_ROWS if sink is not None else None
+        self.packed = PackedModel(self.shape, 1.0, {}, {"inv_freq": self._inv_freq()}, sink=sink)
+
+    def pack(self, on_layer: Callable[[int, int], None] | None = None) -> PackedModel:
+        """The packed model: embedding, head and final norm, then each layer (``on_layer`` after
+        each), then the family's options."""
+        dims, packed = self.dims, self.packed
+        self._add_streamed("embed", "token_embd.weight")
+        head_name = "token_embd.weight" if dims.tied else "output.weight"
+        narrow = self.head_rows if self.head_rows is not None and self.head_rows < dims.head_rows else None
+        self._add_streamed("head", head_name, narrow)
+        packed.tensors["norm"] = self._vector("output_norm.weight")
+        for i in range(self.shape.layers):
+            self._pack_layer(i)
+            if on_layer is not None:
+                on_layer(i + 1, self.shape.layers)
+        self._family_options()
+        return packed
+
+    def _inv_freq(self) -> torch.Tensor:
+        factors = (
+            np.asarray(self.source.tensor_data("rope_freqs.weight"), np.float32).reshape(-1)
+            if "rope_freqs.weight" in self.tensors
+            else None
+        )
+        return _gguf_rotary_frequencies(self.shape, self.dims.rope_scaling, self.dims.rope_factor, factors)
+
+    def _pack_layer(self, i: int) -> None:
+        """Layer i's projections (with their biases) and norms."""
+        packed, tensors = self.packed, self.tensors
+        projections = self._layer_matrices(i)
+        for part in PROJECTIONS:
+            name = f"layers.{i}.{part}"
+            if part not in projections:
+                self._add_streamed(name, gguf_tensor_name(name))
+            else:
+                packed.add_matrix(name, projections.pop(part))
+            bias = gguf_tensor_name(f"{name}.bias")
+            if bias in tensors:
+                packed.tensors[f"{name}.bias"] = self._vector(bias)
+        for part in ("attn_norm", "ffn_norm", *EXTRA_NORMS):
+            name = gguf_tensor_name(f"layers.{i}.{part}")
+            if part in ("attn_norm", "ffn_norm") or name in tensors:
+                packed.tensors[f"layers.{i}.{part}"] = self._vector(name)
+
+    def _family_options(self) -> None:
+        """What the family changes in the forward: windowed layers, activation, embedding scale."""
+        architecture = self.architecture
+        if architecture.sliding_window:
+            _gguf_windows(self.packed, self.dims.window, self.shape)
+        if architecture.activation != "silu" or architecture.embedding_scale:
+            scale = float(np.float32(math.sqrt(self.dims.hidden))) if architecture.embedding_scale else 1.0
+            self.packed.options = replace(
+                self.packed.options, activation=architecture.activation, embed_scale=scale
+            )
+
+    def _keeps_native(self, type_name: str) -> bool:
+        """Whether a tensor of this type is kept at its own bits and laid out natively."""
+        return self.native and KEPT_TYPES[self.mode].get(type_name) is not None and type_name in NATIVE_TYPES
+
+    def _parts(
+        self, name: str, rows: int | None = None, step: int | None = None, laid_out: bool = True
     ) -> Iterator[Unpacked | Packed]:
         """The tensor ``name`` (its first ``rows`` rows) as ranges of ``step`` rows (all at once:
         None), in the kernels' formats; ``laid_out``: a kept type's rows come already in the
         kernels' layout (natively: the same bytes, on every core)."""
-        tensor = tensors[name]
+        import gguf
+
+        tensor = self.tensors[name]
         k, n = tensor.dims[0], tensor.dims[1]
-        raw = np.asarray(source.tensor_data(name))
-        kept = KEPT_TYPES[mode].get(tensor.type_name)
+        raw = np.asarray(self.source.tensor_data(name))
+        kept = KEPT_TYPES[self.mode].get(tensor.type_name)
         count = n if rows is None else min(rows, n)
         for start in range(0, count, step or count):
             part = raw[start : min(count, start + (step or count))]
-            if kept is not None and rows is None and laid_out and native and tensor.type_name in NATIVE_TYPES:
+            if rows is None and laid_out and self._keeps_native(tensor.type_name):
                 yield repack(part, tensor.type_name, part.shape[0], k)
             elif kept is not None and rows is None:
                 yield kept(part, part.shape[0], k)
             else:
                 weights = gguf.quants.dequantize(part, tensor.ggml_type).reshape(-1, k)
-                yield (quantize_q4 if mode == "q4" else quantize_q8)(weights)
+                yield (quantize_q4 if self.mode == "q4" else quantize_q8)(weights)
         del raw
-        source.release(name)
+        self.source.release(name)
 
-    def matrix(name: str, rows: int | None = None) -> Unpacked:
-        [whole] = parts(name, rows, step=None, laid_out=False)
+    def _matrix(self, name: str) -> Unpacked:
+        """The whole tensor ``name`` at once, in numpy's layout (its rows may be split or reordered)."""
+        [whole] = self._parts(name, laid_out=False)
         assert isinstance(whole, Unpacked)
         return whole
 
-    def add_streamed(name: str, gguf_name: str, rows: int | None = None) -> None:
-        count = tensors[gguf_name].dims[1] if rows is None else min(rows, tensors[gguf_name].dims[1])
-        packed.add_matrix_parts(name, parts(gguf_name, rows), count)
+    def _add_streamed(self, name: str, gguf_name: str, rows: int | None = None) -> None:
+        n = self.tensors[gguf_name].dims[1]
+        count = n if rows is None else min(rows, n)
+        self.packed.add_matrix_parts(name, self._parts(gguf_name, rows, self.step), count)
 
-    def vector(name: str) -> torch.Tensor:
-        tensor = tensors[name]
-        values = gguf.quants.dequantize(np.asarray(source.tensor_data(name)), tensor.ggml_type)
+    def _vector(self, name: str) -> torch.Tensor:
+        import gguf
+
+        tensor = self.tensors[name]
+        values = gguf.quants.dequantize(np.asarray(self.source.tensor_data(name)), tensor.ggml_type)
         return torch.from_numpy(np.asarray(values, dtype=np.float32).reshape(-1).copy())
 
-    packed = PackedModel(shape, 1.0, {}, {"inv_freq": inv_freq}, sink=sink)
-    add_streamed("embed", "token_embd.weight")
-    narrow = head_rows if head_rows is not None and head_rows < vocab else None
-    add_streamed("head", head_name, narrow)
-    packed.tensors["norm"] = vector("output_norm.weight")
-    architecture = BY_NAME[arch]
-
-    def unpermuted(part: str, i: int) -> Unpacked | Packed:
+    def _unpermuted(self, part: str, i: int) -> Unpacked | Packed:
         """Layer i's q or k matrix with llama.cpp's permutation of its rows undone."""
         name = gguf_tensor_name(f"layers.{i}.{part}")
-        tensor = tensors[name]
+        tensor = self.tensors[name]
         k, n = tensor.dims[0], tensor.dims[1]
-        order = _unpermute_order(n, shape.heads if part == "q" else shape.kv_heads)
-        if native and KEPT_TYPES[mode].get(tensor.type_name) is not None and tensor.type_name in NATIVE_TYPES:
-            whole = repack(np.asarray(source.tensor_data(name)), tensor.type_name, n, k, order)
-            source.release(name)
+        order = _unpermute_order(n, self.shape.heads if part == "q" else self.shape.kv_heads)
+        if self._keeps_native(tensor.type_name):
+            whole = repack(np.asarray(self.source.tensor_data(name)), tensor.type_name, n, k, order)
+            self.source.release(name)
             return whole
-        return matrix(name).take_rows(order)
+        return self._matrix(name).take_rows(order)
 
-    def layer_matrices(i: int) -> dict[str, Unpacked | Packed]:
+    def _layer_matrices(self, i: int) -> dict[str, Unpacked | Packed]:
         """Layer i's projections that need the whole matrix at once: a family that fuses them
         (q/k/v, gate/up) has its rows split, one that permutes q and k has them unpermuted."""
+        architecture = self.architecture
         if not architecture.fused_qkv:
             whole = ("q", "k") if architecture.qk_permuted_in_gguf else ()
-            return {part: unpermuted(part, i) for part in whole}
+            return {part: self._unpermuted(part, i) for part in whole}
         return {
-            **split_qkv(matrix(f"blk.{i}.attn_qkv.weight"), shape),
-            **split_gate_up(matrix(f"blk.{i}.ffn_up.weight")),
-            "o": matrix(gguf_tensor_name(f"layers.{i}.o")),
-            "down": matrix(gguf_tensor_name(f"layers.{i}.down")),
+            **split_qkv(self._matrix(f"blk.{i}.attn_qkv.weight"), self.shape),
+            **split_gate_up(self._matrix(f"blk.{i}.ffn_up.weight")),
+            "o": self._matrix(gguf_tensor_name(f"layers.{i}.o")),
+            "down": self._matrix(gguf_tensor_name(f"layers.{i}.down")),
         }
-
-    for i in range(shape.layers):
-        projections = layer_matrices(i)
-        for part in PROJECTIONS:
-            name = f"layers.{i}.{part}"
-            if part not in projections:
-                add_streamed(name, gguf_tensor_name(name))
-            else:
-                packed.add_matrix(name, projections.pop(part))
-            bias = gguf_tensor_name(f"{name}.bias")
-            if bias in tensors:
-                packed.tensors[f"{name}.bias"] = vector(bias)
-        for part in ("attn_norm", "ffn_norm", *EXTRA_NORMS):
-            name = gguf_tensor_name(f"layers.{i}.{part}")
-            if part in ("attn_norm", "ffn_norm") or name in tensors:
-                packed.tensors[f"layers.{i}.{part}"] = vector(name)
-        if on_layer is not None:
-            on_layer(i + 1, shape.layers)
-    if architecture.sliding_window:
-        _gguf_windows(packed, dims.window, shape)
-    if architecture.activation != "silu" or architecture.embedding_scale:
-        packed.options = replace(
-            packed.options,
-            activation=architecture.activation,
-            embed_scale=float(np.float32(math.sqrt(hidden))) if architecture.embedding_scale else 1.0,
-        )
-    return packed

@@ -203,7 +203,8 @@ def _load_native_pair(
     target: str, draft: str | None, path: CpuPath, progress: ProgressCallback | None, draft_optional: bool
 ) -> DecodingPair:
     """Both models on specchat's kernels, packed once into the cache and memory-mapped from there."""
-    from specchat.models.compute.packed import PackRecipe, load_native
+    from specchat.models.compute.packed import load_native
+    from specchat.models.compute.packed_cache import PackRecipe
 
     started = time.monotonic()
     loaded = load_native(target, PackRecipe(path.target), progress)

@@ -15,6 +15,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from specchat.engine.display import REJECTED
 from specchat.engine.events import TOKEN_KINDS
 from specchat.engine.registry import DRAFT_STOP_BELOW
 from specchat.presenters.kind_labels import KIND_HELP, KIND_LABELS
@@ -26,7 +27,7 @@ from specchat.ui.settings.keys import (
     display_key,
     effective_key,
 )
-from specchat.ui.settings.themes import REJECTED, TokenPalette
+from specchat.ui.settings.themes import TokenPalette
 
 
 class HelpScreen(ModalScreen[None]):

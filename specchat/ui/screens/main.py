@@ -40,12 +40,11 @@ from specchat.ui.state.live import Inspected, LiveStats, replay
 from specchat.ui.widgets.inspector import InspectorPanel
 from specchat.ui.widgets.panels import CompactFigures, Legend, LivePanel, SidePanel
 from specchat.ui.widgets.prompt import PromptInput
+from specchat.ui.widgets.reply_text import ReasoningFold, TokenText
 from specchat.ui.widgets.steps import StepPanel
 from specchat.ui.widgets.transcript import (
     AssistantMessage,
-    ReasoningFold,
     SystemNote,
-    TokenText,
     Transcript,
     UserMessage,
     left_out_notice,

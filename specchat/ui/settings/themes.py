@@ -30,6 +30,7 @@ from textual.color import Color
 from textual.theme import BUILTIN_THEMES, Theme
 
 from specchat.config import config_path
+from specchat.engine.display import REJECTED, ShownKind
 from specchat.engine.events import TOKEN_KINDS
 from specchat.errors import SpecchatError
 from specchat.files import THEME_LIMIT, read_user_text
@@ -193,10 +194,6 @@ def token_styles(theme: Theme, spec: ThemeSpec | None) -> dict[str, Style]:
     return styles
 
 
-REJECTED = "rejected"
-"""The look of a rejected draft shown in place (not a token kind: it never enters the reply)."""
-
-
 class TokenPalette:
     """How reply tokens are drawn: the theme's style per kind, and whether rejected drafts show.
 
@@ -223,7 +220,7 @@ class TokenPalette:
         self.version += 1
         return self.show_rejected
 
-    def get(self, kind: str) -> Style | None:
+    def get(self, kind: ShownKind) -> Style | None:
         return self.styles.get(kind)
 
 

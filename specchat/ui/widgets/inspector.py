@@ -27,6 +27,7 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.widgets import Static
 
+from specchat.engine.display import REJECTED
 from specchat.engine.events import Candidate, DraftTrace, TokenEvent, known
 from specchat.engine.registry import is_lookup
 from specchat.presenters.kind_labels import KIND_LABELS
@@ -214,11 +215,11 @@ class InspectorPanel(Static, can_focus=True):
                 parts.append(
                     Text.assemble(
                         "it replaced the draft ",
-                        (shown(draft.text), styles.get("rejected") or "strike"),
+                        (shown(draft.text), styles.get(REJECTED) or "strike"),
                         f" (round {round_event.round + 1}, position {token.position + 1}):",
                     )
                 )
-                parts.append(self._test_table(draft, round_event.drafter, styles.get("rejected") or "strike"))
+                parts.append(self._test_table(draft, round_event.drafter, styles.get(REJECTED) or "strike"))
             parts.extend(
                 self._top(
                     token, "the residual's top 5" if token.drawn_from == "residual" else "the target's top 5"

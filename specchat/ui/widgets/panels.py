@@ -20,12 +20,13 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Digits, Label, Static
 
 from specchat.engine.backend import FIGURE_LABELS
+from specchat.engine.display import REJECTED
 from specchat.engine.events import TOKEN_KINDS
 from specchat.presenters.bars import bar
 from specchat.presenters.kind_labels import KIND_LABELS
 from specchat.store.markdown import fmt
 from specchat.ui.settings.keys import display_key
-from specchat.ui.settings.themes import REJECTED, TokenPalette
+from specchat.ui.settings.themes import TokenPalette
 from specchat.ui.state.live import ROLLING_WINDOW, ControlsView, LiveStats
 
 SPARK = "▁▂▃▄▅▆▇█"

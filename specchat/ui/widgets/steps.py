@@ -14,9 +14,10 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from specchat.engine.display import REJECTED
 from specchat.presenters.kind_labels import KIND_LABELS
 from specchat.ui.settings.keys import display_key
-from specchat.ui.settings.themes import REJECTED, TokenPalette
+from specchat.ui.settings.themes import TokenPalette
 from specchat.ui.state.live import LiveStats, StepView
 from specchat.ui.widgets.inspector import prob, shown
 
