@@ -33,6 +33,14 @@ import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from specchat.errors import ModelLoadError
+from specchat.models.gguf.value_types import (
+    ARRAY,
+    NUMPY_TYPES,
+    SCALAR_FORMATS,
+    STRING,
+    TYPE_NAMES,
+    WIDTH,
+)
 from specchat.untrusted import clipped, visible
 
 MAGIC = b"GGUF"
@@ -59,41 +67,6 @@ MAX_DIMS = 4
 READ_NAMESPACES = ("general.", "tokenizer.")
 """Besides ``<architecture>.``, the key prefixes specchat (and transformers) read."""
 
-# Metadata value types (GGUF spec): fixed-size scalars by their width; 8 is string, 9 is array.
-WIDTH = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-STRING, ARRAY = 8, 9
-INTEGER_TYPES = frozenset({0, 1, 2, 3, 4, 5, 10, 11})
-FLOAT_TYPES = frozenset({6, 12})
-TYPE_NAMES = {
-    0: "uint8", 1: "int8", 2: "uint16", 3: "int16", 4: "uint32", 5: "int32", 6: "float32", 7: "bool",
-    8: "string", 9: "array", 10: "uint64", 11: "int64", 12: "float64",
-}  # fmt: skip
-_SCALAR_FORMATS = {
-    0: "<B",
-    1: "<b",
-    2: "<H",
-    3: "<h",
-    4: "<I",
-    5: "<i",
-    6: "<f",
-    7: "<?",
-    10: "<Q",
-    11: "<q",
-    12: "<d",
-}
-_NUMPY_TYPES = {
-    0: "<u1",
-    1: "<i1",
-    2: "<u2",
-    3: "<i2",
-    4: "<u4",
-    5: "<i4",
-    6: "<f4",
-    7: "?",
-    10: "<u8",
-    11: "<i8",
-    12: "<f8",
-}
 _KNOWN_TENSOR_TYPES = {int(t) for t in GGML_QUANT_SIZES}
 _PLAIN_TENSOR_TYPES = {
     GGMLQuantizationType.F16: np.float16, GGMLQuantizationType.F32: np.float32,
@@ -488,13 +461,13 @@ def _decode(view: Any, entry: Entry) -> Any:
     buffer = memoryview(view) if not isinstance(view, memoryview) else view
     if entry.kind == STRING:
         return _utf8(buffer[entry.start + 8 : entry.end], entry.key)
-    if entry.kind in _SCALAR_FORMATS:
-        return struct.unpack_from(_SCALAR_FORMATS[entry.kind], buffer, entry.start)[0]
+    if entry.kind in SCALAR_FORMATS:
+        return struct.unpack_from(SCALAR_FORMATS[entry.kind], buffer, entry.start)[0]
     assert entry.item_kind is not None
     items = entry.start + 12
-    if entry.item_kind in _NUMPY_TYPES:
+    if entry.item_kind in NUMPY_TYPES:
         count = entry.count
-        array = np.frombuffer(buffer, dtype=_NUMPY_TYPES[entry.item_kind], count=count, offset=items)
+        array = np.frombuffer(buffer, dtype=NUMPY_TYPES[entry.item_kind], count=count, offset=items)
         return array.tolist()
     if entry.item_kind == STRING:
         strings = []

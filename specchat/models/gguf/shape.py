@@ -19,7 +19,8 @@ from typing import Any
 
 from specchat.errors import ModelLoadError
 from specchat.models.architectures import BY_NAME, Architecture, fast_path_problem
-from specchat.models.gguf.check import ARRAY, FLOAT_TYPES, INTEGER_TYPES, STRING, TYPE_NAMES, GgufFile
+from specchat.models.gguf.check import GgufFile
+from specchat.models.gguf.value_types import ARRAY, FLOAT_TYPES, INTEGER_TYPES, STRING, TYPE_NAMES
 from specchat.untrusted import clipped, visible
 
 MAX_DIMENSION = 1 << 31
