@@ -14,7 +14,7 @@ Where things live under ``ui/``:
   the theme, the screenshot), ``widgets/``: what draws and its own state;
 - ``controllers/``: what a key does (replies, sending and the conversation's keys, step mode,
   talk mode's screens, themes, loading, the palette); γ and the other control keys:
-  :mod:`specchat.ui.state.controls`;
+  :mod:`specchat.ui.controllers.controls`;
 - ``workers/``: the engine's side (:mod:`~specchat.ui.workers.bridge`, model loading, messages);
 - ``state/``: shared state (the model lease, live statistics, preferences, autosave);
 - ``settings/``: keys, themes and remembered choices; ``terminal/``: the real terminal's driver,
@@ -47,23 +47,23 @@ from specchat.engine.backend import Capabilities
 from specchat.store.conversation import Conversation, ConversationError
 from specchat.store.folder import ConversationStore
 from specchat.ui.controllers import palette as commands
-from specchat.ui.controllers import talk
 from specchat.ui.controllers.chat_actions import ChatActions
+from specchat.ui.controllers.controls import ControlKeys
 from specchat.ui.controllers.loading_flow import LoadingFlow
 from specchat.ui.controllers.read_ahead import ReadingAhead
 from specchat.ui.controllers.reply import ActiveReply, Replies
-from specchat.ui.controllers.step_keys import StepKeys
-from specchat.ui.controllers.talk_screens import TalkScreens
+from specchat.ui.controllers.stepping import StepKeys
 from specchat.ui.controllers.theming import AppThemes
 from specchat.ui.screens.help import HelpScreen
 from specchat.ui.screens.main import MainScreen
 from specchat.ui.settings import keys, themes
 from specchat.ui.state.autosave import AutoSave
-from specchat.ui.state.controls import ControlKeys
 from specchat.ui.state.lease import ModelLease
 from specchat.ui.state.live import LiveStats
 from specchat.ui.state.preferences import Preferences
-from specchat.ui.state.theory_tracker import TheoryTracker
+from specchat.ui.talk import rules
+from specchat.ui.talk.screens import TalkScreens
+from specchat.ui.talk.theory_tracker import TheoryTracker
 from specchat.ui.terminal.quitting import SignalQuit, run_in_terminal, save_after_crash
 from specchat.ui.terminal.toasts import PlainToasts
 from specchat.ui.widgets.panels import Figures, figures
@@ -179,7 +179,7 @@ class SpecchatApp(PlainToasts[int]):
         # The chat's widgets must exist before the app reports ready (tests, autopilots) and
         # before anything below touches them; the screen composes in its own task.
         await self.main_screen.mounted.wait()
-        self.set_interval(talk.POLL_S, self.theory_tracker.poll)
+        self.set_interval(rules.POLL_S, self.theory_tracker.poll)
         self.refresh_panels(force=True)
         for note in self.startup_notes:
             self.notify(note, severity="warning", timeout=8)

@@ -16,7 +16,7 @@ from specchat.config import Settings
 from specchat.engine.events import TokenEvent
 from specchat.store.folder import ConversationStore
 from specchat.ui.app import SpecchatApp
-from specchat.ui.screens.replay import ReplayScreen
+from specchat.ui.talk.replay import ReplayScreen
 from specchat.ui.widgets.inspector import InspectorPanel
 from specchat.ui.widgets.transcript import AssistantMessage, Notice, UserMessage
 from tests.remote.server import FakeServer, Script, openai_stream

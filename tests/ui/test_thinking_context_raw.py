@@ -108,7 +108,7 @@ async def test_the_conversation_keeps_reasoning_apart_and_exports_it_as_such(thi
 
 async def test_a_replay_folds_the_reasoning_as_the_chat_did(thinking: PausingEngine) -> None:
     from specchat.ui.app import SpecchatApp
-    from specchat.ui.screens.replay import ReplayScreen
+    from specchat.ui.talk.replay import ReplayScreen
 
     from .conftest import settings
 

@@ -18,14 +18,13 @@ from textual.css.query import NoMatches
 from specchat.store.conversation import Conversation, ConversationError, Turn
 from specchat.ui.controllers.hosts import ShowsScreens
 from specchat.ui.screens.conversations import ConversationsScreen
-from specchat.ui.screens.replay import ReplayScreen
 from specchat.ui.screens.system_prompt import SystemPromptScreen
 from specchat.ui.state.autosave import AutoSave
+from specchat.ui.talk.replay import ReplayScreen
 from specchat.ui.widgets.prompt import PromptInput
 from specchat.ui.widgets.transcript import SystemNote, UserMessage
 
 if TYPE_CHECKING:
-
     from specchat.ui.screens.main import MainScreen
     from specchat.ui.state.lease import ModelLease
     from specchat.ui.state.live import LiveStats

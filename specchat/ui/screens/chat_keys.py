@@ -15,14 +15,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from specchat.ui.state.controls import TEMPERATURE_STEP
+from specchat.ui.controllers.controls import TEMPERATURE_STEP
 
 if TYPE_CHECKING:
-    from specchat.ui.state.theory_tracker import TheoryTracker
+    from specchat.ui.talk.theory_tracker import TheoryTracker
 
 
 class SetsControls(Protocol):
-    """The control keys' rules on the leased models (:class:`~specchat.ui.state.controls.ControlKeys`)."""
+    """The control keys' rules (:class:`~specchat.ui.controllers.controls.ControlKeys`)."""
 
     def step_gamma(self, step: int) -> None: ...
 
@@ -63,7 +63,7 @@ class ReplyCommands(Protocol):
 
 
 class StepCommands(Protocol):
-    """Step mode's keys (:class:`~specchat.ui.controllers.step_keys.StepKeys`)."""
+    """Step mode's keys (:class:`~specchat.ui.controllers.stepping.StepKeys`)."""
 
     def toggle(self) -> None: ...
 
@@ -71,7 +71,7 @@ class StepCommands(Protocol):
 
 
 class TalkCommands(Protocol):
-    """Talk mode's screens and panel (:class:`~specchat.ui.controllers.talk_screens.TalkScreens`)."""
+    """Talk mode's screens and panel (:class:`~specchat.ui.talk.screens.TalkScreens`)."""
 
     def race(self) -> None: ...
 

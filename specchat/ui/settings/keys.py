@@ -169,7 +169,7 @@ APP_KEYS: tuple[KeySpec, ...] = (
         "export", "ctrl+s", "export_markdown", "Export", "Export the conversation to Markdown", show=False
     ),
     KeySpec("theme", "ctrl+t", "cycle_theme", "Theme", "Switch to the next theme", show=False, scope="app"),
-    # Talk mode (specchat.ui.controllers.talk): the race, theory against measurement, the exactness self-test.
+    # Talk mode (specchat.ui.talk.rules): the race, theory against measurement, the exactness self-test.
     # Off the footer, which is full at 120 columns; F1 and the palette list them. Ctrl+Y, Ctrl+K and
     # Ctrl+E take over the message box's redo, delete-to-end and go-to-end (End and Ctrl+Shift+K
     # remain): every function key is taken, and these are the control keys a terminal sends apart.
@@ -227,6 +227,7 @@ class KeyTable(Protocol):
     """A screen that binds a table of these keys (the command palette lists them over it)."""
 
     KEY_TABLE: ClassVar[tuple[KeySpec, ...]]
+
 
 PROMPT_KEYS: tuple[KeySpec, ...] = (
     KeySpec("send", "enter", "submit", "Send", "Send the message"),
@@ -304,9 +305,16 @@ def unknown_ids(keymap: Mapping[str, str]) -> list[str]:
 
 
 MODIFIERS = frozenset({"ctrl", "shift", "alt", "meta", "super", "hyper"})
-NAMED_KEYS = frozenset(
-    key.value.rsplit("+", 1)[-1] for key in Keys if not key.value.startswith("<")
-) | {"enter", "tab", "space", "backspace", "escape", "return", "delete", "insert"}
+NAMED_KEYS = frozenset(key.value.rsplit("+", 1)[-1] for key in Keys if not key.value.startswith("<")) | {
+    "enter",
+    "tab",
+    "space",
+    "backspace",
+    "escape",
+    "return",
+    "delete",
+    "insert",
+}
 RESERVED: dict[str, str] = {
     "ctrl+q": "quit",
     "ctrl+p": "the command palette",
@@ -367,9 +375,7 @@ def _remap_problem(binding_id: str, value: str) -> str | None:
     return None
 
 
-def _drop_collisions(
-    accepted: dict[str, list[str]], keymap: Mapping[str, str], warnings: list[str]
-) -> None:
+def _drop_collisions(accepted: dict[str, list[str]], keymap: Mapping[str, str], warnings: list[str]) -> None:
     """Undo remaps whose keys another action uses, until no key belongs to two actions."""
     specs = KEYS_BY_ID
     while True:

@@ -16,13 +16,12 @@ from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.presenters.kind_labels import KIND_LABELS
 from specchat.store.folder import ConversationStore
 from specchat.testing.scripted_engines import PausingEngine
-from specchat.ui.screens.replay import ReplayScreen
 from specchat.ui.settings.themes import REJECTED
 from specchat.ui.state.lease import local_backend
+from specchat.ui.talk.replay import ReplayScreen
 from specchat.ui.widgets.inspector import InspectorPanel, prob
 from specchat.ui.widgets.steps import StepPanel
-
-from .conftest import SIZE, make_app, send, settings, span_style, wait_for, wait_idle
+from tests.ui.conftest import SIZE, make_app, send, settings, span_style, wait_for, wait_idle
 
 pytestmark = pytest.mark.anyio
 

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from specchat.engine.gamma import SCHEDULES, ScheduleName
 from specchat.params import GAMMA_MAX
-from specchat.ui.controllers.talk import apply_best_gamma
 from specchat.ui.state.live import ControlsView
+from specchat.ui.talk.rules import apply_best_gamma
 
 if TYPE_CHECKING:
     from specchat.engine.backend import Capabilities, Controls
-    from specchat.ui.state.theory_tracker import TheoryTracker
+    from specchat.ui.talk.theory_tracker import TheoryTracker
 
 TEMPERATURE_STEP = 0.1
 TEMPERATURE_MAX = 2.0

@@ -14,7 +14,6 @@ from specchat.ui.controllers.hosts import Notifies
 from specchat.ui.settings.keys import display_key
 
 if TYPE_CHECKING:
-
     from specchat.ui.controllers.reply import Replies
     from specchat.ui.state.lease import ModelLease
 

@@ -2,7 +2,7 @@
 panel, and a replay of a saved conversation.
 
 :class:`TalkScreens` hands them the model lease, the palette, the keys and the system prompt
-through their constructors; whether one may open now is :mod:`specchat.ui.controllers.talk`'s rule.
+through their constructors; whether one may open now is :mod:`specchat.ui.talk.rules`'s rule.
 """
 
 from __future__ import annotations
@@ -12,22 +12,21 @@ from typing import TYPE_CHECKING
 
 from textual.css.query import NoMatches
 
-from specchat.ui.controllers import talk
 from specchat.ui.controllers.hosts import ShowsScreens
 from specchat.ui.screens.chat_keys import ChatControllers, SetsControls
-from specchat.ui.screens.race_screen import RaceScreen
-from specchat.ui.screens.replay import ReplayScreen
-from specchat.ui.screens.selftest_screen import SelfTestScreen
 from specchat.ui.settings.keys import display_key
-from specchat.ui.widgets.theory import TheoryPanel
+from specchat.ui.talk import rules
+from specchat.ui.talk.race import RaceScreen
+from specchat.ui.talk.replay import ReplayScreen
+from specchat.ui.talk.selftest import SelfTestScreen
+from specchat.ui.talk.theory import TheoryPanel
 
 if TYPE_CHECKING:
-
     from specchat.store.conversation import Conversation
     from specchat.ui.screens.main import MainScreen
     from specchat.ui.settings.themes import TokenPalette
     from specchat.ui.state.lease import ModelLease
-    from specchat.ui.state.theory_tracker import TheoryTracker
+    from specchat.ui.talk.theory_tracker import TheoryTracker
 
 
 class TalkScreens:
@@ -61,7 +60,7 @@ class TalkScreens:
     def race(self) -> None:
         if isinstance(self.app.screen, RaceScreen) or not self._can_open("the race"):
             return
-        prompt = talk.default_prompt(self.conversation())
+        prompt = rules.default_prompt(self.conversation())
         self.app.push_screen(
             RaceScreen(
                 prompt,
@@ -97,7 +96,7 @@ class TalkScreens:
         )
 
     def _can_open(self, what: str) -> bool:
-        reason = talk.why_not_open(self.lease, what)
+        reason = rules.why_not_open(self.lease, what)
         if reason is not None:
             self.app.notify(reason, severity="warning")
         return reason is None
