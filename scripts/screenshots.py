@@ -308,7 +308,7 @@ async def shoot_talk(
         await send_and_wait(app, pilot, question)
         tokens = app.conversation.turns[-1].tokens
         index = next((i for i, t in enumerate(tokens) if t.kind == "correction" and t.text and i > 8), None)
-        app.main_screen.inspect_token(0, index if index is not None else len(tokens) - 1)
+        app.main_screen.inspector.inspect_token(0, index if index is not None else len(tokens) - 1)
         await pilot.pause()
 
     async def replay(app: Any, pilot: Any) -> None:

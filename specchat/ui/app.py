@@ -10,13 +10,16 @@ screens, panels and controllers through their constructors, and routes the worke
 Where things live under ``ui/``:
 
 - ``screens/``: layout and keys (the chat's :class:`~specchat.ui.screens.main.MainScreen` binds
-  the chat's keys and runs their actions; the app binds only the keys of every screen: help,
-  the theme, the screenshot), ``widgets/``: what draws and its own state;
-- ``controllers/``: what a key does (replies, sending and the conversation's keys, step mode,
-  talk mode's screens, themes, loading, the palette); γ and the other control keys:
-  :mod:`specchat.ui.controllers.controls`;
+  the chat's keys and runs each one's command through one dispatch; the app binds only the keys
+  of every screen: help, the theme, the screenshot), ``widgets/``: what draws and its own state
+  (the token inspector owns its cursor);
+- ``controllers/``: what a key does (replies, sending and the conversation's keys, step mode, γ
+  and the other control keys, themes, loading, the palette); each adds the commands of the keys
+  it owns to the one table the app hands the screens (:mod:`specchat.ui.state.commands`);
+- ``talk/``: talk mode, one room (the race, the self-test, the theory panel, replays);
 - ``workers/``: the engine's side (:mod:`~specchat.ui.workers.bridge`, model loading, messages);
-- ``state/``: shared state (the model lease, live statistics, preferences, autosave);
+- ``state/``: shared state (the model lease, live statistics, the command table, preferences,
+  autosave);
 - ``settings/``: keys, themes and remembered choices; ``terminal/``: the real terminal's driver,
   signals and crashes, plain-text toasts.
 
@@ -58,6 +61,7 @@ from specchat.ui.screens.help import HelpScreen
 from specchat.ui.screens.main import MainScreen
 from specchat.ui.settings import keys, themes
 from specchat.ui.state.autosave import AutoSave
+from specchat.ui.state.commands import Commands
 from specchat.ui.state.lease import ModelLease
 from specchat.ui.state.live import LiveStats
 from specchat.ui.state.preferences import Preferences
@@ -130,13 +134,20 @@ class SpecchatApp(PlainToasts[int]):
         self.set_keymap(self.keymap)
         self.effective_keys = {spec.id: keys.effective_key(spec, self.keymap) for spec in keys.ALL_KEYS}
         self.live.set_display(keys=self.effective_keys)
+        self.commands = Commands()
+        """What the keys run, by name: filled from the controllers below, read by every screen."""
         self.main_screen = MainScreen(
-            self.live, self.palette, self.conversation.system_prompt, self.keymap, controllers=self
+            self.live, self.palette, self.conversation.system_prompt, self.keymap, commands=self.commands
         )
+        self.quitter = SignalQuit(self.request_quit)
+        self._make_controllers(replay_speed)
+
+    def _make_controllers(self, replay_speed: float) -> None:
+        """The controllers, each given what it drives, and the command table of their keys."""
         self.replies = Replies(self, self.main_screen, self.live, bridge.StepGate(), self.lease)
         self.reading_ahead = ReadingAhead(self, self.lease, self._typed)
         """The models read the next prompt's known part while nobody waits."""
-        self.loading = LoadingFlow(self, settings, self.lease, self.live)
+        self.loading = LoadingFlow(self, self.settings, self.lease, self.live)
         self.control_keys = ControlKeys(
             self.lease,
             lambda note, title: self.notify(note, title=title),
@@ -150,8 +161,7 @@ class SpecchatApp(PlainToasts[int]):
             self.main_screen,
             lambda: self.conversation,
             self.effective_keys,
-            self.control_keys,
-            self,
+            self.commands,
             replay_speed,
         )
         self.chat = ChatActions(
@@ -163,8 +173,11 @@ class SpecchatApp(PlainToasts[int]):
             self.preferences,
             self.talk_screens.replay,
         )
-        self.quitter = SignalQuit(self.request_quit)
         self.step_keys = StepKeys(self, self.replies, self.lease, self.effective_keys, self.refresh_panels)
+        # One command table: each controller adds the commands of the keys it owns.
+        for owner in (self.replies, self.chat, self.step_keys, self.talk_screens, self.themes):
+            owner.add_commands(self.commands)
+        self.control_keys.add_commands(self.commands, self.theory_tracker)
 
     # ----------------------------------------------------------------- layout
 

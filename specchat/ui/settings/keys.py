@@ -1,4 +1,6 @@
-"""Every key specchat binds, with a stable id so the config file can remap it.
+"""Every key specchat binds, with a stable id so the config file can remap it, and the command
+it runs (a name in the one command table the app builds from its controllers,
+:mod:`specchat.ui.state.commands`; the screen that binds the key dispatches it).
 
 ``[keys]`` in config.toml maps a binding id to one key or several (comma-separated), e.g.::
 
@@ -29,7 +31,10 @@ class KeySpec:
     id: str
     key: str
     """Default key(s), Textual spelling, comma-separated."""
-    action: str
+    command: str
+    """What the key runs, by name: on the chat and talk screens a command of their table
+    (:class:`~specchat.ui.state.commands.Commands`, which the app builds from its controllers);
+    an ``"app"`` key's is the app's action, a message-box key's the message box's."""
     label: str
     """Short label for the footer."""
     description: str
@@ -43,8 +48,8 @@ class KeySpec:
 
 
 Scope = Literal["chat", "talk", "app"]
-"""Where a key works: ``"chat"``, on the chat's screen (and a replay, which is one), whose
-actions it runs; ``"talk"``, there and on the race and self-test screens too, whose jobs run with
+"""Where a key works: ``"chat"``, on the chat's screen (and a replay, which is one), which runs
+its command; ``"talk"``, there and on the race and self-test screens too, whose jobs run with
 the same controls; ``"app"``, on every screen, including dialogs (the app's own actions)."""
 
 
@@ -251,12 +256,13 @@ BINDING_IDS = frozenset(KEYS_BY_ID)
 def bindings(
     specs: Iterable[KeySpec], *, priority: bool = False, on_screen: bool = False
 ) -> list[BindingType]:
-    """Textual's bindings of ``specs``. ``on_screen``: for a screen's table, where the app-wide keys
-    run the app's actions (the screen lists them only so that its footer keeps the table's order)."""
+    """Textual's bindings of ``specs``. ``on_screen``: for a screen's table, whose keys run their
+    commands through the screen's one dispatch, and whose app-wide keys run the app's actions (the
+    screen lists them only so that its footer keeps the table's order)."""
     return [
         Binding(
             spec.key,
-            action_name(spec) if on_screen else spec.action,
+            action_name(spec) if on_screen else spec.command,
             spec.label,
             show=spec.show,
             id=spec.id,
@@ -267,8 +273,9 @@ def bindings(
 
 
 def action_name(spec: KeySpec) -> str:
-    """The action a key runs from a screen: the app's own for app-wide keys, else the screen's."""
-    return f"app.{spec.action}" if spec.scope == "app" else spec.action
+    """The action a key runs from a screen: the app's own for app-wide keys, else the screen's
+    dispatch of its command (:class:`~specchat.ui.state.commands.CommandDispatch`)."""
+    return f"app.{spec.command}" if spec.scope == "app" else f"run({spec.command!r})"
 
 
 def key_list(keys: str) -> list[str]:

@@ -2,7 +2,8 @@
 panel, and a replay of a saved conversation.
 
 :class:`TalkScreens` hands them the model lease, the palette, the keys and the system prompt
-through their constructors; whether one may open now is :mod:`specchat.ui.talk.rules`'s rule.
+(and the command table) through their constructors; whether one may open now is
+:mod:`specchat.ui.talk.rules`'s rule.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from typing import TYPE_CHECKING
 from textual.css.query import NoMatches
 
 from specchat.ui.controllers.hosts import ShowsScreens
-from specchat.ui.screens.chat_keys import ChatControllers, SetsControls
 from specchat.ui.settings.keys import display_key
 from specchat.ui.talk import rules
 from specchat.ui.talk.race import RaceScreen
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from specchat.store.conversation import Conversation
     from specchat.ui.screens.main import MainScreen
     from specchat.ui.settings.themes import TokenPalette
+    from specchat.ui.state.commands import Commands
     from specchat.ui.state.lease import ModelLease
     from specchat.ui.talk.theory_tracker import TheoryTracker
 
@@ -39,8 +40,7 @@ class TalkScreens:
         main_screen: MainScreen,
         conversation: Callable[[], Conversation],
         keys: dict[str, str],
-        control_keys: SetsControls,
-        controllers: ChatControllers,
+        commands: Commands,
         replay_speed: float = 1.0,
     ) -> None:
         self.app = app
@@ -51,11 +51,16 @@ class TalkScreens:
         self.conversation = conversation
         self.keys = keys
         """The effective key of each binding id."""
-        self.control_keys = control_keys
-        """The control keys' rules, for the talk screens (their jobs run with the controls)."""
-        self.controllers = controllers
-        """What a replay's keys drive (it binds the chat's keys)."""
+        self.commands = commands
+        """The app's command table: the race and self-test run the control keys' commands (their
+        jobs run with the controls), a replay all the chat's."""
         self.replay_speed = replay_speed
+
+    def add_commands(self, table: Commands) -> None:
+        """Talk mode's keys: the theory panel, the race, the self-test."""
+        table.add("theory", self.toggle_theory)
+        table.add("race", self.race)
+        table.add("selftest", self.selftest)
 
     def race(self) -> None:
         if isinstance(self.app.screen, RaceScreen) or not self._can_open("the race"):
@@ -67,7 +72,7 @@ class TalkScreens:
                 lease=self.lease,
                 palette=self.palette,
                 system_prompt=self._system_prompt,
-                control_keys=self.control_keys,
+                commands=self.commands,
             )
         )
 
@@ -75,9 +80,7 @@ class TalkScreens:
         if isinstance(self.app.screen, SelfTestScreen) or not self._can_open("the self-test"):
             return
         self.app.push_screen(
-            SelfTestScreen(
-                lease=self.lease, system_prompt=self._system_prompt, control_keys=self.control_keys
-            )
+            SelfTestScreen(lease=self.lease, system_prompt=self._system_prompt, commands=self.commands)
         )
 
     def toggle_theory(self) -> None:
@@ -92,7 +95,7 @@ class TalkScreens:
 
     def replay(self, conversation: Conversation) -> ReplayScreen:
         return ReplayScreen(
-            conversation, self.palette, self.keys, controllers=self.controllers, speed=self.replay_speed
+            conversation, self.palette, self.keys, commands=self.commands, speed=self.replay_speed
         )
 
     def _can_open(self, what: str) -> bool:

@@ -162,7 +162,7 @@ async def test_inspector_follows_keys_and_clicks_and_shows_the_round_s_figures(e
 
 
 async def _inspect_index(pilot, app, index: int) -> None:
-    app.main_screen.inspect_token(len(app.transcript.replies()) - 1, index)
+    app.main_screen.inspector.inspect_token(len(app.transcript.replies()) - 1, index)
     await pilot.pause()
 
 
@@ -388,7 +388,7 @@ async def test_replay_of_an_old_file_without_trace(engine: PausingEngine, tmp_pa
         assert shown.tokens.plain == conversation.turns[-1].content
         assert shown.tokens.rejected_text() == ""
         correction = next(i for i, t in enumerate(shown.tokens.tokens) if t.kind == "correction" and t.text)
-        screen.inspect_token(0, correction)
+        screen.inspector.inspect_token(0, correction)
         await pilot.pause()
         assert "no trace recorded" in plain(screen.query_one(InspectorPanel).content)
 
