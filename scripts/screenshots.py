@@ -240,7 +240,7 @@ async def render_all(
         await pilot.pause()
 
     async def theory(app: Any, pilot: Any) -> None:
-        from specchat.ui.widgets.theory import TheoryPanel
+        from specchat.ui.talk.theory import TheoryPanel
 
         await send_and_wait(app, pilot, q1)
         await pilot.press(key("theory"))
@@ -248,13 +248,13 @@ async def render_all(
         app.main_screen.query_one(TheoryPanel).update_figures(force=True)
 
     async def race(app: Any, pilot: Any) -> None:
-        from specchat.ui.screens.race_screen import RaceScreen
+        from specchat.ui.talk.race import RaceScreen
 
         result = race_result or demo_race(pair, q1)
         await app.push_screen(RaceScreen(result.prompt, result=result, palette=app.palette))
 
     async def selftest(app: Any, pilot: Any) -> None:
-        from specchat.ui.screens.selftest_screen import SelfTestScreen
+        from specchat.ui.talk.selftest import SelfTestScreen
 
         screen = SelfTestScreen(temperature=1.0, autostart=False, lease=app.lease)
         await app.push_screen(screen)
@@ -308,11 +308,11 @@ async def shoot_talk(
         await send_and_wait(app, pilot, question)
         tokens = app.conversation.turns[-1].tokens
         index = next((i for i, t in enumerate(tokens) if t.kind == "correction" and t.text and i > 8), None)
-        app.main_screen.inspect_token(0, index if index is not None else len(tokens) - 1)
+        app.main_screen.inspector.inspect_token(0, index if index is not None else len(tokens) - 1)
         await pilot.pause()
 
     async def replay(app: Any, pilot: Any) -> None:
-        from specchat.ui.screens.replay import ReplayScreen
+        from specchat.ui.talk.replay import ReplayScreen
 
         await pilot.press(key("rejected"))
         await send_and_wait(app, pilot, question)

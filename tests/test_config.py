@@ -65,7 +65,7 @@ gamma_up = "ctrl+up"
 
 
 def test_remembering_a_choice_keeps_the_users_comments_and_layout(config_file: Path) -> None:
-    from specchat.ui.settings.prefs import remember
+    from specchat.ui.settings.remembered import remember
 
     config_file.write_text(HAND_WRITTEN, encoding="utf-8")
     remember("theme", "specchat-light")

@@ -10,13 +10,16 @@ screens, panels and controllers through their constructors, and routes the worke
 Where things live under ``ui/``:
 
 - ``screens/``: layout and keys (the chat's :class:`~specchat.ui.screens.main.MainScreen` binds
-  the chat's keys and runs their actions; the app binds only the keys of every screen: help,
-  the theme, the screenshot), ``widgets/``: what draws and its own state;
-- ``controllers/``: what a key does (replies, sending and the conversation's keys, step mode,
-  talk mode's screens, themes, loading, the palette); γ and the other control keys:
-  :mod:`specchat.ui.state.controls`;
+  the chat's keys and runs each one's command through one dispatch; the app binds only the keys
+  of every screen: help, the theme, the screenshot), ``widgets/``: what draws and its own state
+  (the token inspector owns its cursor);
+- ``controllers/``: what a key does (replies, sending and the conversation's keys, step mode, γ
+  and the other control keys, themes, loading, the palette); each adds the commands of the keys
+  it owns to the one table the app hands the screens (:mod:`specchat.ui.state.commands`);
+- ``talk/``: talk mode, one room (the race, the self-test, the theory panel, replays);
 - ``workers/``: the engine's side (:mod:`~specchat.ui.workers.bridge`, model loading, messages);
-- ``state/``: shared state (the model lease, live statistics, preferences, autosave);
+- ``state/``: shared state (the model lease, live statistics, the command table, preferences,
+  autosave);
 - ``settings/``: keys, themes and remembered choices; ``terminal/``: the real terminal's driver,
   signals and crashes, plain-text toasts.
 
@@ -47,23 +50,24 @@ from specchat.engine.backend import Capabilities
 from specchat.store.conversation import Conversation, ConversationError
 from specchat.store.folder import ConversationStore
 from specchat.ui.controllers import palette as commands
-from specchat.ui.controllers import talk
 from specchat.ui.controllers.chat_actions import ChatActions
+from specchat.ui.controllers.controls import ControlKeys
 from specchat.ui.controllers.loading_flow import LoadingFlow
 from specchat.ui.controllers.read_ahead import ReadingAhead
 from specchat.ui.controllers.reply import ActiveReply, Replies
-from specchat.ui.controllers.step_keys import StepKeys
-from specchat.ui.controllers.talk_screens import TalkScreens
+from specchat.ui.controllers.stepping import StepKeys
 from specchat.ui.controllers.theming import AppThemes
 from specchat.ui.screens.help import HelpScreen
 from specchat.ui.screens.main import MainScreen
 from specchat.ui.settings import keys, themes
 from specchat.ui.state.autosave import AutoSave
-from specchat.ui.state.controls import ControlKeys
+from specchat.ui.state.commands import Commands
 from specchat.ui.state.lease import ModelLease
 from specchat.ui.state.live import LiveStats
 from specchat.ui.state.preferences import Preferences
-from specchat.ui.state.theory_tracker import TheoryTracker
+from specchat.ui.talk import rules
+from specchat.ui.talk.screens import TalkScreens
+from specchat.ui.talk.theory_tracker import TheoryTracker
 from specchat.ui.terminal.quitting import SignalQuit, run_in_terminal, save_after_crash
 from specchat.ui.terminal.toasts import PlainToasts
 from specchat.ui.widgets.panels import Figures, figures
@@ -130,13 +134,20 @@ class SpecchatApp(PlainToasts[int]):
         self.set_keymap(self.keymap)
         self.effective_keys = {spec.id: keys.effective_key(spec, self.keymap) for spec in keys.ALL_KEYS}
         self.live.set_display(keys=self.effective_keys)
+        self.commands = Commands()
+        """What the keys run, by name: filled from the controllers below, read by every screen."""
         self.main_screen = MainScreen(
-            self.live, self.palette, self.conversation.system_prompt, self.keymap, controllers=self
+            self.live, self.palette, self.conversation.system_prompt, self.keymap, commands=self.commands
         )
+        self.quitter = SignalQuit(self.request_quit)
+        self._make_controllers(replay_speed)
+
+    def _make_controllers(self, replay_speed: float) -> None:
+        """The controllers, each given what it drives, and the command table of their keys."""
         self.replies = Replies(self, self.main_screen, self.live, bridge.StepGate(), self.lease)
         self.reading_ahead = ReadingAhead(self, self.lease, self._typed)
         """The models read the next prompt's known part while nobody waits."""
-        self.loading = LoadingFlow(self, settings, self.lease, self.live)
+        self.loading = LoadingFlow(self, self.settings, self.lease, self.live)
         self.control_keys = ControlKeys(
             self.lease,
             lambda note, title: self.notify(note, title=title),
@@ -150,8 +161,7 @@ class SpecchatApp(PlainToasts[int]):
             self.main_screen,
             lambda: self.conversation,
             self.effective_keys,
-            self.control_keys,
-            self,
+            self.commands,
             replay_speed,
         )
         self.chat = ChatActions(
@@ -163,8 +173,11 @@ class SpecchatApp(PlainToasts[int]):
             self.preferences,
             self.talk_screens.replay,
         )
-        self.quitter = SignalQuit(self.request_quit)
         self.step_keys = StepKeys(self, self.replies, self.lease, self.effective_keys, self.refresh_panels)
+        # One command table: each controller adds the commands of the keys it owns.
+        for owner in (self.replies, self.chat, self.step_keys, self.talk_screens, self.themes):
+            owner.add_commands(self.commands)
+        self.control_keys.add_commands(self.commands, self.theory_tracker)
 
     # ----------------------------------------------------------------- layout
 
@@ -179,7 +192,7 @@ class SpecchatApp(PlainToasts[int]):
         # The chat's widgets must exist before the app reports ready (tests, autopilots) and
         # before anything below touches them; the screen composes in its own task.
         await self.main_screen.mounted.wait()
-        self.set_interval(talk.POLL_S, self.theory_tracker.poll)
+        self.set_interval(rules.POLL_S, self.theory_tracker.poll)
         self.refresh_panels(force=True)
         for note in self.startup_notes:
             self.notify(note, severity="warning", timeout=8)

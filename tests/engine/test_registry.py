@@ -24,7 +24,7 @@ from specchat.errors import InvalidSettingError
 from specchat.testing.tiny_models import TinyPair
 from specchat.ui.settings import keys
 from specchat.ui.state.live import LiveStats
-from specchat.ui.state.theory_tracker import TheoryTracker
+from specchat.ui.talk.theory_tracker import TheoryTracker
 from specchat.ui.widgets.inspector import own_draft, own_note
 
 

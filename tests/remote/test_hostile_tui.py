@@ -16,7 +16,7 @@ from specchat.config import Settings
 from specchat.engine.events import TokenEvent
 from specchat.store.folder import ConversationStore
 from specchat.ui.app import SpecchatApp
-from specchat.ui.screens.replay import ReplayScreen
+from specchat.ui.talk.replay import ReplayScreen
 from specchat.ui.widgets.inspector import InspectorPanel
 from specchat.ui.widgets.transcript import AssistantMessage, Notice, UserMessage
 from tests.remote.server import FakeServer, Script, openai_stream
@@ -55,14 +55,14 @@ async def test_a_reply_with_escape_sequences_is_shown_visibly_in_both_views() ->
             shown = reply.tokens.render_text().plain
             assert_neutral(shown)
             assert "^[]52;c;cHduZWQ=^G" in shown and "^[[2J" in shown and "\\x9b31m" in shown
-            app.main_screen.action_toggle_view()  # the Markdown view of the finished reply
+            app.chat.toggle_view()  # the Markdown view of the finished reply
             await pilot.pause()
             markdown = reply._markdown
             assert markdown is not None and markdown.display
             assert_neutral(markdown.source)
             assert "^[]0;pwned^G" in markdown.source
             # The inspector quotes the token it is on: visibly too.
-            app.main_screen.inspect_token(0, 1)
+            app.main_screen.inspector.inspect_token(0, 1)
             await pilot.pause()
             inspector = app.query_one(InspectorPanel)
             assert inspector.inspected is not None

@@ -7,7 +7,7 @@ import pytest
 from specchat.engine.events import RoundEvent, SummaryEvent
 from specchat.engine.metrics import CostModel, expected_tokens_per_round, predicted_speedup
 from specchat.ui.state.live import LiveStats
-from specchat.ui.state.theory_tracker import ADVISOR_GAMMAS, COST_GAMMAS, TheoryTracker, theory_lines
+from specchat.ui.talk.theory_tracker import ADVISOR_GAMMAS, COST_GAMMAS, TheoryTracker, theory_lines
 
 PLAIN_MS = 10.0
 DRAFT_MS_PER_TOKEN = 2.0

@@ -8,7 +8,7 @@ import pytest
 from specchat.engine.events import RoundEvent
 from specchat.engine.metrics import interpolate_verify_ms
 from specchat.ui.state.live import LiveStats
-from specchat.ui.state.theory_tracker import ADVISOR_GAMMAS, TheoryTracker, TheoryView, theory_lines
+from specchat.ui.talk.theory_tracker import ADVISOR_GAMMAS, TheoryTracker, TheoryView, theory_lines
 
 PLAIN_MS = 90.0
 DRAFT_MS_PER_TOKEN = 3.0

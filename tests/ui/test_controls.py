@@ -9,7 +9,7 @@ from typing import Any
 from specchat.engine.backend import Capabilities, Controls
 from specchat.engine.gamma import SCHEDULES
 from specchat.params import GAMMA_MAX
-from specchat.ui.state.controls import (
+from specchat.ui.controllers.controls import (
     TEMPERATURE_MAX,
     TEMPERATURE_STEP,
     ControlKeys,

@@ -40,7 +40,7 @@ async def test_an_accepted_greedy_draft_shows_both_models_own_softmax(engine: Pa
         rounds = {r.round: r for r in engine.rounds}
         index = next(i for i, t in enumerate(engine.tokens) if t.kind == "accepted" and t.text)
         token = engine.tokens[index]
-        app.main_screen.inspect_token(len(app.transcript.replies()) - 1, index)
+        app.main_screen.inspector.inspect_token(len(app.transcript.replies()) - 1, index)
         await pilot.pause()
         text = plain(app.main_screen.query_one(InspectorPanel).content)
     draft = rounds[token.round].drafts[token.position]

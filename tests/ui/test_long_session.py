@@ -57,7 +57,7 @@ def long_context_pair() -> TinyPair:
 def actions_for(turn: int) -> list[str]:
     """What the keys do before message ``turn`` (F5, F2/F3, F4, F6/F7): every control moves.
 
-    The actions run directly: pressing keys through Pilot waits for the screen to settle
+    The commands run directly: pressing keys through Pilot waits for the screen to settle
     after each one, which would dominate the test's time; key handling is tested elsewhere.
     """
     actions = ["cycle_drafter"]  # model → hybrid → n-gram → none → model …
@@ -77,8 +77,8 @@ async def test_two_hundred_messages_with_changing_controls(long_context_pair: Ti
     async with app.run_test(size=(100, 24)) as pilot:
         prompt = app.query_one(PromptInput)
         for turn in range(MESSAGES):
-            for action in actions_for(turn):
-                await app.run_action(action, app.main_screen)
+            for command in actions_for(turn):
+                await app.main_screen.commands.run(command)
             c = app.controls
             assert c is not None
             for name in seen:

@@ -64,7 +64,7 @@ def test_inspector_on_a_correction(snap_compare: Any, engine: PausingEngine) -> 
         await wait_idle(pilot, app)
         tokens = app.conversation.turns[-1].tokens
         index = next(i for i, t in enumerate(tokens) if t.kind == "correction" and t.text)
-        app.main_screen.inspect_token(0, index)
+        app.main_screen.inspector.inspect_token(0, index)
         await pilot.pause()
         app.refresh_panels(force=True)
 

@@ -109,7 +109,7 @@ async def test_the_conversation_keeps_reasoning_apart_and_exports_it_as_such(thi
 
 async def test_a_replay_folds_the_reasoning_as_the_chat_did(thinking: PausingEngine) -> None:
     from specchat.ui.app import SpecchatApp
-    from specchat.ui.screens.replay import ReplayScreen
+    from specchat.ui.talk.replay import ReplayScreen
 
     from .conftest import settings
 
@@ -153,15 +153,15 @@ async def test_the_inspector_skips_folded_reasoning_and_walks_into_unfolded(thin
         await pilot.press("f10")
         await pilot.press("home")
         await pilot.pause()
-        assert app.main_screen.cursor == (0, first_answer)
+        assert app.main_screen.inspector.cursor == (0, first_answer)
         await pilot.press("left")  # nowhere to go: the reasoning is folded
         await pilot.pause()
-        assert app.main_screen.cursor == (0, first_answer)
+        assert app.main_screen.inspector.cursor == (0, first_answer)
 
         await pilot.press("ctrl+d")
         await pilot.press("left")
         await pilot.pause()
-        cursor = app.main_screen.cursor
+        cursor = app.main_screen.inspector.cursor
         assert cursor is not None and tokens[cursor[1]].reasoning
         inspected = app.live.inspected
         assert inspected is not None and inspected.token.reasoning
@@ -170,7 +170,7 @@ async def test_the_inspector_skips_folded_reasoning_and_walks_into_unfolded(thin
 
         await pilot.press("ctrl+d")  # folding it away moves the cursor back to the answer
         await pilot.pause()
-        assert app.main_screen.cursor == (0, first_answer)
+        assert app.main_screen.inspector.cursor == (0, first_answer)
 
 
 async def test_step_mode_pauses_inside_the_reasoning(thinking: PausingEngine) -> None:

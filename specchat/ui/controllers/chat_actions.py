@@ -2,9 +2,9 @@
 models cannot take it), regenerate, clear, copy, open, export, the system prompt, the Markdown
 view.
 
-:class:`ChatActions` is made by the app; the chat's screen maps its keys to these methods, the
-app the message box's messages. The conversation is read from the host at each use: clearing
-the chat or opening another conversation swaps it.
+:class:`ChatActions` is made by the app and adds its keys' commands to the app's table (the
+chat's screen runs them); the app routes the message box's messages here. The conversation is
+read from the host at each use: clearing the chat or opening another conversation swaps it.
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ from textual.css.query import NoMatches
 from specchat.store.conversation import Conversation, ConversationError, Turn
 from specchat.ui.controllers.hosts import ShowsScreens
 from specchat.ui.screens.conversations import ConversationsScreen
-from specchat.ui.screens.replay import ReplayScreen
 from specchat.ui.screens.system_prompt import SystemPromptScreen
 from specchat.ui.state.autosave import AutoSave
+from specchat.ui.talk.replay import ReplayScreen
 from specchat.ui.widgets.prompt import PromptInput
 from specchat.ui.widgets.transcript import SystemNote, UserMessage
 
 if TYPE_CHECKING:
-
     from specchat.ui.screens.main import MainScreen
+    from specchat.ui.state.commands import Commands
     from specchat.ui.state.lease import ModelLease
     from specchat.ui.state.live import LiveStats
     from specchat.ui.state.preferences import Preferences
@@ -73,6 +73,19 @@ class ChatActions:
         self.autosave = autosave
         self.preferences = preferences
         self.replay = replay
+
+    def add_commands(self, table: Commands) -> None:
+        """The conversation's keys, each run by the method of the same name."""
+        for name in (
+            "regenerate",
+            "clear",
+            "copy_reply",
+            "open_conversations",
+            "export_markdown",
+            "edit_system_prompt",
+            "toggle_view",
+        ):
+            table.add(name, getattr(self, name))
 
     def send(self, message: PromptInput.Submitted) -> None:
         """The message box sent ``message``: a user turn, then the reply to it."""

@@ -27,6 +27,7 @@ from specchat.ui.workers.messages import ReplyClosed, ReplyEvents, ReplyPaused
 if TYPE_CHECKING:
     from specchat.engine.backend import Capabilities, Controls
     from specchat.ui.screens.main import MainScreen
+    from specchat.ui.state.commands import Commands
     from specchat.ui.state.lease import ModelLease
 
 QUIT_GRACE = 5.0
@@ -234,6 +235,10 @@ class Replies:
         self.resume()
         self.live.set_step(StepView(on=True))
         return True
+
+    def add_commands(self, table: Commands) -> None:
+        """Esc's command: stop the reply (shown dimmed between replies)."""
+        table.add("stop", self.stop, when=lambda: self.active is not None)
 
     def stop(self) -> None:
         """Esc: the engine stops at the next round boundary; what came is kept."""

@@ -18,6 +18,7 @@ from specchat.ui.settings import themes
 
 if TYPE_CHECKING:
     from specchat.ui.screens.main import MainScreen
+    from specchat.ui.state.commands import Commands
     from specchat.ui.state.preferences import Preferences
 
 
@@ -79,6 +80,9 @@ class AppThemes:
     def styles_of(self, name: str) -> dict[str, Style]:
         """Rich styles of the token kinds (and rejected drafts) in the theme ``name``."""
         return themes.token_styles(self.app.get_theme(name) or self.app.current_theme, self.specs.get(name))
+
+    def add_commands(self, table: Commands) -> None:
+        table.add("toggle_rejected", self.toggle_rejected)
 
     def toggle_rejected(self) -> None:
         """Show or hide the rejected drafts, in every reply on every chat screen."""

@@ -1,2 +1,2 @@
 """What the user configures for the chat: keys (:mod:`.keys`), themes (:mod:`.themes`) and the
-choices the app remembers in the config file (:mod:`.prefs`). Tables and checks, no widgets."""
+choices the app remembers in the config file (:mod:`.remembered`). Tables and checks, no widgets."""

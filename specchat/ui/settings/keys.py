@@ -1,4 +1,6 @@
-"""Every key specchat binds, with a stable id so the config file can remap it.
+"""Every key specchat binds, with a stable id so the config file can remap it, and the command
+it runs (a name in the one command table the app builds from its controllers,
+:mod:`specchat.ui.state.commands`; the screen that binds the key dispatches it).
 
 ``[keys]`` in config.toml maps a binding id to one key or several (comma-separated), e.g.::
 
@@ -29,7 +31,10 @@ class KeySpec:
     id: str
     key: str
     """Default key(s), Textual spelling, comma-separated."""
-    action: str
+    command: str
+    """What the key runs, by name: on the chat and talk screens a command of their table
+    (:class:`~specchat.ui.state.commands.Commands`, which the app builds from its controllers);
+    an ``"app"`` key's is the app's action, a message-box key's the message box's."""
     label: str
     """Short label for the footer."""
     description: str
@@ -43,8 +48,8 @@ class KeySpec:
 
 
 Scope = Literal["chat", "talk", "app"]
-"""Where a key works: ``"chat"``, on the chat's screen (and a replay, which is one), whose
-actions it runs; ``"talk"``, there and on the race and self-test screens too, whose jobs run with
+"""Where a key works: ``"chat"``, on the chat's screen (and a replay, which is one), which runs
+its command; ``"talk"``, there and on the race and self-test screens too, whose jobs run with
 the same controls; ``"app"``, on every screen, including dialogs (the app's own actions)."""
 
 
@@ -169,7 +174,7 @@ APP_KEYS: tuple[KeySpec, ...] = (
         "export", "ctrl+s", "export_markdown", "Export", "Export the conversation to Markdown", show=False
     ),
     KeySpec("theme", "ctrl+t", "cycle_theme", "Theme", "Switch to the next theme", show=False, scope="app"),
-    # Talk mode (specchat.ui.controllers.talk): the race, theory against measurement, the exactness self-test.
+    # Talk mode (specchat.ui.talk.rules): the race, theory against measurement, the exactness self-test.
     # Off the footer, which is full at 120 columns; F1 and the palette list them. Ctrl+Y, Ctrl+K and
     # Ctrl+E take over the message box's redo, delete-to-end and go-to-end (End and Ctrl+Shift+K
     # remain): every function key is taken, and these are the control keys a terminal sends apart.
@@ -228,6 +233,7 @@ class KeyTable(Protocol):
 
     KEY_TABLE: ClassVar[tuple[KeySpec, ...]]
 
+
 PROMPT_KEYS: tuple[KeySpec, ...] = (
     KeySpec("send", "enter", "submit", "Send", "Send the message"),
     KeySpec("newline", "ctrl+j", "newline", "Newline", "Insert a new line in the message", show=False),
@@ -250,12 +256,13 @@ BINDING_IDS = frozenset(KEYS_BY_ID)
 def bindings(
     specs: Iterable[KeySpec], *, priority: bool = False, on_screen: bool = False
 ) -> list[BindingType]:
-    """Textual's bindings of ``specs``. ``on_screen``: for a screen's table, where the app-wide keys
-    run the app's actions (the screen lists them only so that its footer keeps the table's order)."""
+    """Textual's bindings of ``specs``. ``on_screen``: for a screen's table, whose keys run their
+    commands through the screen's one dispatch, and whose app-wide keys run the app's actions (the
+    screen lists them only so that its footer keeps the table's order)."""
     return [
         Binding(
             spec.key,
-            action_name(spec) if on_screen else spec.action,
+            action_name(spec) if on_screen else spec.command,
             spec.label,
             show=spec.show,
             id=spec.id,
@@ -266,8 +273,9 @@ def bindings(
 
 
 def action_name(spec: KeySpec) -> str:
-    """The action a key runs from a screen: the app's own for app-wide keys, else the screen's."""
-    return f"app.{spec.action}" if spec.scope == "app" else spec.action
+    """The action a key runs from a screen: the app's own for app-wide keys, else the screen's
+    dispatch of its command (:class:`~specchat.ui.state.commands.CommandDispatch`)."""
+    return f"app.{spec.command}" if spec.scope == "app" else f"run({spec.command!r})"
 
 
 def key_list(keys: str) -> list[str]:
@@ -304,9 +312,16 @@ def unknown_ids(keymap: Mapping[str, str]) -> list[str]:
 
 
 MODIFIERS = frozenset({"ctrl", "shift", "alt", "meta", "super", "hyper"})
-NAMED_KEYS = frozenset(
-    key.value.rsplit("+", 1)[-1] for key in Keys if not key.value.startswith("<")
-) | {"enter", "tab", "space", "backspace", "escape", "return", "delete", "insert"}
+NAMED_KEYS = frozenset(key.value.rsplit("+", 1)[-1] for key in Keys if not key.value.startswith("<")) | {
+    "enter",
+    "tab",
+    "space",
+    "backspace",
+    "escape",
+    "return",
+    "delete",
+    "insert",
+}
 RESERVED: dict[str, str] = {
     "ctrl+q": "quit",
     "ctrl+p": "the command palette",
@@ -367,9 +382,7 @@ def _remap_problem(binding_id: str, value: str) -> str | None:
     return None
 
 
-def _drop_collisions(
-    accepted: dict[str, list[str]], keymap: Mapping[str, str], warnings: list[str]
-) -> None:
+def _drop_collisions(accepted: dict[str, list[str]], keymap: Mapping[str, str], warnings: list[str]) -> None:
     """Undo remaps whose keys another action uses, until no key belongs to two actions."""
     specs = KEYS_BY_ID
     while True:

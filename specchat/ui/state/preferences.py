@@ -9,7 +9,7 @@ from typing import Literal
 
 from specchat.config import Settings
 from specchat.errors import SpecchatError
-from specchat.ui.settings.prefs import remember
+from specchat.ui.settings.remembered import remember
 
 Preference = Literal["theme", "system_prompt"]
 

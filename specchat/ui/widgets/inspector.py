@@ -10,30 +10,39 @@ top five as bars; for a bonus or plain target token, the target's top five. Ever
 from the reply's events (contract v2); replies saved before the trace existed say so instead
 of showing invented numbers.
 
-The panel takes the focus while inspecting: ←/→ move by token, ↑/↓ by round, Home/End to
-the reply's ends, Esc leaves. It only asks for a move; the screen owns the cursor.
+The panel owns the cursor: a (reply, token) position moved by its own keys (←/→ by token, ↑/↓
+by round, Home/End to the reply's ends, Esc leaves; it takes the focus while inspecting), by the
+inspect key or by a click on a token, shown reversed in the transcript and described here through
+``live.inspected``. The cursor walks the tokens on screen: a folded reasoning's are skipped, an
+unfolded one's are inspected like the answer's.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.console import Group, RenderableType
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 from textual.binding import Binding, BindingType
-from textual.message import Message
 from textual.widgets import Static
 
 from specchat.engine.display import REJECTED
-from specchat.engine.events import Candidate, DraftTrace, TokenEvent, known
+from specchat.engine.events import Candidate, DraftTrace, RoundEvent, TokenEvent, known
 from specchat.engine.registry import is_lookup
 from specchat.presenters.kind_labels import KIND_LABELS
 from specchat.ui.settings.themes import TokenPalette
 from specchat.ui.state.live import Inspected, LiveStats
-from specchat.untrusted import visible
+from specchat.ui.widgets.cursor_walk import Cursor, last_position, moved_cursor, positions
+from specchat.untrusted import has_controls, visible
+
+if TYPE_CHECKING:
+    from specchat.ui.widgets.reply_text import TokenText
+    from specchat.ui.widgets.transcript import AssistantMessage, Transcript
 
 BAR_WIDTH = 24
 TOP_SHOWN = 5
@@ -149,29 +158,138 @@ class InspectorPanel(Static, can_focus=True):
         Binding("escape", "leave", "Leave the inspector", show=False),
     ]
 
-    class Move(Message):
-        """Move the cursor: by ``step`` tokens, rounds, or to an end of the reply."""
-
-        def __init__(self, unit: str, step: int) -> None:
-            super().__init__()
-            self.unit = unit
-            self.step = step
-
-    class Leave(Message):
-        """Stop inspecting."""
-
-    def __init__(self, palette: TokenPalette, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        palette: TokenPalette,
+        live: LiveStats | None = None,
+        transcript: Callable[[], Transcript] | None = None,
+        *,
+        changed: Callable[[], object] = lambda: None,
+        left: Callable[[], object] = lambda: None,
+        **kwargs: Any,
+    ) -> None:
+        """``transcript`` gives the replies the cursor walks, ``live`` takes what it is on;
+        ``changed`` redraws the panels, ``left`` runs when inspecting stops (the chat's screen
+        focuses the message box). A panel made with the palette alone only describes tokens."""
         super().__init__("", **kwargs)
         self.border_title = "token inspector · ←/→ token · ↑/↓ round · Home/End · Esc leaves"
         self.palette = palette
+        self.live = live if live is not None else LiveStats()
+        self._transcript = transcript
+        self.changed = changed
+        self.left = left
         self.inspected: Inspected | None = None
         self._drawn: tuple[object, ...] | None = None
+        self.cursor: Cursor | None = None
+        """The inspected token; None when not inspecting."""
+
+    # ---------------------------------------------------------------- the cursor
+
+    def toggle_inspecting(self) -> None:
+        """The inspect key: put the cursor on the reply, or leave the inspector."""
+        if self.cursor is not None:
+            self.stop_inspecting()
+        else:
+            self.start_inspecting()
+
+    def start_inspecting(self) -> bool:
+        """Put the cursor on the last token (or keep it) and take the focus."""
+        if self.cursor is None:
+            last = last_position(self._replies())
+            if last is None:
+                self.notify("No reply to inspect yet.")
+                return False
+            self.cursor = last
+        self._show_cursor()
+        self.focus()
+        return True
+
+    def inspect_token(self, reply_index: int, token_index: int) -> None:
+        """Put the cursor on one token (a reply's index, the token's index in it)."""
+        if self.cursor is not None:
+            self._reply(self.cursor[0]).tokens.set_cursor(None)
+        self.cursor = (reply_index, token_index)
+        self._show_cursor()
+        self.focus()
+
+    def inspect_clicked(self, block: TokenText, index: int) -> None:
+        """A click on a token of ``block``: inspect it."""
+        replies = self._replies()
+        owner = next((i for i, r in enumerate(replies) if block in r.tokens.blocks), None)
+        if owner is not None:
+            self.inspect_token(owner, index)
+
+    def stop_inspecting(self) -> None:
+        if self.cursor is not None:
+            self._reply(self.cursor[0]).tokens.set_cursor(None)
+        self.cursor = None
+        self.live.inspect(None)
+        self.changed()
+        self.left()
 
     def action_move(self, unit: str, step: int) -> None:
-        self.post_message(self.Move(unit, step))
+        """Move the cursor: by ``step`` tokens, rounds, or to an end of the reply."""
+        if self.cursor is None:
+            return
+        moved = moved_cursor(list(positions(self._replies())), self.cursor, unit, step)
+        if moved is not None:
+            self._reply(self.cursor[0]).tokens.set_cursor(None)
+            self.cursor = moved
+            self._show_cursor()
 
     def action_leave(self) -> None:
-        self.post_message(self.Leave())
+        self.stop_inspecting()
+
+    def hide_if_folded(self) -> None:
+        """A cursor on reasoning just folded away moves to the reply's first token on screen."""
+        if self.cursor is None:
+            return
+        reply_index, token_index = self.cursor
+        text = self._reply(reply_index).tokens
+        if text.shows(token_index):
+            return
+        text.set_cursor(None)
+        shown = [i for i, t in enumerate(text.tokens) if t.text and text.shows(i)]
+        if not shown:
+            self.stop_inspecting()
+            return
+        self.cursor = (reply_index, shown[0])
+        self._show_cursor()
+
+    def describe_cursor(self) -> None:
+        """Tell the live object what the cursor is on (a streaming round may have been verified
+        since); a cursor whose token is gone (the transcript was replaced) is dropped."""
+        if self.cursor is None:
+            return
+        reply_index, token_index = self.cursor
+        replies = self._replies()
+        if reply_index >= len(replies) or token_index >= len(replies[reply_index].tokens.tokens):
+            self.cursor = None
+            self.live.inspect(None)
+            return
+        text = replies[reply_index].tokens
+        token, round_event = shown_token(text.tokens[token_index]), text.round_of(token_index)
+        self.live.inspect(
+            Inspected(token, shown_round(round_event) if round_event else None, reply_index, token_index)
+        )
+
+    def _replies(self) -> list[AssistantMessage]:
+        assert self._transcript is not None, "a panel made without a transcript has no cursor"
+        return self._transcript().replies()
+
+    def _reply(self, index: int) -> AssistantMessage:
+        return self._replies()[index]
+
+    def _show_cursor(self) -> None:
+        assert self.cursor is not None and self._transcript is not None
+        reply_index, token_index = self.cursor
+        reply = self._reply(reply_index)
+        reply.tokens.set_cursor(token_index)
+        self._transcript().scroll_to_widget(reply.tokens.block_of(token_index), animate=False)
+        self.describe_cursor()
+        self.changed()
+
+    # ---------------------------------------------------------------- drawing
 
     def show_live(self, live: LiveStats, force: bool = False) -> None:
         inspected = live.inspected
@@ -315,3 +433,20 @@ def own_note(draft: DraftTrace, drafter: str) -> str:
         f"own softmax (T = 1, before temperature, top-k, top-p): target {prob(own_target(draft))} · "
         f"draft {'lookup' if q is None else prob(q)}"
     )
+
+
+def shown_token(token: TokenEvent) -> TokenEvent:
+    """``token`` with its text and its top candidates' made visible, for panels that quote them
+    (the inspector, the step table): a model's or a server's text must not reach the terminal raw.
+    The transcript keeps the events as they came; only what is shown changes."""
+    if not has_controls(token.text) and not any(has_controls(c.text) for c in token.top):
+        return token
+    top = tuple(replace(c, text=visible(c.text)) for c in token.top)
+    return replace(token, text=visible(token.text), top=top)
+
+
+def shown_round(round_event: RoundEvent) -> RoundEvent:
+    """``round_event`` with its drafts' texts made visible (see :func:`shown_token`)."""
+    if not any(has_controls(d.text) for d in round_event.drafts):
+        return round_event
+    return replace(round_event, drafts=tuple(replace(d, text=visible(d.text)) for d in round_event.drafts))

@@ -4,7 +4,7 @@ A race's timings and a self-test's duration are measured, so these pictures fix 
 tokens come from the tiny engine, their arrival times from a cost model (race_with_fixed_times,
 as FixedTimings does for the chat); the self-test's counts are real (seeded), its elapsed time
 fixed. The theory panel needs nothing fixed: FixedTimings already gives the chat fixed costs.
-Update after an intended change with: pytest tests/ui/test_talk_snapshots.py --snapshot-update
+Update after an intended change with: pytest tests/talk/screens/test_talk_snapshots.py --snapshot-update
 """
 
 from __future__ import annotations
@@ -21,11 +21,10 @@ from specchat.engine.selftest import ExactnessSampler, selftest_messages
 from specchat.engine.session import ChatEngine
 from specchat.testing.scripted_engines import PausingEngine, race_with_fixed_times
 from specchat.testing.tiny_models import TinyPair
-from specchat.ui.screens.race_screen import RaceScreen
-from specchat.ui.screens.selftest_screen import SelfTestScreen
-from specchat.ui.widgets.theory import TheoryPanel
-
-from .conftest import SIZE, make_app, send, wait_for, wait_idle, whole_chains
+from specchat.ui.talk.race import RaceScreen
+from specchat.ui.talk.selftest import SelfTestScreen
+from specchat.ui.talk.theory import TheoryPanel
+from tests.ui.conftest import SIZE, make_app, send, wait_for, wait_idle, whole_chains
 
 
 @pytest.fixture

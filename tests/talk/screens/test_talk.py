@@ -18,12 +18,11 @@ from specchat.engine.events import RoundEvent, SummaryEvent, TokenEvent
 from specchat.presenters.kind_labels import KIND_LABELS
 from specchat.store.folder import ConversationStore
 from specchat.testing.scripted_engines import PausingEngine
-from specchat.ui.screens.replay import ReplayScreen
 from specchat.ui.state.lease import local_backend
+from specchat.ui.talk.replay import ReplayScreen
 from specchat.ui.widgets.inspector import InspectorPanel, prob
 from specchat.ui.widgets.steps import StepPanel
-
-from .conftest import SIZE, make_app, send, settings, span_style, wait_for, wait_idle
+from tests.ui.conftest import SIZE, make_app, send, settings, span_style, wait_for, wait_idle
 
 pytestmark = pytest.mark.anyio
 
@@ -164,7 +163,7 @@ async def test_inspector_follows_keys_and_clicks_and_shows_the_round_s_figures(e
 
 
 async def _inspect_index(pilot, app, index: int) -> None:
-    app.main_screen.inspect_token(len(app.transcript.replies()) - 1, index)
+    app.main_screen.inspector.inspect_token(len(app.transcript.replies()) - 1, index)
     await pilot.pause()
 
 
@@ -390,7 +389,7 @@ async def test_replay_of_an_old_file_without_trace(engine: PausingEngine, tmp_pa
         assert shown.tokens.plain == conversation.turns[-1].content
         assert shown.tokens.rejected_text() == ""
         correction = next(i for i, t in enumerate(shown.tokens.tokens) if t.kind == "correction" and t.text)
-        screen.inspect_token(0, correction)
+        screen.inspector.inspect_token(0, correction)
         await pilot.pause()
         assert "no trace recorded" in plain(screen.query_one(InspectorPanel).content)
 

@@ -1,7 +1,7 @@
 """Talk mode, part 2: the race, theory against measurement and the exactness self-test in the chat.
 
 The chat screen's keys open the race and self-test screens and the theory panel (through
-:mod:`specchat.ui.controllers.talk_screens`), handing them the model lease
+:mod:`specchat.ui.talk.screens`), handing them the model lease
 (:mod:`specchat.ui.state.lease`); what those actions decide is here, as plain functions of what
 they are given, so this module knows neither the app nor the screens.
 """
@@ -15,7 +15,7 @@ from specchat.ui.state.lease import ModelLease
 if TYPE_CHECKING:
     from specchat.engine.backend import Controls
     from specchat.store.conversation import Conversation
-    from specchat.ui.state.theory_tracker import TheoryTracker
+    from specchat.ui.talk.theory_tracker import TheoryTracker
 
 POLL_S = 0.5
 """Seconds between the tracker's looks at the live statistics (a timer, never per token)."""

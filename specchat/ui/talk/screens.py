@@ -2,7 +2,8 @@
 panel, and a replay of a saved conversation.
 
 :class:`TalkScreens` hands them the model lease, the palette, the keys and the system prompt
-through their constructors; whether one may open now is :mod:`specchat.ui.controllers.talk`'s rule.
+(and the command table) through their constructors; whether one may open now is
+:mod:`specchat.ui.talk.rules`'s rule.
 """
 
 from __future__ import annotations
@@ -12,22 +13,21 @@ from typing import TYPE_CHECKING
 
 from textual.css.query import NoMatches
 
-from specchat.ui.controllers import talk
 from specchat.ui.controllers.hosts import ShowsScreens
-from specchat.ui.screens.chat_keys import ChatControllers, SetsControls
-from specchat.ui.screens.race_screen import RaceScreen
-from specchat.ui.screens.replay import ReplayScreen
-from specchat.ui.screens.selftest_screen import SelfTestScreen
 from specchat.ui.settings.keys import display_key
-from specchat.ui.widgets.theory import TheoryPanel
+from specchat.ui.talk import rules
+from specchat.ui.talk.race import RaceScreen
+from specchat.ui.talk.replay import ReplayScreen
+from specchat.ui.talk.selftest import SelfTestScreen
+from specchat.ui.talk.theory import TheoryPanel
 
 if TYPE_CHECKING:
-
     from specchat.store.conversation import Conversation
     from specchat.ui.screens.main import MainScreen
     from specchat.ui.settings.themes import TokenPalette
+    from specchat.ui.state.commands import Commands
     from specchat.ui.state.lease import ModelLease
-    from specchat.ui.state.theory_tracker import TheoryTracker
+    from specchat.ui.talk.theory_tracker import TheoryTracker
 
 
 class TalkScreens:
@@ -40,8 +40,7 @@ class TalkScreens:
         main_screen: MainScreen,
         conversation: Callable[[], Conversation],
         keys: dict[str, str],
-        control_keys: SetsControls,
-        controllers: ChatControllers,
+        commands: Commands,
         replay_speed: float = 1.0,
     ) -> None:
         self.app = app
@@ -52,23 +51,28 @@ class TalkScreens:
         self.conversation = conversation
         self.keys = keys
         """The effective key of each binding id."""
-        self.control_keys = control_keys
-        """The control keys' rules, for the talk screens (their jobs run with the controls)."""
-        self.controllers = controllers
-        """What a replay's keys drive (it binds the chat's keys)."""
+        self.commands = commands
+        """The app's command table: the race and self-test run the control keys' commands (their
+        jobs run with the controls), a replay all the chat's."""
         self.replay_speed = replay_speed
+
+    def add_commands(self, table: Commands) -> None:
+        """Talk mode's keys: the theory panel, the race, the self-test."""
+        table.add("theory", self.toggle_theory)
+        table.add("race", self.race)
+        table.add("selftest", self.selftest)
 
     def race(self) -> None:
         if isinstance(self.app.screen, RaceScreen) or not self._can_open("the race"):
             return
-        prompt = talk.default_prompt(self.conversation())
+        prompt = rules.default_prompt(self.conversation())
         self.app.push_screen(
             RaceScreen(
                 prompt,
                 lease=self.lease,
                 palette=self.palette,
                 system_prompt=self._system_prompt,
-                control_keys=self.control_keys,
+                commands=self.commands,
             )
         )
 
@@ -76,9 +80,7 @@ class TalkScreens:
         if isinstance(self.app.screen, SelfTestScreen) or not self._can_open("the self-test"):
             return
         self.app.push_screen(
-            SelfTestScreen(
-                lease=self.lease, system_prompt=self._system_prompt, control_keys=self.control_keys
-            )
+            SelfTestScreen(lease=self.lease, system_prompt=self._system_prompt, commands=self.commands)
         )
 
     def toggle_theory(self) -> None:
@@ -93,11 +95,11 @@ class TalkScreens:
 
     def replay(self, conversation: Conversation) -> ReplayScreen:
         return ReplayScreen(
-            conversation, self.palette, self.keys, controllers=self.controllers, speed=self.replay_speed
+            conversation, self.palette, self.keys, commands=self.commands, speed=self.replay_speed
         )
 
     def _can_open(self, what: str) -> bool:
-        reason = talk.why_not_open(self.lease, what)
+        reason = rules.why_not_open(self.lease, what)
         if reason is not None:
             self.app.notify(reason, severity="warning")
         return reason is None

@@ -26,11 +26,12 @@ from textual.widgets import Static
 
 from specchat.engine.events import Event, RoundEvent, SummaryEvent, TokenEvent, known
 from specchat.store.conversation import Conversation, Turn
-from specchat.ui.screens.chat_keys import ChatControllers
-from specchat.ui.screens.main import MainScreen, shown_round, shown_token
+from specchat.ui.screens.main import MainScreen
 from specchat.ui.settings.keys import APP_KEYS, bindings, display_key
 from specchat.ui.settings.themes import TokenPalette
+from specchat.ui.state.commands import Commands
 from specchat.ui.state.live import ControlsView, LiveStats, StepView, replay
+from specchat.ui.widgets.inspector import shown_round, shown_token
 from specchat.ui.widgets.transcript import AssistantMessage, UserMessage
 from specchat.untrusted import visible
 
@@ -104,8 +105,8 @@ def round_ms(events: list[Event], fallback_ms: float) -> float:
 
 class ReplayScreen(MainScreen, inherit_bindings=False):
     """A saved conversation, replayed (see the module's docstring). The chat's keys work here as
-    on the chat, but step mode's pause (play) and step the replay; the footer lists the replay's
-    own keys first (so it lists its bindings whole, the chat's after its own)."""
+    on the chat, but step mode's commands pause (play) and step the replay; the footer lists the
+    replay's own keys first (so it lists its bindings whole, the chat's after its own)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         *Screen.BINDINGS,
@@ -124,11 +125,14 @@ class ReplayScreen(MainScreen, inherit_bindings=False):
         palette: TokenPalette,
         keys: Mapping[str, str],
         *,
-        controllers: ChatControllers,
+        commands: Commands,
         speed: float = 1.0,
         **kwargs: Any,
     ) -> None:
-        super().__init__(LiveStats(), palette, conversation.system_prompt, controllers=controllers, **kwargs)
+        super().__init__(LiveStats(), palette, conversation.system_prompt, commands=commands, **kwargs)
+        # Step mode's keys pause (play) the replay and show its next round.
+        self.commands.add("toggle_step_mode", self.toggle_playing)
+        self.commands.add("step", self.step_round)
         self.conversation = conversation
         self.steps = replay_steps(conversation)
         self.speed = min(SPEEDS, key=lambda s: abs(s - speed))
@@ -174,15 +178,7 @@ class ReplayScreen(MainScreen, inherit_bindings=False):
         self._show_bar()
         self.refresh_panels()
 
-    def action_toggle_step_mode(self) -> None:
-        """Step mode's key pauses and plays the replay."""
-        self.toggle_playing()
-
     def action_step_round(self) -> None:
-        self.step_round()
-
-    def action_step(self) -> None:
-        """Step mode's next-round key shows the replay's next round."""
         self.step_round()
 
     def step_round(self) -> None:
@@ -221,7 +217,7 @@ class ReplayScreen(MainScreen, inherit_bindings=False):
         self.position = 0
         self._playing_reply = None
         self._turn = None
-        self.stop_inspecting()
+        self.inspector.stop_inspecting()
         self.live.reset()
         self.live.set_step(StepView())
         await self.transcript.remove_children(UserMessage)

@@ -1,6 +1,6 @@
 """The theory panel: the seed formulas with this session's numbers, and the γ advisor's plot.
 
-Self-contained: it reads the app's :class:`~specchat.ui.state.theory_tracker.TheoryTracker` and controls on
+Self-contained: it reads the app's :class:`~specchat.ui.talk.theory_tracker.TheoryTracker` and controls on
 its own timer (never per token), runs the plain probe itself when no plain rate was measured,
 and is mounted on (and removed from) whatever screen shows the chat.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal
@@ -20,7 +20,7 @@ from textual_plotext import PlotextPlot
 from specchat.engine.events import Event
 from specchat.engine.registry import plain_drafter
 from specchat.ui.state.lease import JobEnded, ModelLease, run_job
-from specchat.ui.state.theory_tracker import (
+from specchat.ui.talk.theory_tracker import (
     ADVISOR_GAMMAS,
     COST_GAMMAS,
     PROBE_PROMPT,
@@ -30,7 +30,8 @@ from specchat.ui.state.theory_tracker import (
 )
 
 if TYPE_CHECKING:
-    from specchat.ui.state.theory_tracker import TheoryTracker
+    from specchat.engine.backend import Backend, Controls
+    from specchat.ui.talk.theory_tracker import TheoryTracker
 
 REFRESH_S = 0.5
 
@@ -203,7 +204,7 @@ class TheoryPanel(Horizontal):
             self, self.lease, "the plain probe", self._probe_job(backend, plain), name="plain probe"
         )
 
-    def _probe_job(self, backend: Any, controls: Any) -> Callable[[threading.Event], None]:
+    def _probe_job(self, backend: Backend, controls: Controls) -> Callable[[threading.Event], None]:
         """A short reply with drafting off, in the worker thread: the plain decoding rate."""
 
         def job(cancel: threading.Event) -> None:

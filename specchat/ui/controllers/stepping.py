@@ -14,8 +14,8 @@ from specchat.ui.controllers.hosts import Notifies
 from specchat.ui.settings.keys import display_key
 
 if TYPE_CHECKING:
-
     from specchat.ui.controllers.reply import Replies
+    from specchat.ui.state.commands import Commands
     from specchat.ui.state.lease import ModelLease
 
 
@@ -35,6 +35,10 @@ class StepKeys:
         """The effective key of each binding id."""
         self.changed = changed
         """Redraw the panels (forced or not)."""
+
+    def add_commands(self, table: Commands) -> None:
+        table.add("toggle_step_mode", self.toggle)
+        table.add("step", self.step)
 
     def toggle(self) -> None:
         """Pause after every round (on), or stream again (off)."""

@@ -19,12 +19,11 @@ from specchat.engine.events import Event
 from specchat.engine.race import RaceResult
 from specchat.presenters.race_text import finish_lines
 from specchat.testing.scripted_engines import DRAFT_MS_PER_TOKEN, VERIFY_MS, PausingEngine
-from specchat.ui.screens.race_screen import Lane, RaceScreen
-from specchat.ui.screens.selftest_screen import SelfTestScreen
+from specchat.ui.talk.race import Lane, RaceScreen
+from specchat.ui.talk.selftest import SelfTestScreen
+from specchat.ui.talk.theory import TheoryPanel
 from specchat.ui.widgets.prompt import PromptInput
-from specchat.ui.widgets.theory import TheoryPanel
-
-from .conftest import make_app, send, wait_for, wait_idle
+from tests.ui.conftest import make_app, send, wait_for, wait_idle
 
 pytestmark = pytest.mark.anyio
 BIG = (160, 45)
@@ -153,7 +152,7 @@ async def test_selftest_screen_checks_greedy_equality_then_samples_both_ways(eng
 async def test_switching_mode_mid_run_stops_then_switches(
     engine: PausingEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from specchat.ui.screens import selftest_screen as screen_module
+    from specchat.ui.talk import selftest as screen_module
 
     def slow_greedy(*args: Any, cancel: Any = None, **kwargs: Any) -> Iterator[Any]:
         cancel.wait(30)  # a real pair decoding its first prompt: the user presses T meanwhile

@@ -10,16 +10,18 @@ no Textual, so they are tested without an app.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from specchat.engine.gamma import SCHEDULES, ScheduleName
 from specchat.params import GAMMA_MAX
-from specchat.ui.controllers.talk import apply_best_gamma
 from specchat.ui.state.live import ControlsView
+from specchat.ui.talk.rules import apply_best_gamma
 
 if TYPE_CHECKING:
     from specchat.engine.backend import Capabilities, Controls
-    from specchat.ui.state.theory_tracker import TheoryTracker
+    from specchat.ui.state.commands import Commands
+    from specchat.ui.talk.theory_tracker import TheoryTracker
 
 TEMPERATURE_STEP = 0.1
 TEMPERATURE_MAX = 2.0
@@ -98,6 +100,17 @@ class ControlKeys:
             self.notify(refusal, "")
             return None
         return controls
+
+    def add_commands(self, table: Commands, tracker: TheoryTracker) -> None:
+        """The control keys' commands (the race and self-test screens run them too), and the
+        advisor's best γ for what ``tracker`` measured."""
+        table.add("gamma_up", partial(self.step_gamma, +1))
+        table.add("gamma_down", partial(self.step_gamma, -1))
+        table.add("cycle_schedule", self.cycle_schedule)
+        table.add("cycle_drafter", self.cycle_drafter)
+        table.add("temperature_up", partial(self.step_temperature, +TEMPERATURE_STEP))
+        table.add("temperature_down", partial(self.step_temperature, -TEMPERATURE_STEP))
+        table.add("best_gamma", partial(self.best_gamma, tracker))
 
     def step_gamma(self, step: int) -> None:
         if (controls := self._allowed("gamma")) is not None:

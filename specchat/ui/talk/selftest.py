@@ -47,8 +47,8 @@ from specchat.presenters.selftest_text import (
     tv_line,
     verdict_line,
 )
-from specchat.ui.screens.chat_keys import ControlKeyActions, SetsControls
 from specchat.ui.settings.keys import TALK_SCREEN_KEYS, KeySpec, bindings
+from specchat.ui.state.commands import CommandDispatch, Commands
 from specchat.ui.state.lease import JobEnded, ModelLease, run_job
 from specchat.untrusted import json_text
 
@@ -81,7 +81,7 @@ class GreedyChecked(Message):
         self.check = check
 
 
-class SelfTestScreen(ControlKeyActions, Screen[None]):
+class SelfTestScreen(CommandDispatch, Screen[None]):
     KEY_TABLE: ClassVar[tuple[KeySpec, ...]] = TALK_SCREEN_KEYS
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "close", "Back to the chat"),
@@ -112,14 +112,14 @@ class SelfTestScreen(ControlKeyActions, Screen[None]):
         *,
         lease: ModelLease | None = None,
         system_prompt: Callable[[], str | None] = lambda: None,
-        control_keys: SetsControls | None = None,
+        commands: Commands | None = None,
     ) -> None:
         """``lease`` runs the test on the models (None: a report shown only); ``system_prompt``
-        is read at each run, as the chat's may change while this screen is open; ``control_keys``
-        applies the control keys to the chat's controls, which the next run uses."""
+        is read at each run, as the chat's may change while this screen is open; ``commands``
+        runs the control keys on the chat's controls, which the next run uses."""
         super().__init__()
-        self.control_keys = control_keys
-        """The chat's γ, schedule, drafter and temperature keys (None: shown, ignored)."""
+        self.commands = commands if commands is not None else Commands()
+        """The chat's γ, schedule, drafter and temperature commands (none: keys shown, ignored)."""
         self.lease = lease
         self.system_prompt = system_prompt
         self.temperature = temperature
@@ -130,10 +130,6 @@ class SelfTestScreen(ControlKeyActions, Screen[None]):
         self.running = False
         self.switch_when_stopped = False
         self.error: str | None = None
-
-    @property
-    def control_rules(self) -> SetsControls | None:
-        return self.control_keys
 
     def compose(self) -> ComposeResult:
         yield Static(

@@ -39,8 +39,8 @@ from specchat.presenters.race_text import (
     lane_text,
     settings_line,
 )
-from specchat.ui.screens.chat_keys import ControlKeyActions, SetsControls
 from specchat.ui.settings.keys import TALK_SCREEN_KEYS, KeySpec, bindings
+from specchat.ui.state.commands import CommandDispatch, Commands
 from specchat.ui.state.lease import JobEnded, ModelLease, run_job
 from specchat.untrusted import json_text
 
@@ -105,7 +105,7 @@ class Lane(VerticalScroll):
             self.scroll_end(animate=False)
 
 
-class RaceScreen(ControlKeyActions, Screen[None]):
+class RaceScreen(CommandDispatch, Screen[None]):
     """The race, full screen; Esc returns to the chat."""
 
     KEY_TABLE: ClassVar[tuple[KeySpec, ...]] = TALK_SCREEN_KEYS
@@ -137,15 +137,15 @@ class RaceScreen(ControlKeyActions, Screen[None]):
         lease: ModelLease | None = None,
         palette: TokenPalette | None = None,
         system_prompt: Callable[[], str | None] = lambda: None,
-        control_keys: SetsControls | None = None,
+        commands: Commands | None = None,
     ) -> None:
         """``lease`` runs the race on the models (None: a saved race, shown only); ``palette``
         colours the tokens; ``system_prompt`` is read when a race starts, as the chat's may
-        change while this screen is open; ``control_keys`` applies the control
-        keys to the chat's controls, which the next run uses."""
+        change while this screen is open; ``commands`` runs the control keys on the chat's
+        controls, which the next run uses."""
         super().__init__()
-        self.control_keys = control_keys
-        """The chat's γ, schedule, drafter and temperature keys (None: shown, ignored)."""
+        self.commands = commands if commands is not None else Commands()
+        """The chat's γ, schedule, drafter and temperature commands (none: keys shown, ignored)."""
         self.prompt = prompt
         self.result: RaceResult | None = result
         self.lease = lease
@@ -157,10 +157,6 @@ class RaceScreen(ControlKeyActions, Screen[None]):
         self.replay_start = 0.0
         self.replay_timer: Timer | None = None
         self.t = result.duration_s if result is not None else 0.0
-
-    @property
-    def control_rules(self) -> SetsControls | None:
-        return self.control_keys
 
     def compose(self) -> ComposeResult:
         yield Static(
