@@ -21,9 +21,11 @@ from specchat.engine.metrics import (
 )
 from specchat.engine.registry import is_model, proposes
 from specchat.errors import InvalidSettingError
-from specchat.params import GAMMA_MAX
+from specchat.params import DRAFT_STOP_BELOW, GAMMA_MAX
 
 __all__ = [
+    "GAMMA_CHANGE",
+    "GAMMA_USE",
     "NO_OUTLOOK",
     "SCHEDULES",
     "AdaptiveEstimates",
@@ -47,6 +49,24 @@ NOTED_READ = 32
 DRAFT_COST_PRIOR = 0.25
 """c (a draft step over a target step) assumed for a drafter whose size is not known, before it
 ever drafted: the packaged pairs measure 0.23–0.25 (docs/performance.md)."""
+
+
+GAMMA_USE: dict[str, str] = {
+    "fixed": "fixed drafts up to γ every round (the draft model stops sooner where its most likely "
+    f"token had less than {DRAFT_STOP_BELOW})",
+    "heuristic": f"heuristic starts at γ, then moves within 1–{GAMMA_MAX} (+2 after a round fully "
+    "accepted, −1 otherwise)",
+    "adaptive": "adaptive drafts γ (at most 3) in a drafter's first drafted rounds, until it has timed "
+    f"that drafter's cost, then picks 0–{GAMMA_MAX} itself",
+}
+"""What each schedule does with the user's γ: the --gamma help and the docs say this."""
+GAMMA_CHANGE: dict[str, str] = {
+    "fixed": "a changed γ applies from the next round",
+    "heuristic": "a changed γ restarts it from the new γ at the next round",
+    "adaptive": "a changed γ counts only for a drafter's first drafts",
+}
+"""What a γ changed while a schedule runs (F2/F3, the advisor's key) does to it, from the next
+round; tests/engine/test_gamma_changes.py pins each."""
 
 
 def check_gamma(gamma: int) -> int:
@@ -169,27 +189,42 @@ class FixedGamma:
 
 
 class HeuristicGamma:
-    """Transformers' assisted-generation rule: +2 after a fully accepted round, −1 otherwise."""
+    """Transformers' assisted-generation rule: +2 after a fully accepted round, −1 otherwise.
+
+    It starts from the user's γ, read once per round like the fixed schedule's: when the user
+    changes γ (a key, the advisor), the rule restarts from the new γ at the next round. While
+    the user's γ stays as it is, the γ the rule reached carries over, into the next reply too
+    (as in transformers).
+    """
 
     name = "heuristic"
     note = ""
     window: int | None = None
 
-    def __init__(self, start: int, low: int = 1, high: int = GAMMA_MAX) -> None:
+    def __init__(self, start: int | Callable[[], int], low: int = 1, high: int = GAMMA_MAX) -> None:
         self.low, self.high = low, high
-        self.gamma = min(max(start, low), high)
+        self._read = start if callable(start) else (lambda: start)
+        self._user = self._read()
+        """The user's γ when last read: a different one read later restarts the rule."""
+        self.gamma = self._within(self._user)
+
+    def _within(self, gamma: int) -> int:
+        return min(max(gamma, self.low), self.high)
 
     def next_gamma(self, source: DrafterName = "model", outlook: RoundOutlook = NO_OUTLOOK) -> int:
+        user = self._read()
+        if user != self._user:
+            self._user, self.gamma = user, self._within(user)
         return self.gamma
 
     def observe(self, event: RoundEvent) -> None:
         if event.drafted == 0:
             return
         step = 2 if event.accepted == event.drafted else -1
-        self.gamma = min(max(self.gamma + step, self.low), self.high)
+        self.gamma = self._within(self.gamma + step)
 
     def begin_reply(self, gamma: Callable[[], int]) -> None:
-        pass  # as in transformers, the γ it reached carries over to the next reply
+        self._read = gamma  # what it reached carries over, unless the user's γ has changed
 
 
 @dataclass(frozen=True, slots=True)
@@ -631,7 +666,7 @@ def make_schedule(name: str, gamma: int | Callable[[], int]) -> GammaSchedule:
     if name == "fixed":
         return FixedGamma(gamma)
     if name == "heuristic":
-        return HeuristicGamma(gamma() if callable(gamma) else gamma)
+        return HeuristicGamma(gamma)
     if name == "adaptive":
         return AdaptiveGamma(gamma)
     raise InvalidSettingError(f"unknown gamma schedule {name!r}: choose one of {', '.join(SCHEDULES)}.")

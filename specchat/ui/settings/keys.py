@@ -187,7 +187,7 @@ APP_KEYS: tuple[KeySpec, ...] = (
         "ctrl+k",
         "best_gamma",
         "Best γ",
-        "Apply the γ the advisor predicts fastest",
+        "Apply the γ the advisor predicts fastest (next round, as γ− and γ+ do)",
         show=False,
         priority=True,
     ),
@@ -227,6 +227,7 @@ class KeyTable(Protocol):
     """A screen that binds a table of these keys (the command palette lists them over it)."""
 
     KEY_TABLE: ClassVar[tuple[KeySpec, ...]]
+
 
 PROMPT_KEYS: tuple[KeySpec, ...] = (
     KeySpec("send", "enter", "submit", "Send", "Send the message"),
@@ -304,9 +305,16 @@ def unknown_ids(keymap: Mapping[str, str]) -> list[str]:
 
 
 MODIFIERS = frozenset({"ctrl", "shift", "alt", "meta", "super", "hyper"})
-NAMED_KEYS = frozenset(
-    key.value.rsplit("+", 1)[-1] for key in Keys if not key.value.startswith("<")
-) | {"enter", "tab", "space", "backspace", "escape", "return", "delete", "insert"}
+NAMED_KEYS = frozenset(key.value.rsplit("+", 1)[-1] for key in Keys if not key.value.startswith("<")) | {
+    "enter",
+    "tab",
+    "space",
+    "backspace",
+    "escape",
+    "return",
+    "delete",
+    "insert",
+}
 RESERVED: dict[str, str] = {
     "ctrl+q": "quit",
     "ctrl+p": "the command palette",
@@ -367,9 +375,7 @@ def _remap_problem(binding_id: str, value: str) -> str | None:
     return None
 
 
-def _drop_collisions(
-    accepted: dict[str, list[str]], keymap: Mapping[str, str], warnings: list[str]
-) -> None:
+def _drop_collisions(accepted: dict[str, list[str]], keymap: Mapping[str, str], warnings: list[str]) -> None:
     """Undo remaps whose keys another action uses, until no key belongs to two actions."""
     specs = KEYS_BY_ID
     while True:

@@ -18,6 +18,7 @@ from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from specchat.engine.events import Event
+from specchat.engine.gamma import GAMMA_CHANGE
 from specchat.engine.registry import plain_drafter
 from specchat.ui.state.lease import JobEnded, ModelLease, run_job
 from specchat.ui.state.theory_tracker import (
@@ -182,7 +183,8 @@ class TheoryPanel(Horizontal):
             lines.append(f"plain probe failed: {self.probe_error}")
         if controls is not None and controls.schedule != "fixed":
             # The schedule's own reason for its latest γ: where it turned drafting off, it says why.
-            why = view.schedule_note or f"γ {controls.gamma} is where it starts; it picks γ per round"
+            change = GAMMA_CHANGE.get(controls.schedule, "it picks γ per round")
+            why = view.schedule_note or f"γ {controls.gamma} is where it starts; {change}"
             lines.append(f"schedule {controls.schedule}: {why}")
         text.update("\n".join(lines))
         self.query_one(CostPlot).show(view)
