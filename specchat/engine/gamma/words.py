@@ -36,7 +36,10 @@ def reading(catch_up: CatchUp) -> str:
 
 
 def figures(drafter: str, alpha: float, model: CostModel, gamma: int) -> str:
-    return f"α {alpha:.2f}, c {model.c:.2f}, v({gamma}) {model.v(gamma):.2f}"
+    """The estimates a decision rests on, named by the drafter they describe: a hybrid's parts
+    have their own (a lookup's c is near 0, a draft model's far from it), and the theory panel
+    beside the note may show the other part's (the one that drafted last)."""
+    return f"{drafter}: α {alpha:.2f}, c {model.c:.2f}, v({gamma}) {model.v(gamma):.2f}"
 
 
 def first_draft(gamma: int, drafter: str, catch_up: CatchUp) -> str:

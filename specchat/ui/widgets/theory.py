@@ -18,7 +18,6 @@ from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from specchat.engine.events import Event
-from specchat.engine.gamma import GAMMA_CHANGE
 from specchat.engine.registry import plain_drafter
 from specchat.ui.state.lease import JobEnded, ModelLease, run_job
 from specchat.ui.state.theory_tracker import (
@@ -27,6 +26,7 @@ from specchat.ui.state.theory_tracker import (
     PROBE_PROMPT,
     PROBE_TOKENS,
     TheoryView,
+    schedule_line,
     theory_lines,
 )
 
@@ -183,9 +183,7 @@ class TheoryPanel(Horizontal):
             lines.append(f"plain probe failed: {self.probe_error}")
         if controls is not None and controls.schedule != "fixed":
             # The schedule's own reason for its latest γ: where it turned drafting off, it says why.
-            change = GAMMA_CHANGE.get(controls.schedule, "it picks γ per round")
-            why = view.schedule_note or f"γ {controls.gamma} is where it starts; {change}"
-            lines.append(f"schedule {controls.schedule}: {why}")
+            lines.append(schedule_line(controls.schedule, controls.gamma, view.schedule_note))
         text.update("\n".join(lines))
         self.query_one(CostPlot).show(view)
         self.query_one(AdvisorPlot).show(view)
