@@ -8,7 +8,8 @@ from typing import Any, TypeVar
 import click
 
 from specchat.config import Settings, load_settings
-from specchat.engine.registry import DRAFT_STOP_BELOW, DRAFTER_NAMES, DRAFTERS
+from specchat.engine.gamma import GAMMA_CHANGE, GAMMA_USE, SCHEDULES
+from specchat.engine.registry import DRAFTER_NAMES, DRAFTERS
 from specchat.params import DRAFT_WINDOW, GAMMA_MAX
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -27,11 +28,9 @@ _OPTIONS: dict[str, Callable[[Any], Any]] = {
     "gamma": click.option(
         "--gamma",
         type=int,
-        help=f"γ, tokens drafted per round (1–{GAMMA_MAX}), as the schedule reads it: fixed drafts up to γ "
-        "every round (the draft model stops sooner where its most likely token had less than "
-        f"{DRAFT_STOP_BELOW}); heuristic starts at γ, then moves within 1–{GAMMA_MAX} (+2 after a round "
-        "fully accepted, −1 otherwise); adaptive drafts γ (at most 3) in its first drafted round, "
-        f"then picks 0–{GAMMA_MAX} itself.",
+        help=f"γ, tokens drafted per round (1–{GAMMA_MAX}), as the schedule uses it: "
+        + "; ".join(f"{GAMMA_USE[name]}, and {GAMMA_CHANGE[name]}" for name in SCHEDULES)
+        + ".",
     ),
     "schedule": click.option(
         "--gamma-schedule",

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from specchat.cli import main
 from specchat.config import Settings
-from specchat.engine.gamma import HeuristicGamma
+from specchat.engine.gamma import GAMMA_CHANGE, SCHEDULES, HeuristicGamma
 from specchat.engine.registry import DRAFT_STOP_BELOW
 from specchat.models.cache.paths import CONVERTED_MARKER
 from specchat.models.compute.cpu_quant import FALLBACK_CPU_PATH, NATIVE_CPU_PATH
@@ -75,6 +75,14 @@ def test_gamma_help_says_what_each_schedule_does_with_it() -> None:
 
     heuristic.observe(RoundEvent(0, 1, 1, 1, 1.0, 1.0, "model"))
     assert heuristic.next_gamma() > 1 and "+2" in words
+
+
+def test_gamma_help_says_what_a_changed_gamma_does_under_each_schedule() -> None:
+    # The behaviour behind each sentence is pinned in tests/engine/test_gamma_changes.py.
+    words = option_help(help_text("chat"), "--gamma")
+    for schedule in SCHEDULES:
+        assert GAMMA_CHANGE[schedule] in words
+    assert "restarts it from the new γ at the next round" in words
 
 
 def test_cpu_path_help_describes_the_auto_of_today() -> None:

@@ -192,7 +192,7 @@ APP_KEYS: tuple[KeySpec, ...] = (
         "ctrl+k",
         "best_gamma",
         "Best γ",
-        "Apply the γ the advisor predicts fastest",
+        "Apply the γ the advisor predicts fastest (next round, as γ− and γ+ do)",
         show=False,
         priority=True,
     ),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from specchat.engine.gamma import GAMMA_CHANGE
 from specchat.ui.state.lease import ModelLease
 
 if TYPE_CHECKING:
@@ -49,6 +50,6 @@ def apply_best_gamma(tracker: TheoryTracker, controls: Controls) -> tuple[str, s
     before = controls.gamma
     controls.gamma = view.best_gamma  # one attribute write: the engine reads γ once per round
     note = f"γ {before} → {view.best_gamma}: predicted {view.curve[view.best_gamma]:.2f}×"
-    if controls.schedule != "fixed":
-        note += f" (the {controls.schedule} schedule starts there and picks γ per round)"
+    if controls.schedule != "fixed" and controls.schedule in GAMMA_CHANGE:
+        note += f" ({controls.schedule}: {GAMMA_CHANGE[controls.schedule]})"
     return note, "γ advisor"

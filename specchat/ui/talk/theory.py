@@ -26,6 +26,7 @@ from specchat.ui.talk.theory_tracker import (
     PROBE_PROMPT,
     PROBE_TOKENS,
     TheoryView,
+    schedule_line,
     theory_lines,
 )
 
@@ -183,8 +184,7 @@ class TheoryPanel(Horizontal):
             lines.append(f"plain probe failed: {self.probe_error}")
         if controls is not None and controls.schedule != "fixed":
             # The schedule's own reason for its latest γ: where it turned drafting off, it says why.
-            why = view.schedule_note or f"γ {controls.gamma} is where it starts; it picks γ per round"
-            lines.append(f"schedule {controls.schedule}: {why}")
+            lines.append(schedule_line(controls.schedule, controls.gamma, view.schedule_note))
         text.update("\n".join(lines))
         self.query_one(CostPlot).show(view)
         self.query_one(AdvisorPlot).show(view)

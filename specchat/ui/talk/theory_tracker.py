@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from specchat.engine.events import Event, RoundEvent, SummaryEvent, known
+from specchat.engine.gamma import GAMMA_CHANGE
 from specchat.engine.metrics import (
     CostEstimator,
     CostModel,
@@ -74,6 +75,10 @@ class TheoryView:
     """E[T](α, γ) − γ·c: the most a verify pass may cost, in plain steps, for drafting γ to pay."""
     schedule_note: str = ""
     """The γ schedule's reason for the latest round's γ (RoundEvent.note; adaptive only)."""
+    part_of: str | None = None
+    """The combined drafter (the hybrid) whose part ``drafter`` is, the part that drafted last;
+    None when the figures are the set drafter's own. The panel then names the part, since the
+    schedule's note may speak of the other one (each part has its own α and c)."""
 
     @property
     def premise_holds_to(self) -> int | None:
@@ -256,6 +261,7 @@ class TheoryTracker:
             v_curve=v_curve,
             break_even=break_even,
             schedule_note=self.schedule_note,
+            part_of=drafter_setting if drafter not in (None, drafter_setting) else None,
         )
 
 
@@ -281,9 +287,10 @@ def theory_lines(view: TheoryView, apply_key: str = "") -> list[str]:
     if view.alpha is None:
         lines.append(f"α: no {view.drafter} drafts verified yet in this session (send a message)")
     else:
+        whose = f" of {view.drafter}, the part of {view.part_of} that drafted last" if view.part_of else ""
         lines.append(
             f"α = {view.alpha:.3f} per tested draft position "
-            f"({view.alpha_positions} in the last {ALPHA_ROUNDS} drafted rounds)"
+            f"({view.alpha_positions} in the last {ALPHA_ROUNDS} drafted rounds{whose})"
         )
     if view.alpha is not None and view.expected_tokens is not None:
         lines.append(
@@ -295,9 +302,10 @@ def theory_lines(view: TheoryView, apply_key: str = "") -> list[str]:
     if view.c is None or view.plain_ms is None or view.draft_ms is None:
         lines.append("c = d / V(0): needs a plain step and a drafted round timed in this session")
     else:
+        whose = f"{view.drafter}: " if view.part_of else ""
         lines.append(
             f"c = d / V(0) = {view.draft_ms:.2f} ms / {view.plain_ms:.2f} ms = {view.c:.3f}"
-            "  (a draft / a step)"
+            f"  ({whose}a draft / a step)"
         )
     if view.v is not None and view.verify_ms is not None and view.plain_ms is not None:
         how = (
@@ -346,6 +354,17 @@ def theory_lines(view: TheoryView, apply_key: str = "") -> list[str]:
     if view.extrapolated_past is not None:
         lines.append(extrapolation_note(view.extrapolated_past))
     return lines
+
+
+def schedule_line(schedule: str, gamma: int, note: str) -> str:
+    """The schedule's own reason for its latest γ (a schedule other than fixed), labelled: its
+    figures are its own estimates, judged before that round ran, with α weighted to recent
+    positions (the formulas above count the last rounds evenly); c and v(γ) are the same
+    CostEstimator's over the same rounds. Without a note, what the user's γ means to it."""
+    if note:
+        return f"schedule {schedule} (its own α, weighted to recent positions): {note}"
+    change = GAMMA_CHANGE.get(schedule, "it picks γ per round")
+    return f"schedule {schedule}: γ {gamma} is where it starts; {change}"
 
 
 def premise_line(view: TheoryView) -> str:
