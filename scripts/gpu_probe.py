@@ -54,7 +54,11 @@ WHEELS = ROOT / ".whl"
 IMAGE_ABSENT = ("gguf", "textual", "platformdirs", "pydantic", "tomlkit", "textual_plotext", "bitsandbytes")
 """What the device image lacks (the probe needs none of it; bitsandbytes only for its section)."""
 
-QWEN_COMMON: dict[str, Any] = {"rope_theta": 1_000_000.0, "rms_norm_eps": 1e-6, "max_position_embeddings": 32768}
+QWEN_COMMON: dict[str, Any] = {
+    "rope_theta": 1_000_000.0,
+    "rms_norm_eps": 1e-6,
+    "max_position_embeddings": 32768,
+}
 SHAPES: dict[str, dict[str, Any]] = {
     "1.5b": {"hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28, "num_attention_heads": 12,
              "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": False},
@@ -519,7 +523,7 @@ def section_speed(
     the target drafting for itself always right where verify rows equal one-token rows (the
     ceiling, and the exactness check); the cost model's prediction for a real pair's α is added.
     """
-    from specchat.engine.metrics import predicted_speedup
+    from specchat.engine.costs import predicted_speedup
 
     target = probe.model(target_name)
     prompt = probe.prompt(target_name)
@@ -701,7 +705,14 @@ def section_compile(probe: Probe, report: Report) -> dict[str, Any]:
         time_pass(fused, context, new)  # compiles, then captures this width
         compile_s = time.monotonic() - started
         time_pass(plain, context, new)
-        difference = float((fused.logits_after(context + new, width).float() - plain.logits_after(context + new, width).float()).abs().max())
+        difference = float(
+            (
+                fused.logits_after(context + new, width).float()
+                - plain.logits_after(context + new, width).float()
+            )
+            .abs()
+            .max()
+        )
         ms = {}
         for label, lm in (("graphs", plain), ("compile+graphs", fused)):
             samples = sorted(time_pass(lm, context, new) for _ in range(10))
@@ -713,7 +724,8 @@ def section_compile(probe: Probe, report: Report) -> dict[str, Any]:
         data["summary"].append(
             f"{name} width {width}: graphs {ms['graphs']:.2f} ms, compile+graphs {ms['compile+graphs']:.2f} ms "
             f"({ms['compile+graphs'] / floor_ms:.1f}x the floor {floor_ms:.2f} ms), compiled in {compile_s:.0f} s, "
-            f"max |Δlogit| {difference:.3g}" + (f", GRAPHS OFF: {fused.graph_error}" if fused.graph_error else "")
+            f"max |Δlogit| {difference:.3g}"
+            + (f", GRAPHS OFF: {fused.graph_error}" if fused.graph_error else "")
         )
     steps = {(r["model"], r["width"]): r["ms"] for r in data["runs"]}
     if ("1.5b", 1) in steps and ("0.5b", 1) in steps:
@@ -751,7 +763,10 @@ def quantize_4bit(model: Any) -> int:
 def section_bnb4(probe: Probe) -> dict[str, Any]:
     """bitsandbytes 4-bit: batched verify (the new default) against today's one-row passes."""
     if importlib.util.find_spec("bitsandbytes") is None:
-        return {"status": "skip", "summary": ["bitsandbytes is not installed: carry its wheel (docs/testing.md)"]}
+        return {
+            "status": "skip",
+            "summary": ["bitsandbytes is not installed: carry its wheel (docs/testing.md)"],
+        }
     from specchat.bench.costs import measure_costs
     from specchat.models.compute.rows import compute_rows_alone
 

@@ -25,8 +25,8 @@ import torch
 
 from specchat.config import Settings
 from specchat.engine.backend import Controls
+from specchat.engine.costs import draft_prefill_ms
 from specchat.engine.events import RoundEvent, TokenEvent
-from specchat.engine.metrics import draft_prefill_ms
 from specchat.engine.session import ChatEngine
 from specchat.opening import open_backend
 

@@ -18,8 +18,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from specchat.engine.costs import draft_prefill_ms
 from specchat.engine.events import RoundEvent
-from specchat.engine.metrics import draft_prefill_ms
 
 
 def rounds_of(record: dict[str, Any]) -> list[RoundEvent]:

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import median
 
+from specchat.engine.costs import interpolate_verify_ms
 from specchat.engine.kv import CachedLM, device_sync
-from specchat.engine.metrics import interpolate_verify_ms
 
 
 @dataclass(frozen=True)

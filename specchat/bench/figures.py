@@ -28,9 +28,9 @@ from specchat.bench.costs import Costs
 from specchat.bench.methods import Method
 from specchat.bench.question_file import TASKS
 from specchat.bench.run_record import RunRecord, fastest
+from specchat.engine.costs import expected_tokens_per_round
 from specchat.engine.events import RoundEvent
-from specchat.engine.gamma import positions_tested
-from specchat.engine.metrics import StreamStats, expected_tokens_per_round
+from specchat.engine.metrics import StreamStats, positions_tested
 from specchat.engine.registry import is_model
 
 ALL = "all"

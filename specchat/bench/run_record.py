@@ -13,9 +13,9 @@ from specchat.bench.llamacpp_peer import PLAIN_ROW as LLAMA_PLAIN
 from specchat.bench.llamacpp_peer import PeerTimings
 from specchat.bench.methods import MethodKind
 from specchat.engine.compare import first_difference
+from specchat.engine.costs import draft_prefill_ms
 from specchat.engine.events import RoundEvent, SummaryEvent
-from specchat.engine.gamma import positions_tested
-from specchat.engine.metrics import draft_prefill_ms
+from specchat.engine.metrics import positions_tested
 
 TIMING_SLACK_S = 0.002
 """How far one measured duration may fall short of another nested inside it (timer resolution)."""

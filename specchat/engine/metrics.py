@@ -3,7 +3,7 @@
 Pure Python (no torch), so the TUI, the CLI and tests compute the same numbers from events.
 
 The seed formula and the cost model (c, v(γ) from rounds' own timings) live in
-:mod:`specchat.engine.costs` and are re-exported here, where their readers import them.
+:mod:`specchat.engine.costs`.
 """
 
 from __future__ import annotations
@@ -12,38 +12,16 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from specchat.engine.costs import (
-    FASTER_NOW,
-    ROUTINE_CATCH_UP,
-    CostEstimator,
-    CostModel,
-    RecentMedian,
-    draft_prefill_ms,
-    expected_tokens_per_round,
-    interpolate_verify_ms,
-    monotone_fit,
-    predicted_speedup,
-)
 from specchat.engine.events import Event, NoticeEvent, RoundEvent, StopReason, SummaryEvent, TokenEvent
 
 __all__ = [
-    "FASTER_NOW",
-    "ROUTINE_CATCH_UP",
-    "CostEstimator",
-    "CostModel",
-    "RecentMedian",
     "RollingAlpha",
     "SectionCounts",
     "SectionStats",
     "StreamStats",
     "acceptance_per_position",
-    "draft_prefill_ms",
-    "expected_tokens_per_round",
-    "interpolate_verify_ms",
-    "monotone_fit",
     "per_position_acceptance",
     "positions_tested",
-    "predicted_speedup",
 ]
 
 

@@ -9,7 +9,8 @@ import pytest
 
 from specchat.engine.backend import Controls
 from specchat.engine.events import RoundEvent, TokenEvent
-from specchat.engine.gamma import SCHEDULES, AdaptiveGamma, make_schedule, positions_tested, sure_positions
+from specchat.engine.gamma import SCHEDULES, AdaptiveGamma, make_schedule, sure_positions
+from specchat.engine.metrics import positions_tested
 from specchat.engine.session import ChatEngine
 from specchat.testing.tiny_models import TinyPair
 

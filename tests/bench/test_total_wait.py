@@ -23,8 +23,8 @@ from specchat.bench.report import headline, render_detail, render_tables, to_jso
 from specchat.bench.run_record import RunRecord
 from specchat.bench.runner import run_method
 from specchat.bench.summary import GUARD_RATIO, guard, summarize
+from specchat.engine.costs import ROUTINE_CATCH_UP, draft_prefill_ms
 from specchat.engine.events import UNKNOWN, Event, RoundEvent, SummaryEvent, TokenEvent
-from specchat.engine.metrics import ROUTINE_CATCH_UP, draft_prefill_ms
 
 COSTS = Costs(10.0, 3.0, {2: 12.0})
 HYBRID = Method("hybrid", "specchat", "hybrid", "adaptive", 4)

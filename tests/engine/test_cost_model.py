@@ -8,17 +8,17 @@ from dataclasses import replace
 
 import pytest
 
-from specchat.engine.events import UNKNOWN, RoundEvent
-from specchat.engine.gamma import AdaptiveGamma
-from specchat.engine.metrics import (
+from specchat.engine.costs import (
     CostEstimator,
     CostModel,
-    acceptance_per_position,
     expected_tokens_per_round,
     interpolate_verify_ms,
     monotone_fit,
     predicted_speedup,
 )
+from specchat.engine.events import UNKNOWN, RoundEvent
+from specchat.engine.gamma import AdaptiveGamma
+from specchat.engine.metrics import acceptance_per_position
 
 
 def test_expected_tokens_per_round_is_the_seed_formula() -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from specchat.engine.backend import Controls
+from specchat.engine.costs import expected_tokens_per_round, predicted_speedup
 from specchat.engine.events import Event, RoundEvent, SummaryEvent, TokenEvent
-from specchat.engine.metrics import StreamStats, expected_tokens_per_round, predicted_speedup
+from specchat.engine.metrics import StreamStats
 from specchat.engine.session import ChatEngine
 
 

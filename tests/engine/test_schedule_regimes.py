@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from specchat.engine.costs import ROUTINE_CATCH_UP, expected_tokens_per_round
 from specchat.engine.events import RoundEvent
 from specchat.engine.gamma import AdaptiveGamma, RoundOutlook
-from specchat.engine.metrics import ROUTINE_CATCH_UP, expected_tokens_per_round
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from specchat.engine.costs import CostModel, expected_tokens_per_round, predicted_speedup
 from specchat.engine.events import RoundEvent, SummaryEvent
-from specchat.engine.metrics import CostModel, expected_tokens_per_round, predicted_speedup
 from specchat.ui.state.live import LiveStats
 from specchat.ui.talk.theory_tracker import ADVISOR_GAMMAS, COST_GAMMAS, TheoryTracker, theory_lines
 

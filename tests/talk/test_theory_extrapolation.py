@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from specchat.engine.costs import interpolate_verify_ms
 from specchat.engine.events import RoundEvent
-from specchat.engine.metrics import interpolate_verify_ms
 from specchat.ui.state.live import LiveStats
 from specchat.ui.talk.theory_tracker import ADVISOR_GAMMAS, TheoryTracker, TheoryView, theory_lines
 

@@ -31,7 +31,6 @@ from specchat.engine.gamma.base import (
 )
 from specchat.engine.gamma.estimates import AdaptiveEstimates, sure_positions
 from specchat.engine.gamma.simple import FixedGamma, HeuristicGamma
-from specchat.engine.metrics import positions_tested
 from specchat.errors import InvalidSettingError
 
 __all__ = [
@@ -48,7 +47,6 @@ __all__ = [
     "ScheduleName",
     "check_gamma",
     "make_schedule",
-    "positions_tested",
     "sure_positions",
 ]
 

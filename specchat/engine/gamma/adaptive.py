@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import specchat.engine.gamma.words as words
+from specchat.engine.costs import CostEstimator, expected_tokens_per_round
 from specchat.engine.events import DrafterName, RoundEvent, known
 from specchat.engine.gamma.base import NO_OUTLOOK, RoundOutlook
 from specchat.engine.gamma.catch_up import CatchUp, catch_up_cost_ms, horizon, trade
 from specchat.engine.gamma.estimates import AdaptiveEstimates, Measurements
-from specchat.engine.metrics import CostEstimator, expected_tokens_per_round
 from specchat.engine.registry import proposes
 from specchat.params import GAMMA_MAX
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specchat.engine.costs import ROUTINE_CATCH_UP
 from specchat.engine.gamma.base import RoundOutlook
-from specchat.engine.metrics import ROUTINE_CATCH_UP
 
 
 @dataclass(frozen=True, slots=True)

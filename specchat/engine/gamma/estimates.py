@@ -8,8 +8,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from specchat.engine.costs import CostEstimator
 from specchat.engine.events import RoundEvent
-from specchat.engine.metrics import CostEstimator, positions_tested
+from specchat.engine.metrics import positions_tested
 from specchat.engine.registry import is_model
 
 WILSON_Z = 1.64

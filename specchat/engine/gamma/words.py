@@ -6,8 +6,8 @@ which reads it from its estimates (:mod:`specchat.engine.gamma.estimates`).
 
 from __future__ import annotations
 
+from specchat.engine.costs import CostModel, expected_tokens_per_round
 from specchat.engine.gamma.catch_up import CatchUp
-from specchat.engine.metrics import CostModel, expected_tokens_per_round
 
 NOTED_READ = 32
 """A draft's catch-up of at least this many tokens is named in the round's note."""

@@ -17,15 +17,10 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from specchat.engine.costs import CostEstimator, CostModel, expected_tokens_per_round
 from specchat.engine.events import Event, RoundEvent, SummaryEvent, known
 from specchat.engine.gamma import GAMMA_CHANGE
-from specchat.engine.metrics import (
-    CostEstimator,
-    CostModel,
-    acceptance_per_position,
-    expected_tokens_per_round,
-    positions_tested,
-)
+from specchat.engine.metrics import acceptance_per_position, positions_tested
 from specchat.engine.registry import find_drafter
 from specchat.params import GAMMA_MAX
 from specchat.ui.state.live import LiveStats
