@@ -51,7 +51,7 @@ def find_server(folder: Path) -> Path:
             return candidate
     raise BenchError(
         f"no {SERVER} in {folder}: pass the folder holding llama.cpp's binaries "
-        "(see README, 'llama.cpp as a peer')."
+        "(see docs/performance.md, 'llama.cpp as a peer')."
     )
 
 

@@ -35,7 +35,7 @@ _OPTIONS: dict[str, Callable[[Any], Any]] = {
     "schedule": click.option(
         "--gamma-schedule",
         "schedule",
-        type=click.Choice(["fixed", "heuristic", "adaptive"]),
+        type=click.Choice(SCHEDULES),
         help="γ schedule: fixed, heuristic (+2 / −1), adaptive (maximises measured speed).",
     ),
     "temperature": click.option(

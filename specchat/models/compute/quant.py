@@ -38,7 +38,9 @@ from specchat.errors import InvalidSettingError
 
 QUANT_CHOICES = ("4bit", "8bit")
 INSTALL_HINT = "pip install 'specchat[gpu]' (it runs on a CPU too)"
-CPU_NOTE = "bitsandbytes on a CPU: an order of magnitude slower than the default CPU path, see README"
+CPU_NOTE = (
+    "bitsandbytes on a CPU: an order of magnitude slower than the default CPU path, see docs/performance.md"
+)
 """Said while a quantized target loads on a CPU (docs/performance.md, "--quant on a CPU", has the figures)."""
 
 # bitsandbytes logs on every call of an 8-bit layer that it casts its input to fp16 (that is
